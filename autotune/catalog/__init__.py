@@ -1,0 +1,162 @@
+"""Which model is measured: a preset, a local transformers directory, or a user's function.
+
+``check`` validates a :class:`ModelRef` cheaply in the parent process; ``build`` makes the model
+and its example inputs, deterministically, in whichever process measures it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.catalog.presets import PRESETS, preset_layers, presets
+from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from autotune.workload import Workload
+
+__all__ = ["ModelRef", "build", "check", "presets"]
+
+ACCEPTED = "a local directory with a config.json, or package.module:function"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model to measure: a preset name, a local directory, or ``package.module:function``."""
+
+    name: str
+    layers: int | None = None
+    seed: int = 0
+    weights: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError("the model name is empty: give a preset, a directory or module:fn")
+        if self.layers is not None and (not _is_int(self.layers) or self.layers < 1):
+            raise ConfigError(f"--layers must be a whole number >= 1, got {self.layers!r}")
+        if not _is_int(self.seed):
+            raise ConfigError(f"--seed must be a whole number, got {self.seed!r}")
+        if self.weights is not None and (not isinstance(self.weights, str) or not self.weights):
+            raise ConfigError("--weights must name a local directory")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelRef:
+        return cls(**data)
+
+    def slug(self) -> str:
+        """A filesystem-safe readable name: ``gemma-2b``, ``gemma-2b-l2``, ``mypkg.mod-fn``."""
+        parts = [_safe(self.name)]
+        if self.layers is not None:
+            parts.append(f"l{self.layers}")
+        if self.seed:
+            parts.append(f"s{self.seed}")
+        if self.weights:
+            parts.append(f"w-{_safe(self.weights)}")
+        return "-".join(parts)
+
+
+def kind(name: str) -> str:
+    """``preset``, ``directory``, ``function`` or ``unknown``; a preset name wins over a folder."""
+    if name in PRESETS:
+        return "preset"
+    if os.path.isdir(name):
+        return "directory"
+    if ":" in name:
+        return "function"
+    return "unknown"
+
+
+def check(ref: ModelRef) -> None:
+    """Raise ConfigError (one line) if ``ref`` cannot be built; imports no torch for presets."""
+    from autotune.catalog import hf, user
+
+    found = kind(ref.name)
+    if found == "unknown" and os.sep in ref.name:
+        raise ConfigError(f"model directory {ref.name} does not exist")
+    if found == "unknown":
+        raise ConfigError(
+            f"unknown model {ref.name!r}: use a preset ({', '.join(PRESETS)}), {ACCEPTED}"
+        )
+    if found == "function":
+        if ref.layers is not None or ref.weights is not None:
+            raise ConfigError(
+                f"--layers and --weights do not apply to a function model ({ref.name})"
+            )
+        user.resolve(ref.name)
+        return
+    if found == "preset":
+        full = preset_layers(ref.name)
+        if PRESETS[ref.name]["kind"] == "toy" and ref.weights is not None:
+            raise ConfigError(f"--weights does not apply to {ref.name}: it has no checkpoint")
+    else:
+        full = _directory_layers(ref.name)
+    if ref.layers is not None and full and ref.layers > full:
+        raise ConfigError(f"{ref.name} has {full} layers: --layers must be 1 to {full}")
+    if ref.weights is not None:
+        if not os.path.isdir(ref.weights):
+            raise ConfigError(f"--weights {ref.weights}: no such directory")
+        if not hf.has_weights(ref.weights):
+            raise ConfigError(
+                f"--weights {ref.weights}: no *.safetensors or pytorch_model*.bin files there"
+            )
+
+
+def build(ref: ModelRef, workload: Workload) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """Make ``(model, example_inputs)`` for ``workload``: on its device and dtype, in eval mode.
+
+    Same ``ref`` and ``workload`` give bit-identical weights and inputs.
+    """
+    check(ref)
+    found = kind(ref.name)
+    if found == "function":
+        from autotune.catalog.user import build_user
+
+        return build_user(ref.name, ref.seed, workload)
+    if found == "directory":
+        from autotune.catalog.hf import build_directory
+
+        return build_directory(ref.name, ref.layers, ref.seed, ref.weights, workload)
+    entry = PRESETS[ref.name]
+    if entry["kind"] == "toy":
+        from autotune.catalog.toy import build_toy
+
+        return build_toy(ref.layers or entry["layers"], ref.seed, workload)
+    from autotune.catalog.hf import build_preset
+
+    return build_preset(entry, ref.layers, ref.seed, ref.weights, workload)
+
+
+def _directory_layers(path: str) -> int:
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        raise ConfigError(f"model directory {path} has no config.json")
+    try:
+        with open(config_path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {config_path}: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_path} is not a JSON object")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    layers = text.get("num_hidden_layers", text.get("n_layer"))
+    return layers if _is_int(layers) else 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _safe(text: str) -> str:
+    base = os.path.basename(os.path.normpath(text))
+    if base in ("", ".", ".."):
+        base = os.path.basename(os.path.abspath(text)) or "model"
+    return re.sub(r"[^A-Za-z0-9._]+", "-", base).strip("-.") or "model"

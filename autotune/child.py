@@ -1,0 +1,148 @@
+"""The child side of a trial: build, compile, time and check one strategy; return a dict.
+
+Run as ``python -m autotune.child SPEC.json RESULT.json`` by :mod:`autotune.runner`, in a fresh
+process whose compile caches are empty. It knows nothing of Optuna or SQL.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from autotune import metrics
+from autotune.errors import AutotuneError, NotApplicable
+from autotune.measurement import Latency, Measurement, Memory
+from autotune.strategy import Strategy
+from autotune.timing import interleave, wall
+from autotune.workload import Workload
+
+
+def _loss(output: Any) -> Any:
+    first = metrics.tensors(output)[0]
+    return first.float().pow(2).mean()
+
+
+def make_step(model: Any, inputs: tuple, kind: str) -> Callable[[], Any]:
+    """One call of the workload: a no-grad forward, or forward + backward + optimizer step."""
+    import torch
+
+    if kind == "inference":
+
+        def forward() -> Any:
+            with torch.no_grad():
+                return model(*inputs)
+
+        return forward
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def train_step() -> Any:
+        optimizer.zero_grad(set_to_none=True)
+        loss = _loss(model(*inputs))
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return train_step
+
+
+def _grads(model: Any) -> list[Any]:
+    return [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def measure(spec: dict[str, Any]) -> Measurement:
+    """Measure one strategy as ``spec`` says (model, workload, strategy, iters, warmup)."""
+    import torch
+    import torch._dynamo.utils
+
+    from autotune import catalog, compile
+    from autotune.environment import fingerprint
+
+    start = time.perf_counter()
+    timings = {"startup_s": time.time() - spec.get("launched", time.time())}
+    strategy = Strategy.from_dict(spec["strategy"])
+    workload = Workload.from_dict(spec["workload"])
+    ref = catalog.ModelRef.from_dict(spec["model"])
+    torch.manual_seed(spec.get("seed", 0))
+    torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
+    result = Measurement(
+        strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
+        environment=fingerprint(workload.device),
+    )  # fmt: skip
+
+    model, inputs = catalog.build(ref, workload)
+    timings["build_s"] = time.perf_counter() - start
+    eager_model = copy.deepcopy(model) if workload.kind == "train" else model
+    compiled = compile.apply(model, strategy)
+    result.regions = compile.count_regions(compiled)
+    eager_step = make_step(eager_model, inputs, workload.kind)
+    compiled_step = make_step(compiled, inputs, workload.kind)
+
+    memory = metrics.PeakMemory(workload.device)
+    result.eager_first_s, expected = wall(eager_step, workload.device)
+    memory.reset()
+    first_s, actual = wall(compiled_step, workload.device)
+    result.compile_s = 0.0 if strategy.granularity == "none" else first_s
+    compile_peak = memory.peak_mb()
+    expected, actual = metrics.tensors(expected), metrics.tensors(actual)
+    if workload.kind == "train":  # the step's loss, then every gradient it produced
+        expected, actual = expected + _grads(eager_model), actual + _grads(model)
+    result.accuracy = metrics.compare(expected, actual, workload.dtype)
+    del expected, actual
+
+    t = time.perf_counter()
+    samples = interleave(
+        {"eager": eager_step, "compiled": compiled_step},
+        spec["iters"], spec["warmup"], workload.device, spec.get("seed", 0),
+    )  # fmt: skip
+    timings["timing_s"] = time.perf_counter() - t
+    result.eager_latency = Latency.from_samples(samples["eager"])
+    result.latency = Latency.from_samples(samples["compiled"])
+    result.speedup = result.eager_latency.median_ms / result.latency.median_ms
+
+    peaks = []
+    for step in (eager_step, compiled_step):
+        memory.reset()
+        step()
+        peaks.append(memory.peak_mb())
+    result.memory = Memory(memory.kind, peaks[0], peaks[1], compile_peak)
+    result.graphs = metrics.graphs()
+    result.phases = metrics.phases()
+    timings["child_s"] = time.perf_counter() - start
+    result.timings = timings
+    return result
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Measure, turning every Python-level failure into a status with its reason."""
+    try:
+        return measure(spec).to_dict()
+    except BaseException as exc:  # the parent gets a reason for anything short of a crash
+        status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
+        message = str(exc).strip() or repr(exc)
+        reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
+        return Measurement(
+            spec["strategy"], spec["model"], spec["workload"], status, reason=reason,
+            log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
+        ).to_dict()  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    spec_path, result_path = argv
+    with open(spec_path) as f:
+        spec = json.load(f)
+    result = run(spec)
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,126 @@
+"""apply(model, strategy): compile a model at one granularity, never mutating the user's model.
+
+- ``none``: the model itself (eager, the baseline).
+- ``full``: ``torch.compile(model)``.
+- ``regional``: Accelerate's ``compile_regions`` rule: every ``nn.ModuleList`` whose children
+  share one class has each child compiled on its own; the other leaves are compiled separately.
+- ``nested``: each repeated block's forward is marked ``torch.compiler.nested_compile_region``
+  (on copies of the blocks, through a fresh subclass) and the whole model is compiled once.
+
+``regional`` and ``nested`` build a new module tree that shares parameters with the original;
+the original modules and their classes are left exactly as they were.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from autotune.errors import NotApplicable
+from autotune.strategy import Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+def is_repeated_blocks(module: torch.nn.Module) -> bool:
+    """An ``nn.ModuleList`` whose children all share the first child's class."""
+    import torch
+
+    return (
+        isinstance(module, torch.nn.ModuleList)
+        and len(module) > 0
+        and all(isinstance(m, module[0].__class__) for m in module)
+    )
+
+
+def has_repeated_blocks(module: torch.nn.Module) -> bool:
+    """Whether repeated blocks appear anywhere in the module tree."""
+    return bool(module._modules) and any(is_repeated_blocks(m) for m in module.modules())
+
+
+def _shallow_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A new module object sharing parameters, buffers and attributes with ``module``."""
+    new = module.__class__.__new__(module.__class__)
+    new.__dict__.update(module.__dict__)
+    for name, value in list(new.__dict__.items()):  # re-bind methods stored on the instance
+        if getattr(value, "__self__", None) is module and hasattr(value, "__func__"):
+            new.__dict__[name] = types.MethodType(value.__func__, new)
+    new._modules = dict(module._modules)
+    return new
+
+
+Transform = Callable[["torch.nn.Module"], "torch.nn.Module"]
+
+
+def _rebuild(module: torch.nn.Module, block: Transform, other: Transform) -> torch.nn.Module:
+    """Copy the path down to the repeated blocks, transforming blocks and the other leaves."""
+    import torch
+
+    if is_repeated_blocks(module):
+        return torch.nn.ModuleList([block(m) for m in module])
+    if has_repeated_blocks(module):
+        new = _shallow_copy(module)
+        for name, child in module.named_children():
+            new._modules[name] = _rebuild(child, block, other)
+        return new
+    return other(module)
+
+
+def _require_blocks(model: torch.nn.Module, strategy: Strategy) -> None:
+    if not has_repeated_blocks(model):
+        raise NotApplicable(
+            f"granularity {strategy.granularity!r} needs repeated blocks (an nn.ModuleList of "
+            f"one class), and {type(model).__name__} has none"
+        )
+
+
+def _mark_nested(block: torch.nn.Module, marked: dict[type, type]) -> torch.nn.Module:
+    """A copy of ``block`` whose class is a fresh subclass with a marked forward.
+
+    The mark must sit on a class: dynamo reuses the first block's weights for every block when
+    the marked forward is bound on the instance instead (wrong answers, silently).
+    """
+    import torch
+
+    cls = type(block)
+    if cls not in marked:  # one subclass per class, so every block shares one subgraph
+        forward = torch.compiler.nested_compile_region(cls.forward)
+        marked[cls] = type(
+            cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__}
+        )
+    new = _shallow_copy(block)
+    new.__class__ = marked[cls]
+    return new
+
+
+def apply(model: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
+    """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be."""
+    import torch
+
+    s = strategy.canonical()
+    if s.granularity == "none":
+        return model
+    kwargs = s.compile_kwargs()
+    if s.granularity == "full":
+        return torch.compile(model, **kwargs)
+    _require_blocks(model, s)
+
+    def compile_one(module: torch.nn.Module) -> torch.nn.Module:
+        return torch.compile(module, **kwargs)
+
+    if s.granularity == "regional":
+        new = _rebuild(model, compile_one, compile_one)
+        new.__dict__.setdefault("_orig_mod", model)  # as Accelerate keeps it, to unwrap later
+        return new
+    marked: dict[type, type] = {}
+    new = _rebuild(model, lambda b: _mark_nested(b, marked), lambda m: m)
+    return torch.compile(new, **kwargs)
+
+
+def count_regions(module: torch.nn.Module) -> int:
+    """How many separately compiled modules the tree holds."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return sum(isinstance(m, OptimizedModule) for m in module.modules())

@@ -1,0 +1,37 @@
+"""The environment fingerprint: what a measurement's numbers depend on besides the strategy."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint(device: str = "cpu") -> dict[str, Any]:
+    """torch and CUDA versions, device name, CPU model and core count, Python."""
+    import torch
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": device,
+        "device_name": cpu_model(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    return env

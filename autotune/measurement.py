@@ -1,0 +1,130 @@
+"""Measurement: what one trial measured, as small dataclasses that travel as plain dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "failed", "timeout", "crashed", "not-applicable")
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted values."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class Latency:
+    """Per-call latency statistics in milliseconds, with the raw samples kept."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    iqr_ms: float
+    samples_ms: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_samples(cls, samples_s: list[float]) -> Latency:
+        ms = sorted(s * 1e3 for s in samples_s)
+        return cls(
+            median_ms=statistics.median(ms),
+            p10_ms=_quantile(ms, 0.10),
+            p90_ms=_quantile(ms, 0.90),
+            iqr_ms=_quantile(ms, 0.75) - _quantile(ms, 0.25),
+            samples_ms=[s * 1e3 for s in samples_s],
+        )
+
+
+@dataclass
+class Accuracy:
+    """Compiled vs eager outputs. ``max_rel`` is the max abs error over the output's scale."""
+
+    max_abs: float
+    max_rel: float
+    passed: bool
+    atol: float
+    rtol: float
+    detail: str = ""
+
+
+@dataclass
+class Graphs:
+    """What dynamo did: graphs made, graph breaks and recompiles, each with its reason."""
+
+    count: int = 0
+    breaks: int = 0
+    break_reasons: list[str] = field(default_factory=list)
+    recompiles: int = 0
+    recompile_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Memory:
+    """Peak memory in MiB: CUDA max allocated on a GPU, resident-set high-water mark on a CPU."""
+
+    kind: str
+    eager_peak_mb: float
+    compiled_peak_mb: float
+    compile_peak_mb: float | None = None
+
+
+@dataclass
+class Measurement:
+    """One strategy measured once, cold, in a fresh process."""
+
+    strategy: dict[str, Any]
+    model: dict[str, Any]
+    workload: dict[str, Any]
+    status: str
+    reason: str = ""
+    compile_s: float | None = None
+    eager_first_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    latency: Latency | None = None
+    eager_latency: Latency | None = None
+    speedup: float | None = None
+    memory: Memory | None = None
+    graphs: Graphs | None = None
+    accuracy: Accuracy | None = None
+    regions: int | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None
+    log_tail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def feasible(self) -> bool:
+        """Ran, and gave the right answers."""
+        return self.ok and self.accuracy is not None and self.accuracy.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        data = dict(data)
+        for name, kind in (
+            ("latency", Latency),
+            ("eager_latency", Latency),
+            ("memory", Memory),
+            ("graphs", Graphs),
+            ("accuracy", Accuracy),
+        ):
+            if data.get(name) is not None:
+                data[name] = kind(**data[name])
+        return cls(**data)

@@ -1,0 +1,127 @@
+"""What a trial collects besides time: accuracy vs eager, peak memory, and dynamo's records."""
+
+from __future__ import annotations
+
+import math
+import resource
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.measurement import Accuracy, Graphs
+
+# (atol, rtol) per dtype; an output passes when max|a - b| <= atol + rtol * max|eager|.
+TOLERANCES = {"float32": (1e-5, 1e-3), "float16": (1e-3, 1e-2), "bfloat16": (1e-2, 5e-2)}
+_REASON_CHARS = 400
+
+
+def tensors(obj: Any) -> list[Any]:
+    """Every tensor in a model output (tensor, tuple, list, dict or ModelOutput), in order."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, Mapping):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in tensors(item)]
+    return []
+
+
+def compare(expected: list[Any], actual: list[Any], dtype: str) -> Accuracy:
+    """Compare compiled against eager tensors under the dtype's tolerances."""
+    atol, rtol = TOLERANCES[dtype]
+    if len(expected) != len(actual):
+        return Accuracy(math.inf, math.inf, False, atol, rtol, "different number of outputs")
+    worst_abs = worst_rel = 0.0
+    passed, detail = True, ""
+    for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        if e.shape != a.shape:
+            return Accuracy(math.inf, math.inf, False, atol, rtol, f"output {i}: shape differs")
+        e, a = e.detach().float().cpu(), a.detach().float().cpu()
+        both_nan = e.isnan() & a.isnan()
+        diff = (e - a).abs().masked_fill(both_nan, 0.0).nan_to_num(nan=math.inf)
+        err = float(diff.max()) if diff.numel() else 0.0
+        finite = e[e.isfinite()]
+        scale = float(finite.abs().max()) if finite.numel() else 0.0
+        rel = err / scale if scale > 0 else (0.0 if err == 0 else math.inf)
+        worst_abs, worst_rel = max(worst_abs, err), max(worst_rel, rel)
+        if not err <= atol + rtol * scale and passed:
+            passed, detail = False, f"output {i}: max abs error {err:.3g} at scale {scale:.3g}"
+    return Accuracy(worst_abs, worst_rel, passed, atol, rtol, detail)
+
+
+class PeakMemory:
+    """Peak memory since the last reset: CUDA max allocated, or the CPU's resident high-water."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.kind = "cuda-max-allocated" if device.startswith("cuda") else "cpu-rss-hwm"
+
+    def reset(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:  # Linux: writing 5 resets the process's peak RSS (VmHWM) to its current RSS
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+
+    def peak_mb(self) -> float:
+        if self.device.startswith("cuda"):
+            import torch
+
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _short(reason: str) -> str:
+    reason = " ".join(line.strip() for line in reason.strip().splitlines() if line.strip())
+    return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
+
+
+def graphs() -> Graphs:
+    """Graphs, graph breaks and recompiles that dynamo recorded in this process."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    breaks = counters["graph_break"]
+    recompiles = [m.recompile_reason for m in get_compilation_metrics() if m.recompile_reason]
+    return Graphs(
+        count=int(counters["stats"]["unique_graphs"]),
+        breaks=int(sum(breaks.values())),
+        break_reasons=[_short(r) for r in breaks],
+        recompiles=len(recompiles),
+        recompile_reasons=sorted({_short(r) for r in recompiles}),
+    )
+
+
+def phases() -> dict[str, float]:
+    """Compile time split by phase (seconds), from torch's compilation metrics where recorded."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    totals: dict[str, float] = {}
+
+    def add(name: str, value: float | None) -> None:
+        if value:
+            totals[name] = totals.get(name, 0.0) + value
+
+    for m in get_compilation_metrics():
+        add("total_s", m.entire_frame_compile_time_s)
+        add("backend_s", m.backend_compile_time_s)
+        us = 1e-6
+        add("aot_autograd_s", (m.aot_autograd_cumulative_compile_time_us or 0) * us)
+        add("inductor_s", (m.inductor_cumulative_compile_time_us or 0) * us)
+        add("codegen_s", (m.inductor_code_gen_cumulative_compile_time_us or 0) * us)
+        add("backward_s", (m.backward_cumulative_compile_time_us or 0) * us)
+    if "total_s" in totals:
+        totals["dynamo_s"] = totals["total_s"] - totals.get("backend_s", 0.0)
+    return totals

@@ -1,0 +1,75 @@
+"""Readable text for people: a measurement's summary, and plain tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autotune.measurement import Measurement
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A left-aligned plain-text table."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def summary(m: Measurement) -> str:
+    """A few lines a person reads at a glance."""
+    from autotune.strategy import Strategy
+
+    s, w = Strategy.from_dict(m.strategy), m.workload
+    env = m.environment
+    head = (
+        f"{m.model['name']} · {w['kind']} batch {w['batch_size']} seq {w['seq_len']} "
+        f"{w['dtype']} on {w['device']}"
+    )
+    if env:
+        head += f" · torch {env.get('torch')} · {env.get('device_name')}"
+    regions = f"   ({m.regions} compiled regions)" if m.regions else ""
+    lines = [head, f"strategy   {s.key}{regions}", f"status     {m.status}"]
+    if not m.ok:
+        lines.append(f"reason     {m.reason}")
+        return "\n".join(lines)
+    phases = ", ".join(
+        f"{k.removesuffix('_s')} {seconds(v)}"
+        for k, v in m.phases.items()
+        if k in ("dynamo_s", "inductor_s", "codegen_s", "backward_s")
+    )
+    lines.append(
+        f"compile    {seconds(m.compile_s)} cold (eager first call {seconds(m.eager_first_s)})"
+        + (f"; {phases}" if phases else "")
+    )
+    if m.latency and m.eager_latency:
+        lat, eag = m.latency, m.eager_latency
+        lines.append(
+            f"latency    {lat.median_ms:.3f} ms median (p10 {lat.p10_ms:.3f}, p90 "
+            f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} calls; "
+            f"eager {eag.median_ms:.3f} ms -> speedup {m.speedup:.2f}x"
+        )
+    if m.memory:
+        lines.append(
+            f"memory     peak {m.memory.compiled_peak_mb:.0f} MiB compiled vs "
+            f"{m.memory.eager_peak_mb:.0f} MiB eager ({m.memory.kind})"
+        )
+    if m.graphs:
+        g = m.graphs
+        lines.append(f"graphs     {g.count} graphs, {g.breaks} breaks, {g.recompiles} recompiles")
+        lines += [f"  break    {r}" for r in g.break_reasons[:5]]
+        lines += [f"  recompile {r}" for r in g.recompile_reasons[:5]]
+    if m.accuracy:
+        a = m.accuracy
+        verdict = "pass" if a.passed else "FAIL: WRONG ANSWERS"
+        lines.append(
+            f"accuracy   {verdict} (max abs {a.max_abs:.2g}, rel {a.max_rel:.2g}; "
+            f"atol {a.atol:g}, rtol {a.rtol:g}) {a.detail}".rstrip()
+        )
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""What is measured: batch, sequence length, dtype, device, and inference vs a train step."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import ConfigError
+
+DTYPES = ("float32", "bfloat16", "float16")
+KINDS = ("inference", "train")
+
+
+def resolve_device(device: str) -> str:
+    """Turn ``auto`` into ``cuda`` or ``cpu``; check that an asked-for CUDA device exists."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or device.startswith("cuda:"):
+        index = device.partition(":")[2]
+        if index and not index.isdigit():
+            raise ConfigError(f"bad device {device!r}: use auto, cpu, cuda or cuda:N")
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {device} asked for, but this torch sees no CUDA device")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(
+                f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible"
+            )
+        return device
+    raise ConfigError(f"bad device {device!r}: use auto, cpu, cuda or cuda:N")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The input shape, precision, device and step that every trial of a study measures."""
+
+    batch_size: int = 1
+    seq_len: int = 32
+    dtype: str = "float32"
+    device: str = "cpu"
+    kind: str = "inference"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.kind not in KINDS:
+            raise ConfigError(f"bad workload {self.kind!r}: use one of {', '.join(KINDS)}")
+        if self.batch_size < 1 or self.seq_len < 1:
+            raise ConfigError("--batch-size and --seq-len must be at least 1")
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ConfigError(f"bad device {self.device!r}: use auto, cpu, cuda or cuda:N")
+
+    @classmethod
+    def create(cls, device: str = "auto", **fields: Any) -> Workload:
+        """Build a workload, resolving ``auto`` and checking the device against this machine."""
+        return cls(device=resolve_device(device), **fields)
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Workload:
+        return cls(**data)
+
+    def slug(self) -> str:
+        """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``."""
+        device = self.device.replace(":", "")
+        return f"{self.kind}-b{self.batch_size}-s{self.seq_len}-{self.dtype}-{device}"

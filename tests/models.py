@@ -1,0 +1,92 @@
+"""Deliberately awkward models and a wrong backend, loaded by the child as ``tests.models:fn``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from autotune.catalog.toy import Layer, Toy
+
+
+def tiny_toy() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Toy(4), (torch.randn(10, 10),)
+
+
+class Aborts(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        os.abort()
+
+
+def aborting() -> tuple[torch.nn.Module, tuple]:
+    return Aborts(), (torch.randn(2, 2),)
+
+
+class Sleeps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(3600)
+        return x
+
+
+def sleeping() -> tuple[torch.nn.Module, tuple]:
+    return Sleeps(), (torch.randn(2, 2),)
+
+
+class Breaks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        torch._dynamo.graph_break()
+        return self.b(x)
+
+
+def graph_break() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Breaks(), (torch.randn(3, 4),)
+
+
+class Scaled(Layer):
+    """A block that reads a per-layer Python int: dynamo specialises on it, once per layer."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * (self.index + 1) / (self.index + 1)
+
+
+class IntAttrs(torch.nn.Module):
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Scaled(i) for i in range(n)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def int_attrs() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return IntAttrs(4), (torch.randn(10, 10),)
+
+
+def flat() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), (torch.randn(2, 4),)
+
+
+def wrong_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A custom backend that compiles to the wrong answer: every output is off by one."""
+
+    def run(*args: object) -> object:
+        out = gm(*args)
+        return type(out)(t + 1 if isinstance(t, torch.Tensor) else t for t in out)
+
+    return run

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--model", "nope"], "unknown model 'nope': use a preset (toy-64, gemma-2b"),
+        (["--model", "toy-64", "--dtype", "float8"], "bad dtype 'float8'"),
+        (["--model", "toy-64", "--device", "tpu"], "bad device 'tpu'"),
+        (["--model", "toy-64", "--device", "cuda"], "sees no CUDA device"),
+        (["--model", "toy-64", "--backend", "nonesuch"], "backend 'nonesuch' is not registered"),
+        (["--model", "toy-64", "--mode", "turbo"], "mode 'turbo' does not exist"),
+        (["--model", "gemma-2b", "--weights", "/nonexistent"], "/nonexistent"),
+        (["--model", "toy-64", "--granularity", "partial"], "bad granularity"),
+        (["--model", "toy-64", "--workload", "serve"], "bad workload 'serve'"),
+        (["--model", "toy-64", "--batch-size", "x"], "invalid int value: 'x'"),
+        (["--model", "nomod:fn"], "no module named 'nomod'"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(argv: list[str], needle: str, capsys) -> None:
+    try:
+        code = main(["measure", *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_console_script_measure_json_and_models() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "measure", "--model", "toy-64", "--layers", "4",
+         "--backend", "aot_eager", "--granularity", "regional", "--iters", "3", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    data = json.loads(out.stdout)
+    assert data["status"] == "ok" and data["regions"] == 5
+    assert data["strategy"]["granularity"] == "regional"
+    models = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "models"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "gemma-2b" in models and "toy-64" in models and "llama-3.2-1b" in models
+
+
+def test_debug_shows_the_traceback() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "--debug", "measure", "--model", "nope"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode != 0 and "Traceback" in out.stderr
