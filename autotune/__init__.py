@@ -1,17 +1,49 @@
 """autotune: how should I torch.compile this model, on this machine?
 
 Public API: :class:`Strategy`, :class:`Measurement`, :func:`measure` (one strategy, cold, in a
-fresh process) and :func:`apply` (compile a model as a strategy says).
+fresh process), :func:`apply` (compile a model as a strategy or an exported file says) and
+:func:`load_plugin` (an exported file as Accelerate's ``TorchDynamoPlugin``).
 """
 
 from __future__ import annotations
 
-from autotune.compile import apply
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune import compile as _compile
 from autotune.errors import AutotuneError, ConfigError, NotApplicable
 from autotune.measurement import Measurement
 from autotune.runner import Settings, measure
 from autotune.strategy import Strategy
 from autotune.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
+
+
+def apply(model: torch.nn.Module, how: Strategy | str | Path) -> torch.nn.Module:
+    """Compile ``model`` as a :class:`Strategy` or an exported file (``best.json``) says.
+
+    Every granularity is honoured, ``nested`` included, which Accelerate cannot express.
+    """
+    from autotune import export
+
+    strategy = how if isinstance(how, Strategy) else export.read(how)[0]
+    return _compile.apply(model, strategy)
+
+
+def load_plugin(path: str | Path) -> Any:
+    """An exported file as ``accelerate.utils.TorchDynamoPlugin`` (warns where it approximates)."""
+    from accelerate.utils import TorchDynamoPlugin
+
+    from autotune import export
+
+    strategy, _ = export.read(path)
+    if caveat := strategy.accelerate_caveat():
+        warnings.warn(f"{caveat}; the plugin compiles it as granularity 'full'", stacklevel=2)
+    return TorchDynamoPlugin(**export.accelerate_fields(strategy))
+
 
 __all__ = [
     "AutotuneError",
@@ -22,5 +54,6 @@ __all__ = [
     "Strategy",
     "Workload",
     "apply",
+    "load_plugin",
     "measure",
 ]

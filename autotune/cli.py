@@ -7,12 +7,13 @@ only with ``--debug``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,26 +23,34 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"autotune: error: {message} (see '{self.prog} --help')\n")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Model and workload flags; defaults live in the dataclasses, so a spec file can set them."""
     g = p.add_argument_group("model and workload")
     g.add_argument(
-        "--model", required=True, help="preset, directory with config.json, or module:function"
+        "--model", required=required, help="preset, directory with config.json, or module:function"
     )
     g.add_argument("--layers", type=int, help="shorten a preset to N repeated blocks")
-    g.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs")
+    g.add_argument("--seed", type=int, help="seed of the random weights and inputs (default 0)")
     g.add_argument("--weights", help="local directory holding the model's real weights")
-    g.add_argument("--batch-size", type=int, default=1)
-    g.add_argument("--seq-len", type=int, default=32)
-    g.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    g.add_argument("--workload", default="inference", help="inference or train")
+    g.add_argument("--batch-size", type=int, help="default 1")
+    g.add_argument("--seq-len", type=int, help="default 32")
+    g.add_argument("--dtype", help="float32 (default), bfloat16 or float16")
+    g.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    g.add_argument("--workload", help="inference (default) or train")
 
 
-def _add_timing_args(p: argparse.ArgumentParser) -> None:
+def _add_timing_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
     g = p.add_argument_group("timing")
-    g.add_argument("--iters", type=int, default=20, help="timed calls (default 20)")
-    g.add_argument("--warmup", type=int, default=3, help="warm-up calls (default 3)")
-    g.add_argument("--timeout", type=float, default=1200.0, help="seconds per trial")
+    g.add_argument("--iters", type=int, default=20 if defaults else None, help="timed calls (20)")
+    g.add_argument("--warmup", type=int, default=3 if defaults else None, help="warm-ups (3)")
+    g.add_argument(
+        "--timeout", type=float, default=1200.0 if defaults else None, help="s per trial (1200)"
+    )
+
+
+def _add_storage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    p.add_argument("--study", help="study name (default: a slug of model, workload, hardware)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +70,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fullgraph", action="store_true", help="fail on any graph break")
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
+
+    r = sub.add_parser("search", help="search compile strategies; export the Pareto-best one")
+    _add_model_args(r, required=False)
+    sp = r.add_argument_group("space (comma lists narrow the default space)")
+    for name in ("granularity", "backend", "mode", "dynamic", "fullgraph"):
+        sp.add_argument(f"--{name}", metavar="LIST")
+    sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")
+    se = r.add_argument_group("search")
+    se.add_argument("--trials", type=int, help="strategies to measure in the study (30)")
+    se.add_argument("--time-budget", help="stop starting trials after e.g. 30m or 2h")
+    se.add_argument("--sampler", help="tpe (default), nsga2, random or grid")
+    se.add_argument("--objectives", help="compile,latency (default), optionally memory")
+    se.add_argument("--max-memory", help="trials above this peak (e.g. 8GiB) are infeasible")
+    se.add_argument("--policy", help="knee (default), fastest, quickest, amortized:N, ...")
+    se.add_argument("--force", action="store_true", help="join a study made on other hardware")
+    se.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    _add_timing_args(r, defaults=False)
+    _add_storage_args(r)
+    r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
+    r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
+    _add_storage_args(e)
+    e.add_argument("--policy", default="knee", help="knee, fastest, quickest, amortized:N, ...")
+    e.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
+    e.add_argument("--max-memory", help="leave out strategies above this peak memory")
+    e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
     return parser
 
 
@@ -69,11 +106,14 @@ def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
     from autotune import catalog
     from autotune.workload import Workload
 
-    ref = catalog.ModelRef(args.model, layers=args.layers, seed=args.seed, weights=args.weights)
-    workload = Workload.create(
-        device=args.device, batch_size=args.batch_size, seq_len=args.seq_len,
-        dtype=args.dtype, kind=args.workload,
-    )  # fmt: skip
+    ref = catalog.ModelRef(
+        args.model, layers=args.layers, seed=args.seed or 0, weights=args.weights
+    )
+    given = {
+        "device": args.device, "batch_size": args.batch_size, "seq_len": args.seq_len,
+        "dtype": args.dtype, "kind": args.workload,
+    }  # fmt: skip
+    workload = Workload.create(**{k: v for k, v in given.items() if v is not None})
     catalog.check(ref)
     return ref, workload
 
@@ -98,7 +138,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph
     )
     strategy.validate()
-    settings = runner.Settings(args.iters, args.warmup, args.timeout, args.seed)
+    settings = runner.Settings(args.iters, args.warmup, args.timeout, args.seed or 0)
     if not args.json:
         print(f"measuring {strategy.key} on {ref.name} (cold, in a fresh process)…", flush=True)
     result = runner.measure(ref, workload, strategy, settings)
@@ -106,7 +146,79 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0 if result.status in ("ok", "not-applicable") else 1
 
 
-COMMANDS = {"models": cmd_models, "measure": cmd_measure}
+def cmd_search(args: argparse.Namespace) -> int:
+    from autotune import catalog, export, report
+    from autotune.spec import StudySpec
+    from autotune.study import Search
+
+    if args.model is None and args.space is None:
+        raise ConfigError("give --model or --space FILE.toml")
+    if args.study is None and args.space is None and args.model is None:
+        raise ConfigError("give --model")
+    flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
+    flags["time_budget"] = args.time_budget
+    spec = StudySpec.from_sources(args.space, **flags)
+    catalog.check(spec.model)
+    if args.format not in export.FORMATS:
+        raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")
+    search = Search(spec, args.storage, force=args.force)
+    out = sys.stderr if args.json else sys.stdout
+    print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
+    outcome = search.run(progress=not args.no_progress)
+    stored = len(search.measured())
+    if outcome.stopped == "interrupted":
+        print(
+            f"autotune: interrupted; {stored} measured strategies are stored. Run the same "
+            "command again to continue.",
+            file=sys.stderr,
+        )
+        return 130
+    path, chosen, notes = export.export(
+        search.store, search.name, spec.policy, args.format, args.out, spec.max_memory_mb
+    )
+    points = export.candidates(search.store, search.name, spec.max_memory_mb)
+    front = export.pareto(points)
+    if args.json:
+        result = {
+            "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
+            "measured": stored, "repeats": outcome.repeats, "policy": spec.policy,
+            "chosen": chosen.key, "export": str(path), "caveats": notes,
+            "pareto_front": [dataclasses.asdict(p) for p in front],
+        }  # fmt: skip
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"stopped: {outcome.stopped}; {stored} strategies measured in this study, "
+          f"{outcome.repeats} sampler repeats reused their stored values")  # fmt: skip
+    print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
+    print(report.front_table(front, chosen.key))
+    print(f"\nchosen ({spec.policy}): {chosen.key}")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autotune import export
+    from autotune.spec import parse_memory
+    from autotune.store import Store
+
+    if not args.study:
+        raise ConfigError("give --study NAME (autotune studies lists them)")
+    export.parse_policy(args.policy)
+    store = Store(args.storage, create=False)
+    path, chosen, notes = export.export(
+        store, args.study, args.policy, args.format, args.out, parse_memory(args.max_memory)
+    )
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"chosen ({args.policy}): {chosen.key}\nwrote {path}")
+    return 0
+
+
+COMMANDS = {
+    "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
+}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from autotune.measurement import Measurement
 
@@ -73,3 +74,18 @@ def summary(m: Measurement) -> str:
             f"atol {a.atol:g}, rtol {a.rtol:g}) {a.detail}".rstrip()
         )
     return "\n".join(lines)
+
+
+def front_table(front: Sequence[Any], chosen: str) -> str:
+    """The Pareto front as a table, the chosen strategy marked."""
+    rows = [
+        (
+            ("* " if p.key == chosen else "  ") + p.key,
+            f"{p.compile_s:.2f} s",
+            f"{p.latency_ms:.3f} ms",
+            f"{p.speedup:.2f}x",
+            "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB",
+        )
+        for p in front
+    ]
+    return table(("  strategy", "compile", "latency", "speedup", "peak memory"), rows)

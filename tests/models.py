@@ -90,3 +90,9 @@ def wrong_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         return type(out)(t + 1 if isinstance(t, torch.Tensor) else t for t in out)
 
     return run
+
+
+def slow_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend that never finishes compiling (for interrupt and timeout tests)."""
+    time.sleep(3600)
+    return gm

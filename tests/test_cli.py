@@ -60,3 +60,44 @@ def test_debug_shows_the_traceback() -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert out.returncode != 0 and "Traceback" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "space", "needle"),
+    [
+        (["--storage", "nota url"], None, "malformed storage URL"),
+        (
+            ["--storage", "postgresql://u:hunter2@127.0.0.1:1/db"],
+            None,
+            "storage postgresql://u:***@",
+        ),
+        (["--storage", "sqlite:////no/such/folder/x.db"], None, "folder /no/such/folder"),
+        ([], "[space]\nflavour = ['x']\n", "unknown key 'flavour' in [space]"),
+        ([], "[space]\ngranularity = ['partial']\n", "bad granularity 'partial'"),
+        ([], "[space]\nbackend = ['nonesuch']\n", "unknown backend 'nonesuch'"),
+        ([], "[search]\ntrials = 0\n", "--trials must be at least 1"),
+        ([], "[bogus]\n", "unknown table [bogus]"),
+        (["--granularity", "full", "--backend", "cudagraphs"], None, "search space is empty"),
+        (["--granularity", ","], None, "search space is empty: no granularity"),
+        (["--policy", "median"], None, "bad policy 'median'"),
+        (["--time-budget", "soon"], None, "bad duration 'soon'"),
+    ],
+)
+def test_search_bad_input_is_one_line_and_writes_nothing(
+    argv: list[str], space: str | None, needle: str, in_tmp, capsys
+) -> None:
+    args = ["search", "--model", "toy-64", "--layers", "2", *argv]
+    if space is not None:
+        (in_tmp / "s.toml").write_text(space)
+        args += ["--space", str(in_tmp / "s.toml")]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err and err.count("\n") == 1 and "hunter2" not in err
+    assert not (in_tmp / "studies" / "autotune.db").exists()
+
+
+def test_export_of_an_unknown_study_or_missing_database(in_tmp, capsys) -> None:
+    assert main(["export", "--study", "nope"]) == 2
+    assert "no study database at studies/autotune.db" in capsys.readouterr().err
+    assert not (in_tmp / "studies").exists()

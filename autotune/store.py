@@ -1,0 +1,270 @@
+"""Storage: the study database's URL (masked whenever shown) and autotune's own tables.
+
+Optuna's own tables hold the trials, so ``optuna`` and optuna-dashboard read a study as it is.
+autotune's tables (prefix ``autotune_``) sit beside them in the same database and hold what
+Optuna does not model well: the study's spec and environment, every run's fingerprint, each
+measured strategy with its raw samples and phase times, and every export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from autotune.errors import StorageError
+
+SCHEMA_VERSION = 1
+DEFAULT_URL = "sqlite:///studies/autotune.db"
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def resolve_url(url: str | None) -> str:
+    """``--storage``, else ``$AUTOTUNE_STORAGE``, else a SQLite file under ``studies/``."""
+    url = url or os.environ.get("AUTOTUNE_STORAGE") or DEFAULT_URL
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StorageError(f"malformed storage URL {mask(url)!r}: use a SQLAlchemy URL") from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:"):
+            raise StorageError("a SQLite storage needs a file: sqlite:///path/to/file.db")
+        folder = Path(database).parent
+        if url != DEFAULT_URL and not folder.is_dir():
+            raise StorageError(f"storage {url}: folder {folder} does not exist")
+    return url
+
+
+def mask(url: str) -> str:
+    """The URL with its password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url.split("@")[-1] if "@" in url else url
+
+
+def scrub(text: str, url: str) -> str:
+    """Remove the URL's password from any text (error messages, logs)."""
+    try:
+        password = make_url(url).password
+    except ArgumentError:
+        return text
+    return text.replace(str(password), "***") if password else text
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON}
+
+
+class Meta(Base):
+    __tablename__ = "autotune_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class StudyRow(Base):
+    __tablename__ = "autotune_studies"
+    name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    environment: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class RunRow(Base):
+    """One process that worked on a study (a search or, later, a worker)."""
+
+    __tablename__ = "autotune_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
+    environment: Mapped[dict[str, Any]]
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int]
+    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class MeasurementRow(Base):
+    """A measured canonical strategy: unique per study, so nothing is measured twice."""
+
+    __tablename__ = "autotune_measurements"
+    __table_args__ = (UniqueConstraint("study", "key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
+    key: Mapped[str] = mapped_column(String(256))
+    trial_number: Mapped[int | None]
+    status: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class ExportRow(Base):
+    __tablename__ = "autotune_exports"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
+    policy: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(256))
+    content: Mapped[str] = mapped_column(Text)
+    exported_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class Store:
+    """autotune's tables in one database. Database errors become ``StorageError``."""
+
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        self.url = resolve_url(url)
+        parsed = make_url(self.url)
+        sqlite = parsed.get_backend_name() == "sqlite"
+        if not create and sqlite and not Path(parsed.database or "").is_file():
+            raise StorageError(f"no study database at {parsed.database}")
+        if create and self.url == DEFAULT_URL:
+            Path(parsed.database or "").parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = _engine(self.url)
+        except ImportError as exc:
+            raise StorageError(
+                f"storage {mask(self.url)}: its database driver is not installed ({exc.name})"
+            ) from None
+        with self.session() as s:  # reach the server now: fail early, with one clear line
+            s.connection()
+        if create:
+            self.create_schema()
+
+    def __repr__(self) -> str:
+        return f"Store({mask(self.url)!r})"
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A transaction; commits on success, turns database errors into ``StorageError``."""
+        try:
+            with Session(self.engine, expire_on_commit=False) as s, s.begin():
+                yield s
+        except IntegrityError:
+            raise
+        except SQLAlchemyError as exc:
+            message = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise StorageError(f"storage {mask(self.url)}: {scrub(message, self.url)}") from None
+
+    def create_schema(self) -> None:
+        """Create the tables on first use and record the schema version."""
+        Base.metadata.create_all(self.engine)
+        with self.session() as s:
+            row = s.get(Meta, "schema_version")
+            if row is None:
+                s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif int(row.value) > SCHEMA_VERSION:
+                raise StorageError(
+                    f"storage {mask(self.url)} has autotune schema {row.value}, newer than "
+                    f"this autotune's {SCHEMA_VERSION}: upgrade autotune"
+                )
+
+    def schema_version(self) -> int:
+        with self.session() as s:
+            row = s.get(Meta, "schema_version")
+            return int(row.value) if row else 0
+
+    # studies and runs
+    def study(self, name: str) -> StudyRow | None:
+        with self.session() as s:
+            return s.get(StudyRow, name)
+
+    def add_study(self, name: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
+        with self.session() as s:
+            if s.get(StudyRow, name) is None:
+                s.add(StudyRow(name=name, spec=spec, environment=environment))
+
+    def add_run(self, study: str, environment: dict[str, Any]) -> None:
+        import socket
+
+        with self.session() as s:
+            s.add(
+                RunRow(study=study, environment=environment, host=socket.gethostname(),
+                       pid=os.getpid())
+            )  # fmt: skip
+
+    # measurements
+    def measurement(self, study: str, key: str) -> MeasurementRow | None:
+        with self.session() as s:
+            return s.scalars(
+                select(MeasurementRow).where(
+                    MeasurementRow.study == study, MeasurementRow.key == key
+                )
+            ).first()
+
+    def measurements(self, study: str) -> list[MeasurementRow]:
+        with self.session() as s:
+            query = select(MeasurementRow).where(MeasurementRow.study == study)
+            return list(s.scalars(query.order_by(MeasurementRow.id)))
+
+    def add_measurement(
+        self, study: str, key: str, trial_number: int | None, payload: dict[str, Any]
+    ) -> None:
+        with self.session() as s:
+            s.add(
+                MeasurementRow(study=study, key=key, trial_number=trial_number,
+                               status=payload["status"], payload=payload)
+            )  # fmt: skip
+
+    def set_trial_number(self, study: str, key: str, trial_number: int) -> None:
+        with self.session() as s:
+            row = s.scalars(
+                select(MeasurementRow).where(
+                    MeasurementRow.study == study, MeasurementRow.key == key
+                )
+            ).one()
+            row.trial_number = trial_number
+
+    # exports
+    def add_export(self, study: str, policy: str, fmt: str, key: str, content: str) -> None:
+        with self.session() as s:
+            s.add(ExportRow(study=study, policy=policy, format=fmt, key=key, content=content))
+
+    def exports(self, study: str) -> list[ExportRow]:
+        with self.session() as s:
+            query = select(ExportRow).where(ExportRow.study == study).order_by(ExportRow.id)
+            return list(s.scalars(query))
+
+
+def _measurement(s: Session, study: str, key: str) -> MeasurementRow | None:
+    query = select(MeasurementRow).where(MeasurementRow.study == study, MeasurementRow.key == key)
+    return s.scalars(query).first()
+
+
+def _engine(url: str) -> Engine:
+    if make_url(url).get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _wal(dbapi_connection: Any, _: Any) -> None:  # readers never block the writer
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA busy_timeout=60000")
+
+    return engine
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str)

@@ -1,0 +1,296 @@
+"""The Optuna study: objectives, constraints, de-duplication, the eager baseline, resume.
+
+It knows nothing of how a model is compiled: it asks the space for a strategy, the runner for a
+measurement, and stores both. Each canonical strategy is measured at most once per study; a
+sampler's repeat reuses the stored values and is recorded as a repeat.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune import runner
+from autotune.environment import fingerprint
+from autotune.errors import AutotuneError, ConfigError
+from autotune.measurement import Measurement
+from autotune.spec import StudySpec
+from autotune.store import Store, mask
+from autotune.strategy import Strategy
+
+if TYPE_CHECKING:
+    import optuna
+
+METRICS = {"compile": "compile_s", "latency": "latency_ms", "memory": "memory_mb"}
+MAX_REPEATS_IN_A_ROW = 8
+# The fields of the environment that make measurements comparable.
+COMPARABLE = ("torch", "cuda", "device", "device_name")
+
+
+@dataclass
+class Outcome:
+    """How a search run ended."""
+
+    study: str
+    measured: int
+    repeats: int
+    stopped: str  # budget | time | exhausted | interrupted
+
+
+def objective_values(m: Measurement, objectives: tuple[str, ...]) -> list[float]:
+    """The values Optuna minimises for a measurement that ran."""
+    assert m.latency is not None and m.compile_s is not None
+    values = {"compile": m.compile_s, "latency": m.latency.median_ms}
+    if m.memory is not None:
+        values["memory"] = m.memory.compiled_peak_mb
+    return [values[o] for o in objectives]
+
+
+def make_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler:
+    """The sampler for a space of ``size`` strategies (grid enqueues, then samples nothing)."""
+    import optuna
+
+    startup = max(4, min(10, size // 6))
+    if name == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=startup
+        )
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, startup))
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def quiet_optuna() -> None:
+    """autotune shows its own progress: Optuna's per-trial log lines and warnings are noise."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def open_study(
+    store: Store, name: str, spec: StudySpec, size: int, *, create: bool = True
+) -> optuna.Study:
+    """Create or load the Optuna study in the same database as autotune's tables."""
+    import optuna
+
+    quiet_optuna()
+    storage = optuna.storages.RDBStorage(store.url, engine_kwargs=_engine_kwargs(store.url))
+    sampler = make_sampler(spec.sampler, spec.settings.seed, size)
+    if not create:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    study = optuna.create_study(
+        storage=storage, study_name=name, sampler=sampler, load_if_exists=True,
+        directions=["minimize"] * len(spec.objectives),
+    )  # fmt: skip
+    study.set_metric_names([METRICS[o] for o in spec.objectives])
+    return study
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    return (
+        {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    )
+
+
+def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
+    """Refuse to mix measurements from another GPU, CPU or torch, unless forced."""
+    differ = [k for k in COMPARABLE if stored.get(k) != here.get(k)]
+    if differ and not force:
+        detail = ", ".join(f"{k}: study {stored.get(k)!r} vs here {here.get(k)!r}" for k in differ)
+        raise ConfigError(
+            f"this machine differs from the study's ({detail}); mixed measurements would be "
+            "meaningless (use --force to join anyway)"
+        )
+
+
+class Search:
+    """One process's run of a study: it measures until the budget, time or space runs out."""
+
+    def __init__(self, spec: StudySpec, storage: str | None, *, force: bool = False) -> None:
+        self.spec = spec
+        self.members = spec.space.validate(spec.workload.device)
+        self.keys = {s.key for s in self.members}
+        self.environment = fingerprint(spec.workload.device)
+        self.name = spec.study_name(self.environment)
+        self.store = Store(storage)
+        stored = self.store.study(self.name)
+        if stored is not None:
+            check_environment(stored.environment, self.environment, force)
+        self.store.add_study(self.name, spec.to_dict(), self.environment)
+        self.store.add_run(self.name, self.environment)
+        self.study = open_study(self.store, self.name, spec, len(self.members))
+        self.rng = random.Random(spec.settings.seed)
+
+    @property
+    def storage_shown(self) -> str:
+        return mask(self.store.url)
+
+    def measured(self) -> set[str]:
+        """Keys of the space's strategies measured so far (the study's progress)."""
+        return {r.key for r in self.store.measurements(self.name)} & self.keys
+
+    def measure(self, strategy: Strategy) -> Measurement:
+        spec = self.spec
+        return runner.measure(spec.model, spec.workload, strategy, spec.settings)
+
+    def baseline(self) -> Measurement:
+        """The eager baseline, measured once per study and stored with it."""
+        row = self.store.measurement(self.name, "none")
+        if row is None:
+            m = self.measure(Strategy.create("none"))
+            self.store.add_measurement(self.name, "none", None, m.to_dict())
+        else:
+            m = Measurement.from_dict(row.payload)
+        if not m.ok:
+            raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
+        return m
+
+    def _tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
+        import optuna
+
+        trial.set_user_attr("strategy", m.strategy)
+        trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
+        trial.set_user_attr("status", m.status)
+        if repeat_of is not None:
+            trial.set_user_attr("repeat_of", repeat_of)
+        if not m.ok:
+            trial.set_user_attr("reason", m.reason[:2000])
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+        trial.set_user_attr("speedup", m.speedup)
+        trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
+        if self.spec.max_memory_mb is not None and m.memory is not None:
+            trial.set_constraint("memory", m.memory.compiled_peak_mb - self.spec.max_memory_mb)
+        self.study.tell(trial, objective_values(m, self.spec.objectives))
+
+    def step(self, on_strategy: Callable[[str], None] = print) -> tuple[Strategy, bool]:
+        """Ask for one trial and answer it: measured fresh, or a repeat of a stored one."""
+        trial = self.study.ask()
+        try:
+            strategy = self.spec.space.suggest(trial)
+            row = self.store.measurement(self.name, strategy.key)
+            on_strategy(f"{'repeat' if row else 'measuring'} {strategy.key}")
+            if row is not None and row.trial_number is not None:
+                self._tell(trial, Measurement.from_dict(row.payload), row.trial_number)
+                return strategy, True
+            if row is not None:  # the baseline, measured before any trial: this trial is it
+                m = Measurement.from_dict(row.payload)
+                self.store.set_trial_number(self.name, strategy.key, trial.number)
+            else:
+                m = self.measure(strategy)
+                self.store.add_measurement(self.name, strategy.key, trial.number, m.to_dict())
+            self._tell(trial, m, None)
+            return strategy, False
+        except BaseException:
+            import optuna
+
+            trial.set_user_attr("reason", "interrupted before it was measured")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            raise
+
+    def enqueue_unmeasured(self, all_of_them: bool = False) -> None:
+        """Queue strategies not yet measured: all (grid), or one at random (sampler stuck)."""
+        from autotune.space import Space
+
+        left = [s for s in self.members if s.key not in self.measured()]
+        for s in left if all_of_them else self.rng.sample(left, min(1, len(left))):
+            self.study.enqueue_trial(Space.params(s), skip_if_exists=True)
+
+    def run(self, progress: bool = True) -> Outcome:
+        """Measure the baseline, then trials until the budget, time or space runs out."""
+        start = time.monotonic()
+        self.fail_stale_trials()
+        self.baseline()
+        if "none" in self.keys and self.store.measurement(self.name, "none").trial_number is None:
+            self.study.enqueue_trial({"granularity": "none"}, skip_if_exists=True)
+        if self.spec.sampler == "grid":
+            self.enqueue_unmeasured(all_of_them=True)
+        budget = min(self.spec.trials, len(self.members))
+        bar = Progress(budget, len(self.measured()), progress)
+        measured = repeats = in_a_row = 0
+        stopped = "budget"
+        try:
+            while True:
+                done = len(self.measured())
+                if done >= len(self.members):
+                    stopped = "exhausted"
+                    break
+                if done >= self.spec.trials:
+                    break
+                limit = self.spec.time_budget_s
+                if limit is not None and time.monotonic() - start >= limit:
+                    stopped = "time"
+                    break
+                if in_a_row >= MAX_REPEATS_IN_A_ROW:
+                    self.enqueue_unmeasured()
+                    in_a_row = 0
+                strategy, repeat = self.step(bar.now)
+                repeats += repeat
+                measured += not repeat
+                in_a_row = in_a_row + 1 if repeat else 0
+                if not repeat:
+                    bar.advance(len(self.measured()), strategy.key, self.best_so_far())
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        finally:
+            bar.close()
+        return Outcome(self.name, measured, repeats, stopped)
+
+    def best_so_far(self) -> str:
+        from autotune.export import candidates, pick
+
+        points = candidates(self.store, self.name)
+        try:
+            best = pick(points, self.spec.policy)
+        except AutotuneError:
+            return "—"
+        return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"
+
+    def fail_stale_trials(self) -> None:
+        """Trials left RUNNING by a killed process of this study end as failed."""
+        import optuna
+
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            self.study._storage.set_trial_user_attr(t._trial_id, "reason", "left running")
+            self.study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+
+
+class Progress:
+    """A live bar: trial n of N, elapsed time, the current strategy, the best so far."""
+
+    def __init__(self, total: int, initial: int, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=total, initial=initial, disable=not enabled, unit="trial",
+            bar_format="{n}/{total} trials |{bar:20}| {elapsed} {postfix}", dynamic_ncols=True,
+        )  # fmt: skip
+        self.best = "—"
+        self.stop = threading.Event()
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+        if enabled and sys.stderr.isatty():  # a live clock only where it redraws in place
+            self.ticker.start()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(1.0):
+            self.bar.refresh()
+
+    def now(self, what: str) -> None:
+        self.bar.set_postfix_str(f"{what} | best {self.best}", refresh=True)
+
+    def advance(self, done: int, key: str, best: str) -> None:
+        self.best = best
+        self.bar.set_postfix_str(f"last {key} | best {best}", refresh=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.bar.close()

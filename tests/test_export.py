@@ -1,0 +1,199 @@
+"""Policies on a hand-built study, formats, and the round trip through the real Accelerate."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from accelerate import Accelerator
+from accelerate.utils import TorchDynamoPlugin
+
+import autotune
+from autotune.catalog.toy import Toy
+from autotune.cli import main
+from autotune.errors import AutotuneError
+from autotune.export import candidates, export, pareto, pick
+from autotune.measurement import Accuracy, Latency, Measurement, Memory
+from autotune.store import Store
+from autotune.strategy import Strategy
+from autotune.workload import Workload
+
+
+def point(strategy: Strategy, compile_s: float, ms: float, eager_ms: float = 10.0,
+          ok: bool = True) -> dict:  # fmt: skip
+    return Measurement(
+        strategy.to_dict(), {"name": "toy-64"}, Workload().to_dict(), "ok",
+        compile_s=compile_s, latency=Latency.from_samples([ms / 1e3] * 3),
+        eager_latency=Latency.from_samples([eager_ms / 1e3] * 3), speedup=eager_ms / ms,
+        accuracy=Accuracy(0.0 if ok else 1.0, 0.0, ok, 1e-5, 1e-3),
+        memory=Memory("cpu-rss-hwm", 100.0, 100.0 + compile_s),
+    ).to_dict()  # fmt: skip
+
+
+S = {
+    "none": Strategy.create("none"),
+    "A": Strategy.create("full", "aot_eager"),
+    "B": Strategy.create("full", "inductor"),
+    "C": Strategy.create("regional", "eager"),
+    "D": Strategy.create("full", "inductor", "max-autotune-no-cudagraphs"),
+    "E": Strategy.create("regional", "aot_eager"),
+    "N": Strategy.create("nested", "inductor"),
+}
+
+
+def hand_built(tmp_path: Path, with_nested: bool = False, feasible: bool = True) -> Store:
+    """none (0 s, 10 ms); A (1 s, 5 ms); B (10 s, 2 ms); C (0.5 s, 12 ms, slower than eager);
+    D (20 s, 1.9 ms, wrong answers); E (2 s, 6 ms, dominated by A)."""
+    store = Store(f"sqlite:///{tmp_path}/hand.db")
+    store.add_study("hand", {"model": {"name": "toy-64"}}, {"torch": torch.__version__})
+    rows = {"none": (0.0, 10.0), "A": (1.0, 5.0), "B": (10.0, 2.0), "C": (0.5, 12.0),
+            "D": (20.0, 1.9), "E": (2.0, 6.0)}  # fmt: skip
+    if with_nested:
+        rows["N"] = (0.8, 4.0)
+    for i, (name, (c, ms)) in enumerate(rows.items()):
+        ok = feasible and name != "D"
+        if name == "none" and not feasible:
+            continue
+        store.add_measurement("hand", S[name].key, i, point(S[name], c, ms, ok=ok))
+    return store
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("knee", "A"),  # normalised distances: none 1.0, A 0.39, B 1.0
+        ("fastest", "B"),  # D is faster but gives wrong answers
+        ("quickest", "A"),  # C compiles quicker but is slower than eager
+        ("amortized:100", "none"),  # 1.0 s eager vs 1.5 s A vs 10.2 s B
+        ("amortized:1000", "A"),  # 10 s vs 6 s vs 12 s
+        ("amortized:10000", "B"),  # 100 s vs 51 s vs 30 s
+        ("latency-budget:6", "A"),  # A and E qualify; A compiles quicker
+        ("latency-budget:3", "B"),
+        ("latency-budget:10", "none"),  # eager meets the budget: don't compile
+    ],
+)
+def test_each_policy_picks_what_its_definition_says(tmp_path: Path, policy: str, expected: str):
+    store = hand_built(tmp_path)
+    assert pick(candidates(store, "hand"), policy).key == S[expected].key
+
+
+def test_front_and_impossible_budget(tmp_path: Path) -> None:
+    points = candidates(hand_built(tmp_path), "hand")
+    assert S["D"].key not in {p.key for p in points}  # infeasible: never a candidate
+    assert [p.key for p in pareto(points)] == [S["none"].key, S["A"].key, S["B"].key]
+    with pytest.raises(AutotuneError, match="no strategy meets the latency budget of 1 ms"):
+        pick(points, "latency-budget:1")
+
+
+def test_quickest_falls_back_to_eager_when_nothing_beats_it(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/slow.db")
+    store.add_study("slow", {}, {})
+    store.add_measurement("slow", "none", 0, point(S["none"], 0.0, 10.0))
+    store.add_measurement("slow", S["C"].key, 1, point(S["C"], 0.5, 12.0))
+    assert pick(candidates(store, "slow"), "quickest").key == "none"
+
+
+def test_accelerate_export_round_trips_through_real_accelerate(tmp_path: Path) -> None:
+    store = hand_built(tmp_path)
+    path, chosen, notes = export(store, "hand", "knee", "accelerate", str(tmp_path / "b.json"))
+    data = json.loads(path.read_text())
+    fields = {f.name for f in dataclasses.fields(TorchDynamoPlugin)}
+    assert set(data) == fields | {"autotune"}
+    block = data.pop("autotune")
+    assert block["granularity"] == "full" and block["policy"] == "knee" and not notes
+    assert block["eager_baseline"]["latency_ms"] == pytest.approx(10.0)
+    assert [p["key"] for p in block["pareto_front"]] == [S[k].key for k in ("none", "A", "B")]
+    plugin = TorchDynamoPlugin(**data)
+    torch.manual_seed(0)
+    model, x = Toy(4).eval(), torch.randn(10, 10)
+    prepared = Accelerator(dynamo_plugin=plugin, cpu=True).prepare(model)
+    with torch.no_grad():
+        assert torch.equal(prepared(x), model(x))
+    assert store.exports("hand")[-1].key == chosen.key
+
+
+def test_regional_export_prepares_regions_in_accelerate(tmp_path: Path) -> None:
+    store = hand_built(tmp_path)
+    path, chosen, _ = export(
+        store, "hand", "latency-budget:6.5", "accelerate", str(tmp_path / "r.json")
+    )
+    torch.manual_seed(0)
+    model, x = Toy(4).eval(), torch.randn(10, 10)
+    plugin = autotune.load_plugin(path)
+    assert chosen.key == S["A"].key and plugin.use_regional_compilation is False
+    store.add_measurement("hand", "reg", 9, point(S["E"], 0.1, 3.0))  # now E is quick and fast
+    path, chosen, _ = export(store, "hand", "knee", "accelerate", str(tmp_path / "r.json"))
+    plugin = autotune.load_plugin(path)
+    assert plugin.use_regional_compilation is True
+    prepared = Accelerator(dynamo_plugin=plugin, cpu=True).prepare(model)
+    with torch.no_grad():
+        torch.testing.assert_close(prepared(x), model(x))
+
+
+def test_nested_choice_is_said_in_the_file_and_on_screen(tmp_path: Path, capsys) -> None:
+    hand_built(tmp_path, with_nested=True)
+    out = tmp_path / "n.json"
+    code = main(["export", "--storage", f"sqlite:///{tmp_path}/hand.db", "--study", "hand",
+                 "--policy", "knee", "-o", str(out)])  # fmt: skip
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["autotune"]["granularity"] == "nested"
+    assert "nested" in data["autotune"]["caveats"][0]
+    assert "cannot express granularity 'nested'" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="nested"):
+        autotune.load_plugin(out)
+
+
+def test_yaml_and_torch_formats(tmp_path: Path) -> None:
+    store = hand_built(tmp_path)
+    path, _, notes = export(store, "hand", "fastest", "accelerate-yaml", str(tmp_path / "b.yaml"))
+    section = yaml.safe_load(path.read_text())["dynamo_config"]
+    assert section == {
+        "dynamo_backend": "INDUCTOR", "dynamo_mode": "default", "dynamo_use_fullgraph": False,
+        "dynamo_use_regional_compilation": False,
+    }  # fmt: skip
+    store.add_measurement("hand", "fast", 9, point(S["D"], 20.0, 1.0))
+    path, _, notes = export(store, "hand", "fastest", "accelerate-yaml", str(tmp_path / "c.yaml"))
+    assert "max-autotune-no-cudagraphs" in notes[0] and "NOTE" in path.read_text()
+    path, _, _ = export(store, "hand", "knee", "torch", str(tmp_path / "t.json"))
+    data = json.loads(path.read_text())
+    assert data["granularity"] == "full"
+    kwargs = {k: data[k] for k in ("backend", "mode", "dynamic", "fullgraph")}
+    torch.manual_seed(0)
+    model, x = Toy(2).eval(), torch.randn(10, 10)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, **kwargs)(x), model(x))
+
+
+@pytest.mark.parametrize("granularity", ["none", "full", "regional", "nested"])
+def test_autotune_apply_honours_every_granularity(tmp_path: Path, granularity: str) -> None:
+    store = Store(f"sqlite:///{tmp_path}/g.db")
+    store.add_study("g", {}, {})
+    s = Strategy.create(granularity, "aot_eager")
+    store.add_measurement("g", s.key, 0, point(s, 0.0, 1.0))
+    path, _, _ = export(store, "g", "fastest", "accelerate", str(tmp_path / "g.json"))
+    torch.manual_seed(0)
+    model, x = Toy(3).eval(), torch.randn(10, 10)
+    compiled = autotune.apply(model, path)
+    from autotune.compile import count_regions
+
+    assert (
+        count_regions(compiled) == {"none": 0, "full": 1, "regional": 4, "nested": 1}[granularity]
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_export_without_a_feasible_trial_is_one_line_and_writes_nothing(tmp_path: Path, capsys):
+    hand_built(tmp_path, feasible=False)
+    out = tmp_path / "none.json"
+    code = main(["export", "--storage", f"sqlite:///{tmp_path}/hand.db", "--study", "hand",
+                 "-o", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "no feasible trial" in err and err.count("\n") == 1
+    assert not out.exists()
+    assert Store(f"sqlite:///{tmp_path}/hand.db").exports("hand") == []

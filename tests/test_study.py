@@ -1,0 +1,148 @@
+"""The search: a real Optuna study over real trials, stored in a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.export import candidates, pareto
+from autotune.measurement import Measurement
+from autotune.study import Search
+from tests.conftest import fast_spec
+
+
+def test_optuna_reads_the_study_and_agrees_on_the_front(toy_study: Search) -> None:
+    study = optuna.load_study(study_name=toy_study.name, storage=toy_study.store.url)
+    assert study.metric_names == ["compile_s", "latency_ms"]
+    assert len([t for t in study.trials if "repeat_of" not in t.user_attrs]) >= 10
+    optuna_front = {t.user_attrs["key"] for t in study.best_trials}
+    ours = {p.key for p in pareto(candidates(toy_study.store, toy_study.name))}
+    assert optuna_front == ours and ours
+
+
+def test_each_strategy_measured_once_and_repeats_recorded(toy_study: Search) -> None:
+    rows = toy_study.store.measurements(toy_study.name)
+    keys = [r.key for r in rows]
+    assert len(keys) == len(set(keys)) == 10
+    study = optuna.load_study(study_name=toy_study.name, storage=toy_study.store.url)
+    for t in study.trials:
+        if "repeat_of" in t.user_attrs:  # a repeat carries the measured trial's values
+            first = study.trials[t.user_attrs["repeat_of"]]
+            assert t.user_attrs["key"] == first.user_attrs["key"] and t.values == first.values
+
+
+def test_baseline_is_measured_once_and_is_the_none_trial(toy_study: Search) -> None:
+    row = toy_study.store.measurement(toy_study.name, "none")
+    assert row is not None and row.trial_number == 0
+    m = Measurement.from_dict(row.payload)
+    assert m.ok and m.compile_s == 0.0 and m.latency and m.latency.samples_ms
+
+
+def test_raw_samples_and_phases_are_stored(toy_study: Search) -> None:
+    compiled = [
+        Measurement.from_dict(r.payload)
+        for r in toy_study.store.measurements(toy_study.name)
+        if r.key != "none" and r.status == "ok"
+    ]
+    assert compiled
+    assert all(len(m.latency.samples_ms) == 3 for m in compiled if m.latency)
+    assert all(m.phases.get("total_s", 0) > 0 for m in compiled)
+
+
+def test_grid_enumerates_each_strategy_once_and_ends_exhausted(in_tmp: Path) -> None:
+    spec = fast_spec(
+        sampler="grid", granularity="none,full", backend="eager", dynamic="none,false",
+        fullgraph="false", trials=50,
+    )  # fmt: skip
+    search = Search(spec, None)
+    outcome = search.run(progress=False)
+    assert outcome.stopped == "exhausted"
+    assert {r.key for r in search.store.measurements(search.name)} == {
+        "none",
+        "full/eager/-/dynamic=auto/breaks-ok",
+        "full/eager/-/dynamic=false/breaks-ok",
+    }
+    assert outcome.repeats == 0 and Path("studies/autotune.db").is_file()
+
+
+def test_failing_trial_does_not_stop_the_study(in_tmp: Path) -> None:
+    spec = fast_spec(
+        model="tests.models:graph_break", layers=None, sampler="grid", granularity="full",
+        backend="eager", dynamic="none", fullgraph="true,false",
+    )  # fmt: skip
+    search = Search(spec, None)
+    assert search.run(progress=False).stopped == "exhausted"
+    study = optuna.load_study(study_name=search.name, storage=search.store.url)
+    states = {t.user_attrs["key"]: t for t in study.trials}
+    failed = states["full/eager/-/dynamic=auto/fullgraph"]
+    assert failed.state == optuna.trial.TrialState.FAIL and failed.user_attrs["reason"]
+    assert states["full/eager/-/dynamic=auto/breaks-ok"].state.name == "COMPLETE"
+
+
+def test_resume_continues_where_it_stopped(in_tmp: Path) -> None:
+    first = Search(fast_spec(trials=3), None)
+    first.run(progress=False)
+    before = {r.key: r.id for r in first.store.measurements(first.name)}
+    assert len(before) == 3
+    again = Search(fast_spec(trials=5), None)
+    assert again.name == first.name
+    again.run(progress=False)
+    after = {r.key: r.id for r in again.store.measurements(again.name)}
+    assert len(after) == 5 and all(after[k] == v for k, v in before.items())
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(in_tmp: Path) -> None:
+    root = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_toy",
+         "--backend", "tests.models:slow_backend", "--granularity", "none,full",
+         "--dynamic", "none", "--fullgraph", "false", "--iters", "2", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    db = Path("studies/autotune.db")
+    deadline = time.time() + 120
+    search = None
+    while time.time() < deadline:  # wait until the baseline is stored and a trial is running
+        time.sleep(1)
+        if db.is_file():
+            try:
+                study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+            except Exception:
+                continue
+            if any(t.state.name == "RUNNING" for t in study.trials) and len(study.trials) >= 2:
+                search = study
+                break
+    assert search is not None, "the search never reached its second trial"
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert any(
+        t.user_attrs.get("key") == "none" and t.state.name == "COMPLETE" for t in study.trials
+    )
+    leftover = subprocess.run(["pgrep", "-f", "autotune.child"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("max_memory", [1.0])
+def test_memory_limit_makes_trials_infeasible(in_tmp: Path, max_memory: float) -> None:
+    spec = fast_spec(
+        sampler="grid", granularity="none,full", backend="eager", dynamic="none",
+        fullgraph="false", max_memory=max_memory,
+    )  # fmt: skip
+    search = Search(spec, None)
+    search.run(progress=False)
+    study = optuna.load_study(study_name=search.name, storage=search.store.url)
+    assert all(t.constraints["memory"] > 0 for t in study.trials if t.state.name == "COMPLETE")
+    assert study.best_trials == []
