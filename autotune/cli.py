@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -221,8 +223,14 @@ COMMANDS = {
 }  # fmt: skip
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's kill stops as cleanly as Ctrl-C
     try:
         return COMMANDS[args.command](args)
     except AutotuneError as exc:

@@ -57,6 +57,14 @@ def _child_env(cache_root: str) -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL when its parent dies, even by SIGKILL, so none outlives it."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # the child and any compile workers it started
@@ -107,7 +115,7 @@ def measure(
             proc = subprocess.Popen(
                 [sys.executable, "-m", "autotune.child", spec_path, result_path],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_child_env(work), start_new_session=True,
+                env=_child_env(work), start_new_session=True, preexec_fn=_die_with_parent,
             )  # fmt: skip
         try:
             proc.wait(timeout=settings.timeout_s)

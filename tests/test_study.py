@@ -98,41 +98,75 @@ def test_resume_continues_where_it_stopped(in_tmp: Path) -> None:
     assert len(after) == 5 and all(after[k] == v for k, v in before.items())
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(in_tmp: Path) -> None:
+def _start_slow_search(*extra: str) -> subprocess.Popen:
+    """A search whose compiled trial never finishes (its backend sleeps), SIGINT enabled."""
     root = str(Path(__file__).resolve().parent.parent)
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_toy",
          "--backend", "tests.models:slow_backend", "--granularity", "none,full",
-         "--dynamic", "none", "--fullgraph", "false", "--iters", "2", "--no-progress"],
+         "--dynamic", "none", "--fullgraph", "false", "--iters", "2", "--no-progress", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": root},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even under nohup
     )  # fmt: skip
-    db = Path("studies/autotune.db")
+
+
+def _running_child(proc: subprocess.Popen, db: Path) -> int:
+    """Wait until the baseline is stored and a compiled trial's child runs; return its pid."""
     deadline = time.time() + 120
-    search = None
-    while time.time() < deadline:  # wait until the baseline is stored and a trial is running
+    while time.time() < deadline:
+        time.sleep(0.5)
+        found = subprocess.run(
+            ["pgrep", "-P", str(proc.pid), "-f", "autotune.child"], capture_output=True, text=True
+        ).stdout.split()
+        if found and db.is_file():
+            study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+            if any(t.user_attrs.get("key") == "none" and t.state.name == "COMPLETE"
+                   for t in study.trials):  # fmt: skip
+                return int(found[0])
+    raise AssertionError("the search never reached its compiled trial")
+
+
+def _gone(pid: int) -> bool:
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_term_stops_cleanly_and_keeps_what_was_measured(in_tmp: Path, sig) -> None:
+    db = Path("studies/autotune.db")
+    proc = _start_slow_search()
+    try:
+        child = _running_child(proc, db)
         time.sleep(1)
-        if db.is_file():
-            try:
-                study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
-            except Exception:
-                continue
-            if any(t.state.name == "RUNNING" for t in study.trials) and len(study.trials) >= 2:
-                search = study
-                break
-    assert search is not None, "the search never reached its second trial"
-    time.sleep(2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 130
     assert "interrupted" in err and "Traceback" not in err
+    assert _gone(child), "the trial's child outlived the search"
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
     assert any(
         t.user_attrs.get("key") == "none" and t.state.name == "COMPLETE" for t in study.trials
     )
-    leftover = subprocess.run(["pgrep", "-f", "autotune.child"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+
+
+def test_a_killed_search_takes_its_child_along(in_tmp: Path) -> None:
+    proc = _start_slow_search()
+    try:
+        child = _running_child(proc, Path("studies/autotune.db"))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert _gone(child), "a SIGKILLed search left its trial's child running"
 
 
 @pytest.mark.parametrize("max_memory", [1.0])
