@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
     r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.add_argument("--dashboard", action="store_true", help="also write dashboards/<study>.html")
 
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
     _add_storage_args(e)
@@ -100,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
+
+    d = sub.add_parser("dashboard", help="render a study as one self-contained HTML page")
+    _add_storage_args(d)
+    d.add_argument("--policy", help="the policy whose choice is highlighted (default: the last "
+                   "export's)")  # fmt: skip
+    d.add_argument("-o", "--out", help="output file (default dashboards/<study>.html)")
     return parser
 
 
@@ -178,6 +185,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     path, chosen, notes = export.export(
         search.store, search.name, spec.policy, args.format, args.out, spec.max_memory_mb
     )
+    page = None
+    if args.dashboard:
+        from autotune import dashboard
+
+        page = dashboard.write(search.store, search.name, policy=spec.policy)
     points = export.candidates(search.store, search.name, spec.max_memory_mb)
     front = export.pareto(points)
     if args.json:
@@ -185,6 +197,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
             "measured": stored, "repeats": outcome.repeats, "policy": spec.policy,
             "chosen": chosen.key, "export": str(path), "caveats": notes,
+            "dashboard": str(page) if page else None,
             "pareto_front": [dataclasses.asdict(p) for p in front],
         }  # fmt: skip
         print(json.dumps(result, indent=2))
@@ -196,6 +209,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     print(f"\nchosen ({spec.policy}): {chosen.key}")
     for note in notes:
         print(f"note: {note}")
+    print(f"wrote {path}")
+    if page:
+        print(f"wrote {page}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from autotune import dashboard
+    from autotune.store import Store
+
+    if not args.study:
+        raise ConfigError("give --study NAME")
+    path = dashboard.write(Store(args.storage, create=False), args.study, args.out, args.policy)
     print(f"wrote {path}")
     return 0
 
@@ -220,6 +246,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
+    "dashboard": cmd_dashboard,
 }  # fmt: skip
 
 

@@ -94,25 +94,28 @@ class StudyRow(Base):
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-class RunRow(Base):
+class OfStudy:
+    """Columns of a row that belongs to one study."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
+
+
+class RunRow(OfStudy, Base):
     """One process that worked on a study (a search or, later, a worker)."""
 
     __tablename__ = "autotune_runs"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
     environment: Mapped[dict[str, Any]]
     host: Mapped[str] = mapped_column(String(256))
     pid: Mapped[int]
     started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-class MeasurementRow(Base):
+class MeasurementRow(OfStudy, Base):
     """A measured canonical strategy: unique per study, so nothing is measured twice."""
 
     __tablename__ = "autotune_measurements"
     __table_args__ = (UniqueConstraint("study", "key"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
     key: Mapped[str] = mapped_column(String(256))
     trial_number: Mapped[int | None]
     status: Mapped[str] = mapped_column(String(32))
@@ -120,10 +123,10 @@ class MeasurementRow(Base):
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-class ExportRow(Base):
+class ExportRow(OfStudy, Base):
+    """Every configuration exported from a study, with its policy and format."""
+
     __tablename__ = "autotune_exports"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
     policy: Mapped[str] = mapped_column(String(64))
     format: Mapped[str] = mapped_column(String(32))
     key: Mapped[str] = mapped_column(String(256))

@@ -17,49 +17,9 @@ from autotune.catalog.toy import Toy
 from autotune.cli import main
 from autotune.errors import AutotuneError
 from autotune.export import candidates, export, pareto, pick
-from autotune.measurement import Accuracy, Latency, Measurement, Memory
 from autotune.store import Store
 from autotune.strategy import Strategy
-from autotune.workload import Workload
-
-
-def point(strategy: Strategy, compile_s: float, ms: float, eager_ms: float = 10.0,
-          ok: bool = True) -> dict:  # fmt: skip
-    return Measurement(
-        strategy.to_dict(), {"name": "toy-64"}, Workload().to_dict(), "ok",
-        compile_s=compile_s, latency=Latency.from_samples([ms / 1e3] * 3),
-        eager_latency=Latency.from_samples([eager_ms / 1e3] * 3), speedup=eager_ms / ms,
-        accuracy=Accuracy(0.0 if ok else 1.0, 0.0, ok, 1e-5, 1e-3),
-        memory=Memory("cpu-rss-hwm", 100.0, 100.0 + compile_s),
-    ).to_dict()  # fmt: skip
-
-
-S = {
-    "none": Strategy.create("none"),
-    "A": Strategy.create("full", "aot_eager"),
-    "B": Strategy.create("full", "inductor"),
-    "C": Strategy.create("regional", "eager"),
-    "D": Strategy.create("full", "inductor", "max-autotune-no-cudagraphs"),
-    "E": Strategy.create("regional", "aot_eager"),
-    "N": Strategy.create("nested", "inductor"),
-}
-
-
-def hand_built(tmp_path: Path, with_nested: bool = False, feasible: bool = True) -> Store:
-    """none (0 s, 10 ms); A (1 s, 5 ms); B (10 s, 2 ms); C (0.5 s, 12 ms, slower than eager);
-    D (20 s, 1.9 ms, wrong answers); E (2 s, 6 ms, dominated by A)."""
-    store = Store(f"sqlite:///{tmp_path}/hand.db")
-    store.add_study("hand", {"model": {"name": "toy-64"}}, {"torch": torch.__version__})
-    rows = {"none": (0.0, 10.0), "A": (1.0, 5.0), "B": (10.0, 2.0), "C": (0.5, 12.0),
-            "D": (20.0, 1.9), "E": (2.0, 6.0)}  # fmt: skip
-    if with_nested:
-        rows["N"] = (0.8, 4.0)
-    for i, (name, (c, ms)) in enumerate(rows.items()):
-        ok = feasible and name != "D"
-        if name == "none" and not feasible:
-            continue
-        store.add_measurement("hand", S[name].key, i, point(S[name], c, ms, ok=ok))
-    return store
+from tests.conftest import S, hand_built, point
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,171 @@
+"""The dashboard: its data from real studies, the page in real Chromium, optuna-dashboard."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+
+from autotune import dashboard
+from autotune.cli import main
+from autotune.export import candidates, pareto, pick
+from autotune.store import Store
+from autotune.strategy import Strategy
+from autotune.study import Search
+from tests.conftest import S, hand_built, point
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+PLOTS = 7
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_data_from_a_real_study(toy_study: Search) -> None:
+    d = dashboard.load(toy_study.store, toy_study.name)
+    points = candidates(toy_study.store, toy_study.name)
+    front = pareto(points)
+    info = dashboard.pareto_info(d)
+    assert [f[2] for f in info["front"]] == [p.key for p in front]
+    assert info["chosen"][2] == pick(points, "knee").key == d.chosen.key  # type: ignore[union-attr]
+    assert info["eager"] is not None and info["eager"][0] == 0.0
+    assert all(p["key"] in p["hover"] and "latency" in p["hover"] for p in info["points"])
+    header = dashboard.header_info(d)
+    assert sum(header["counts"].values()) == len(toy_study.store.measurements(toy_study.name))
+    assert header["eager_ms"] and header["torch"] and header["model"] == "toy-64"
+    samples = dict(dashboard.latency_info(d))
+    assert all(len(v) == 3 for v in samples.values())
+    speedups = [s for _, s in dashboard.speedup_info(d)]
+    assert speedups == sorted(speedups, reverse=True)
+    assert dashboard.phases_info(d) and all(r["dynamo_s"] > 0 for r in dashboard.phases_info(d))
+    par = dashboard.parallel_info(d)
+    assert len(par["compile_s"]) == len(par["granularity"]) >= 10
+
+
+def test_break_even_crossings_on_a_hand_built_study(tmp_path: Path) -> None:
+    d = dashboard.load(hand_built(tmp_path), "hand", "knee")
+    info = dashboard.breakeven_info(d)
+    # eager 10 ms; A: 1 s to save 5 ms a call; B: 10 s to save 8 ms a call
+    assert info["crossings"][S["A"].key] == pytest.approx(200)
+    assert info["crossings"][S["B"].key] == pytest.approx(1250)
+    calls = info["calls"]
+    a, eager = info["lines"][S["A"].key], info["lines"]["none"]
+    assert all((x < y) == (n > 200) for n, x, y in zip(calls, a, eager, strict=True) if n != 200)
+    assert d.chosen is not None and d.chosen.key == S["A"].key
+
+
+def test_issues_table_shows_failures_breaks_and_wrong_answers(tmp_path: Path) -> None:
+    d = dashboard.load(hand_built(tmp_path), "hand")
+    rows = {r["key"]: r for r in dashboard.issues_info(d)}
+    assert rows[S["D"].key]["status"] == "wrong answers"
+
+
+def _one_and_many(folder: Path) -> tuple[Store, Store]:
+    """A study with only the eager baseline, and one with 200 measured strategies."""
+    one = Store(f"sqlite:///{folder}/one.db")
+    one.add_study("one", {"model": {"name": "toy-64"}}, {"torch": "t"})
+    one.add_measurement("one", "none", 0, point(S["none"], 0.0, 10.0))
+    many = Store(f"sqlite:///{folder}/many.db")
+    many.add_study("many", {"model": {"name": "toy-64"}}, {"torch": "t"})
+    many.add_measurement("many", "none", 0, point(S["none"], 0.0, 10.0))
+    grans, backends = ("full", "regional", "nested"), ("inductor", "aot_eager", "eager")
+    for i in range(1, 200):
+        s = Strategy.create(grans[i % 3], backends[i // 3 % 3], dynamic=i % 2 == 0)
+        many.add_measurement("many", f"s{i}", i, point(s, 0.1 * i, 10 - i * 0.04, ok=i % 7 > 0))
+    return one, many
+
+
+def _chromium(page: Path, screenshot: Path | None = None) -> tuple[str, str]:
+    """Load the page from file:// in headless Chromium; return its DOM and its log."""
+    assert CHROMIUM
+    with tempfile.TemporaryDirectory() as profile:
+        flags = [
+            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+            "--window-size=1400,5400", "--virtual-time-budget=10000",
+        ]  # fmt: skip
+        if screenshot:
+            run = subprocess.run(
+                [*flags, f"--screenshot={screenshot}", page.as_uri()],
+                capture_output=True, text=True, timeout=180,
+            )  # fmt: skip
+            assert screenshot.is_file(), run.stderr[-2000:]
+        run = subprocess.run([*flags, "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=180)  # fmt: skip
+    return run.stdout, run.stderr
+
+
+def _rendered_plots(dom: str) -> int:
+    parts = dom.split('class="plotly-graph-div')[1:]
+    return sum('class="main-svg"' in part.split("plotly-graph-div")[0] for part in parts)
+
+
+def _console_errors(log: str) -> list[str]:
+    lines = [line for line in log.splitlines() if "CONSOLE" in line]
+    return [line for line in lines if re.search(r"error|uncaught", line, re.I)]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
+def test_page_renders_in_real_chromium(toy_study: Search, tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = dashboard.write(toy_study.store, toy_study.name, str(tmp_path / "toy.html"))
+    text = page.read_text()
+    assert "<script src" not in text and len(text) > 3_000_000  # plotly.js is inlined
+    dom, log = _chromium(page, ARTIFACTS / "dashboard-toy-64.png")
+    assert 'data-errors="' not in dom, "a script error was raised on the page"
+    assert _console_errors(log) == []
+    assert _rendered_plots(dom) == PLOTS
+    one, many = _one_and_many(tmp_path)
+    for store, name in ((one, "one"), (many, "many")):
+        page = dashboard.write(store, name, str(tmp_path / f"{name}.html"))
+        dom, log = _chromium(page, ARTIFACTS / f"dashboard-{name}.png")
+        assert 'data-errors="' not in dom and _console_errors(log) == []
+        assert _rendered_plots(dom) == PLOTS, name
+
+
+def test_cli_dashboard_and_search_dashboard(in_tmp: Path, capsys) -> None:
+    code = main(["search", "--model", "toy-64", "--layers", "2", "--backend", "eager",
+                 "--granularity", "none,full", "--dynamic", "none", "--fullgraph", "false",
+                 "--iters", "2", "--no-progress", "--dashboard", "--study", "d"])  # fmt: skip
+    assert code == 0
+    assert (in_tmp / "dashboards" / "d.html").is_file()
+    assert main(["dashboard", "--study", "d", "-o", "x.html"]) == 0
+    assert "wrote x.html" in capsys.readouterr().out
+    assert main(["dashboard", "--study", "missing"]) == 2
+    assert "no study named 'missing'" in capsys.readouterr().err
+
+
+def test_optuna_dashboard_serves_the_study(toy_study: Search) -> None:
+    from optuna_dashboard import wsgi
+
+    app = wsgi(toy_study.store.url)
+
+    def get(path: str) -> dict:
+        environ: dict = {}
+        setup_testing_defaults(environ)
+        environ.update(PATH_INFO=path, REQUEST_METHOD="GET", **{"wsgi.input": io.BytesIO()})
+        status: list[str] = []
+        body = b"".join(app(environ, lambda s, h, *_: status.append(s)))
+        assert status[0].startswith("200"), status
+        return json.loads(body)
+
+    studies = get("/api/studies")["studies"]
+    ours = next(s for s in studies if s["study_name"] == toy_study.name)
+    detail = get(f"/api/studies/{ours['study_id']}")
+    assert len(detail["trials"]) >= 10
+    attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"]]
+    assert all("key" in a and "status" in a for a in attrs)
+
+
+def test_large_studies_keep_per_trial_charts_readable(tmp_path: Path) -> None:
+    _, many = _one_and_many(tmp_path)
+    d = dashboard.load(many, "many")
+    fig = dashboard.speedup_figure(dashboard.speedup_info(d))
+    assert len(fig.data[0].y) == dashboard.MAX_ROWS
+    assert f"{dashboard.MAX_ROWS} of {len(dashboard.speedup_info(d))}" in fig.layout.title.text
