@@ -1,11 +1,13 @@
 """The child side of a trial: build, compile, time and check one strategy; return a dict.
 
-Run as ``python -m autotune.child SPEC.json RESULT.json`` by :mod:`autotune.runner`, in a fresh
-process whose compile caches are empty. It knows nothing of Optuna or SQL.
+:mod:`autotune.runner` starts :func:`entry` in a fresh process forked from a server that has only
+imported torch (never compiled anything), with empty compile caches of its own. It can also run
+as ``python -m autotune.child SPEC.json RESULT.json``. It knows nothing of Optuna or SQL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -142,6 +144,33 @@ def main(argv: list[str]) -> int:
         json.dump(result, f)
     os.replace(tmp, result_path)
     return 0
+
+
+def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list[str],
+          env: dict[str, str]) -> None:  # fmt: skip
+    """A trial process: its own session, named ``autotune-trial``, dying with its parent."""
+    import ctypes
+    import signal
+    from multiprocessing import forkserver
+
+    os.setsid()  # its own process group: a timeout kills it with any compile workers
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:  # the server outlives its children's copies of this pipe: drop ours,
+        with contextlib.suppress(OSError):  # so the server ends with the search, and we with it
+            os.close(alive)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the server that forked it
+    libc.prctl(15, b"autotune-trial")  # PR_SET_NAME: what ps, top and pgrep show
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.chdir(cwd)
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    os.environ.update(env)
+    code = main([spec_path, result_path])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the result is on disk: skip the interpreter's slow teardown
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Policies (eager, ``none``, is a candidate in every one, with no compile time):
 - ``knee``: the Pareto point nearest the ideal point after normalising each objective;
 - ``fastest``: the lowest latency;
-- ``quickest``: the lowest compile time among compiled strategies at least as fast as eager
-  (speedup >= 1), else eager: compiling that makes it slower is never "quick";
+- ``quickest``: the lowest compile time among compiled strategies that are at least as fast as
+  eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
+  nothing is never "quick";
 - ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
 - ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
 """
@@ -28,6 +29,21 @@ ACCELERATE_YAML_MODES = ("default", "reduce-overhead", "max-autotune")
 _POLICIES = ("knee", "fastest", "quickest", "amortized", "latency-budget")
 
 
+def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
+    """A trial's latency on the study's common scale: the eager baseline over its gain.
+
+    Trials run in different processes, whose speeds drift; each trial's speedup is measured
+    against eager interleaved in its own process. Scaling one baseline by that speedup keeps
+    cross-process noise out of the ranking, and a speedup the rounds do not show counts as none.
+    """
+    assert m.latency is not None
+    if baseline_ms is None:
+        return m.latency.median_ms
+    if Strategy.from_dict(m.strategy).granularity == "none":
+        return baseline_ms
+    return baseline_ms / m.gain()
+
+
 @dataclass(frozen=True)
 class Point:
     """A feasible measured strategy, as the policies see it."""
@@ -35,20 +51,23 @@ class Point:
     key: str
     strategy: dict[str, Any]
     compile_s: float
-    latency_ms: float
+    latency_ms: float  # on the study's common scale, see latency_on_baseline
     memory_mb: float | None
-    speedup: float
+    speedup: float  # as measured, interleaved with eager in the trial's own process
     trial_number: int | None
+    raw_latency_ms: float = 0.0
+    significant: bool = False
 
     @classmethod
-    def of(cls, m: Measurement, trial_number: int | None) -> Point:
+    def of(cls, m: Measurement, trial_number: int | None, baseline_ms: float | None) -> Point:
         assert m.latency is not None and m.compile_s is not None and m.speedup is not None
         memory = m.memory.compiled_peak_mb if m.memory else None
         key = Strategy.from_dict(m.strategy).key
         speedup = 1.0 if key == "none" else m.speedup
         return cls(
-            key, m.strategy, m.compile_s, m.latency.median_ms, memory, speedup, trial_number
-        )
+            key, m.strategy, m.compile_s, latency_on_baseline(m, baseline_ms), memory, speedup,
+            trial_number, m.latency.median_ms, key != "none" and m.gain() != 1.0,
+        )  # fmt: skip
 
     def total_s(self, calls: float) -> float:
         """Compile once, then ``calls`` calls: the time a job of that length spends."""
@@ -77,11 +96,14 @@ def parse_policy(policy: str) -> tuple[str, float | None]:
 def candidates(store: Store, study: str, max_memory_mb: float | None = None) -> list[Point]:
     """Every feasible measured strategy of the study, eager included."""
     points = []
-    for row in store.measurements(study):
+    rows = store.measurements(study)
+    base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
+    baseline_ms = base.latency.median_ms if base and base.ok and base.latency else None
+    for row in rows:
         m = Measurement.from_dict(row.payload)
         if not m.feasible and not (row.key == "none" and m.ok):
             continue
-        point = Point.of(m, row.trial_number)
+        point = Point.of(m, row.trial_number, baseline_ms)
         if max_memory_mb is not None and (point.memory_mb or 0) > max_memory_mb:
             continue
         points.append(point)
@@ -114,7 +136,7 @@ def pick(points: list[Point], policy: str) -> Point:
     if name == "fastest":
         return min(points, key=lambda p: (p.latency_ms, p.compile_s))
     if name == "quickest":
-        fast = [p for p in points if p.key != "none" and p.speedup >= 1.0]
+        fast = [p for p in points if p.key != "none" and p.significant and p.speedup >= 1.0]
         eager = [p for p in points if p.key == "none"]
         return min(fast or eager or points, key=lambda p: (p.compile_s, p.latency_ms))
     if name == "amortized":

@@ -3,6 +3,10 @@
 The child gets empty Inductor and Triton cache directories (so every compile is cold and
 nothing is inherited) and a wall-clock timeout. Whatever way the child ends (an exception, an
 abort, a segfault, an out-of-memory kill, a hang), the parent gets a ``Measurement`` back.
+
+Children are forked from a multiprocessing forkserver that was started by exec (so it shares
+nothing with this process) and has only imported torch and dynamo: each trial skips seconds of
+imports, and still starts with no compiled code, no dynamo state and caches of its own.
 """
 
 from __future__ import annotations
@@ -12,14 +16,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from autotune import child
 from autotune.errors import ConfigError, NotApplicable
 from autotune.measurement import Measurement
 from autotune.strategy import Strategy
@@ -47,27 +51,43 @@ class Settings:
             raise ConfigError("--timeout must be positive")
 
 
+PRELOAD = ["torch", "torch._dynamo", "autotune.child"]
+_context: Any = None
+
+
+def _server() -> Any:
+    """The forkserver context, preloaded once per parent process."""
+    global _context
+    if _context is None:
+        import multiprocessing
+
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
 def _child_env(cache_root: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_root, "inductor")
-    env["TRITON_CACHE_DIR"] = os.path.join(cache_root, "triton")
-    env["PYTHONUNBUFFERED"] = "1"
-    paths = [_PACKAGE_ROOT, os.getcwd(), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    return env
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, "inductor"),
+        "TRITON_CACHE_DIR": os.path.join(cache_root, "triton"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGKILL when its parent dies, even by SIGKILL, so none outlives it."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _paths() -> list[str]:
+    """Where the child imports from: autotune, the working folder, $PYTHONPATH, sys.path."""
+    extra = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return [p for p in (_PACKAGE_ROOT, os.getcwd(), *extra, *sys.path) if p]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill(proc: Any) -> None:
+    """Kill the child and its process group (any compile workers it started), if still there."""
+    if proc.pid is None:
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the child and any compile workers it started
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGKILL)  # not yet its own group leader
 
 
 def _tail(path: str, chars: int = 4000) -> str:
@@ -111,27 +131,28 @@ def measure(
         json.dump(spec, f)
     start = time.perf_counter()
     try:
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune.child", spec_path, result_path],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_child_env(work), start_new_session=True, preexec_fn=_die_with_parent,
-            )  # fmt: skip
+        proc = _server().Process(
+            target=child.entry, name="autotune-trial", daemon=False,
+            args=(spec_path, result_path, log_path, os.getcwd(), _paths(), _child_env(work)),
+        )  # fmt: skip
+        proc.start()
         try:
-            proc.wait(timeout=settings.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            proc.wait()
-            return Measurement(
-                *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
-                wall_s=time.perf_counter() - start, log_tail=_tail(log_path),
-            )  # fmt: skip
+            proc.join(timeout=settings.timeout_s)
+            if proc.exitcode is None:
+                _kill(proc)
+                proc.join()
+                return Measurement(
+                    *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
+                    wall_s=time.perf_counter() - start, log_tail=_tail(log_path),
+                )  # fmt: skip
         finally:
-            _kill_group(proc)  # Ctrl-C or not, nothing of the child outlives the trial
+            _kill(proc)  # Ctrl-C or not, nothing of the child outlives the trial
+            if proc.pid is not None:
+                proc.join()
         wall_s = time.perf_counter() - start
         if not os.path.exists(result_path):
             return Measurement(
-                *base, "crashed", reason=_ended(proc.returncode), wall_s=wall_s,
+                *base, "crashed", reason=_ended(proc.exitcode), wall_s=wall_s,
                 log_tail=_tail(log_path),
             )  # fmt: skip
         with open(result_path) as f:

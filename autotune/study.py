@@ -43,10 +43,14 @@ class Outcome:
     stopped: str  # budget | time | exhausted | interrupted
 
 
-def objective_values(m: Measurement, objectives: tuple[str, ...]) -> list[float]:
-    """The values Optuna minimises for a measurement that ran."""
+def objective_values(
+    m: Measurement, objectives: tuple[str, ...], baseline_ms: float | None
+) -> list[float]:
+    """The values Optuna minimises for a measurement that ran (latency on the common scale)."""
+    from autotune.export import latency_on_baseline
+
     assert m.latency is not None and m.compile_s is not None
-    values = {"compile": m.compile_s, "latency": m.latency.median_ms}
+    values = {"compile": m.compile_s, "latency": latency_on_baseline(m, baseline_ms)}
     if m.memory is not None:
         values["memory"] = m.memory.compiled_peak_mb
     return [values[o] for o in objectives]
@@ -168,7 +172,10 @@ class Search:
         trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
         if self.spec.max_memory_mb is not None and m.memory is not None:
             trial.set_constraint("memory", m.memory.compiled_peak_mb - self.spec.max_memory_mb)
-        self.study.tell(trial, objective_values(m, self.spec.objectives))
+        trial.set_user_attr("latency_ms_measured", m.latency.median_ms if m.latency else None)
+        base = self.baseline()
+        baseline_ms = base.latency.median_ms if base.latency else None
+        self.study.tell(trial, objective_values(m, self.spec.objectives, baseline_ms))
 
     def step(self, on_strategy: Callable[[str], None] = print) -> tuple[Strategy, bool]:
         """Ask for one trial and answer it: measured fresh, or a repeat of a stored one."""

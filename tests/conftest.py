@@ -56,8 +56,8 @@ def point(strategy: Strategy, compile_s: float, ms: float, eager_ms: float = 10.
           ok: bool = True) -> dict:  # fmt: skip
     return Measurement(
         strategy.to_dict(), {"name": "toy-64"}, Workload().to_dict(), "ok",
-        compile_s=compile_s, latency=Latency.from_samples([ms / 1e3] * 3),
-        eager_latency=Latency.from_samples([eager_ms / 1e3] * 3), speedup=eager_ms / ms,
+        compile_s=compile_s, latency=Latency.from_samples([ms / 1e3] * 8),
+        eager_latency=Latency.from_samples([eager_ms / 1e3] * 8), speedup=eager_ms / ms,
         accuracy=Accuracy(0.0 if ok else 1.0, 0.0, ok, 1e-5, 1e-3),
         memory=Memory("cpu-rss-hwm", 100.0, 100.0 + compile_s),
     ).to_dict()  # fmt: skip

@@ -157,3 +157,24 @@ def test_export_without_a_feasible_trial_is_one_line_and_writes_nothing(tmp_path
     assert code == 2 and "no feasible trial" in err and err.count("\n") == 1
     assert not out.exists()
     assert Store(f"sqlite:///{tmp_path}/hand.db").exports("hand") == []
+
+
+def test_a_speedup_the_rounds_do_not_show_is_no_speedup(tmp_path: Path) -> None:
+    """Median 8 ms vs eager 10 ms, but compiled won only 3 of 5 interleaved rounds."""
+    from autotune.measurement import Latency, Measurement, sign_test
+
+    assert sign_test([10.0] * 5, [8, 8, 8, 12, 12]) == 1.0
+    assert sign_test([10.0] * 8, [9.0] * 8) == pytest.approx(2 / 256)
+    store = Store(f"sqlite:///{tmp_path}/ns.db")
+    store.add_study("ns", {}, {})
+    store.add_measurement("ns", "none", 0, point(S["none"], 0.0, 10.0))
+    noisy = Measurement.from_dict(point(S["A"], 1.0, 8.0))
+    noisy.latency = Latency([], 0, 0, 0, [8, 8, 8, 12, 12])
+    noisy.latency.median_ms = 8.0
+    noisy.eager_latency = Latency([], 0, 0, 0, [10.0] * 5)
+    store.add_measurement("ns", S["A"].key, 1, noisy.to_dict())
+    points = {p.key: p for p in candidates(store, "ns")}
+    assert points[S["A"].key].latency_ms == 10.0 and not points[S["A"].key].significant
+    assert points[S["A"].key].raw_latency_ms == 8.0
+    assert [p.key for p in pareto(list(points.values()))] == ["none"]
+    assert pick(list(points.values()), "knee").key == "none"  # the honest answer

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 from autotune.export import candidates, pareto
@@ -116,9 +117,10 @@ def _running_child(proc: subprocess.Popen, db: Path) -> int:
     deadline = time.time() + 120
     while time.time() < deadline:
         time.sleep(0.5)
-        found = subprocess.run(
-            ["pgrep", "-P", str(proc.pid), "-f", "autotune.child"], capture_output=True, text=True
-        ).stdout.split()
+        found = [
+            c.pid for c in psutil.Process(proc.pid).children(recursive=True)
+            if c.name() == "autotune-trial"
+        ]  # fmt: skip
         if found and db.is_file():
             study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
             if any(t.user_attrs.get("key") == "none" and t.state.name == "COMPLETE"
