@@ -155,7 +155,7 @@ def test_optuna_dashboard_serves_the_study(toy_study: Search) -> None:
         assert status[0].startswith("200"), status
         return json.loads(body)
 
-    studies = get("/api/studies")["studies"]
+    studies = get("/api/studies")["study_summaries"]
     ours = next(s for s in studies if s["study_name"] == toy_study.name)
     detail = get(f"/api/studies/{ours['study_id']}")
     assert len(detail["trials"]) >= 10
