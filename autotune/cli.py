@@ -191,7 +191,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         page = dashboard.write(search.store, search.name, policy=spec.policy)
     points = export.candidates(search.store, search.name, spec.max_memory_mb)
-    front = export.pareto(points)
+    front = export.pareto(points, spec.objectives)
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,

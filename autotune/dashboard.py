@@ -80,7 +80,8 @@ def load(store: Store, study: str, policy: str | None = None) -> StudyData:
     policy = policy or (exports[-1].policy if exports else row.spec.get("policy", "knee"))
     points = candidates(store, study, row.spec.get("max_memory_mb"))
     try:
-        chosen = pick(points, policy) if points else None
+        objectives = tuple(row.spec.get("objectives") or ("compile", "latency"))
+        chosen = pick(points, policy, objectives) if points else None
     except Exception:  # a policy no point meets (an impossible latency budget): show none
         chosen = None
     counts: dict[str, int] = {}

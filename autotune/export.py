@@ -128,7 +128,9 @@ def pareto(
     return sorted(front, key=lambda p: (p.compile_s, p.latency_ms))
 
 
-def pick(points: list[Point], policy: str) -> Point:
+def pick(
+    points: list[Point], policy: str, objectives: tuple[str, ...] = ("compile", "latency")
+) -> Point:
     """The point a policy chooses; ``AutotuneError`` if none qualifies."""
     name, arg = parse_policy(policy)
     if not points:
@@ -151,14 +153,15 @@ def pick(points: list[Point], policy: str) -> Point:
                 f"{best:.3g} ms"
             )
         return min(within, key=lambda p: (p.compile_s, p.latency_ms))
-    front = pareto(points)
-    lo = [min(p.compile_s for p in front), min(p.latency_ms for p in front)]
-    hi = [max(p.compile_s for p in front), max(p.latency_ms for p in front)]
+    front = pareto(points, objectives)
+    values = {id(p): _objectives(p, objectives) for p in front}
+    lo = [min(v[i] for v in values.values()) for i in range(len(objectives))]
+    hi = [max(v[i] for v in values.values()) for i in range(len(objectives))]
 
     def distance(p: Point) -> float:
         norm = [
             (v - lo[i]) / (hi[i] - lo[i]) if hi[i] > lo[i] else 0.0
-            for i, v in enumerate((p.compile_s, p.latency_ms))
+            for i, v in enumerate(values[id(p)])
         ]
         return math.hypot(*norm)
 
@@ -196,7 +199,8 @@ def document(
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
     points = candidates(store, study, max_memory_mb)
-    chosen = pick(points, policy)
+    objectives = tuple(row.spec.get("objectives") or ("compile", "latency"))
+    chosen = pick(points, policy, objectives)
     strategy = Strategy.from_dict(chosen.strategy)
     notes = caveats(strategy, fmt)
     baseline = next((p for p in points if p.key == "none"), None)
@@ -212,7 +216,8 @@ def document(
         "environment": row.environment,
         "model": row.spec.get("model"),
         "workload": row.spec.get("workload"),
-        "pareto_front": [dataclasses.asdict(p) for p in pareto(points)],
+        "objectives": list(objectives),
+        "pareto_front": [dataclasses.asdict(p) for p in pareto(points, objectives)],
         "caveats": notes,
     }
     if fmt == "accelerate":

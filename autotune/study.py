@@ -255,7 +255,7 @@ class Search:
 
         points = candidates(self.store, self.name)
         try:
-            best = pick(points, self.spec.policy)
+            best = pick(points, self.spec.policy, self.spec.objectives)
         except AutotuneError:
             return "—"
         return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"

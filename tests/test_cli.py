@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,22 @@ def test_export_of_an_unknown_study_or_missing_database(in_tmp, capsys) -> None:
     assert main(["export", "--study", "nope"]) == 2
     assert "no study database at studies/autotune.db" in capsys.readouterr().err
     assert not (in_tmp / "studies").exists()
+
+
+def test_search_json_with_the_memory_objective(in_tmp, capsys) -> None:
+    import optuna
+
+    code = main(["search", "--model", "toy-64", "--layers", "2", "--backend", "eager",
+                 "--granularity", "none,full", "--dynamic", "none", "--fullgraph", "false",
+                 "--iters", "2", "--objectives", "compile,latency,memory", "--json",
+                 "--study", "mem", "--no-progress"])  # fmt: skip
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["study"] == "mem" and result["stopped"] == "exhausted"
+    assert result["measured"] == 2 and Path(result["export"]).is_file()
+    assert all(p["memory_mb"] > 0 for p in result["pareto_front"])
+    study = optuna.load_study(study_name="mem", storage="sqlite:///studies/autotune.db")
+    assert study.metric_names == ["compile_s", "latency_ms", "memory_mb"]
+    assert all(len(t.values) == 3 for t in study.trials if t.state.name == "COMPLETE")
+    optuna_front = {t.user_attrs["key"] for t in study.best_trials}
+    assert optuna_front == {p["key"] for p in result["pareto_front"]}
