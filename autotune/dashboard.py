@@ -166,10 +166,13 @@ def breakeven_info(d: StudyData) -> dict[str, Any]:
     return {"calls": CALLS, "lines": lines, "crossings": crossings}
 
 
-def speedup_info(d: StudyData) -> list[tuple[str, float]]:
-    """Speedup over eager of each feasible compiled trial, best first."""
+def speedup_info(d: StudyData) -> list[tuple[str, float, bool]]:
+    """Speedup over eager of each feasible compiled trial, best first, and whether the
+    interleaved rounds show it (sign test)."""
     rows = [
-        (t.key, t.measurement.speedup or 0.0) for t in d.trials if t.feasible and t.key != "none"
+        (t.key, t.measurement.speedup or 0.0, t.measurement.gain() != 1.0)
+        for t in d.trials
+        if t.feasible and t.key != "none"
     ]
     return sorted(rows, key=lambda r: -r[1])
 
@@ -405,7 +408,7 @@ def breakeven_figure(info: dict[str, Any]) -> Any:
     return fig if info["lines"] else _empty(fig, "no feasible trial yet")
 
 
-def speedup_figure(rows: list[tuple[str, float]]) -> Any:
+def speedup_figure(rows: list[tuple[str, float, bool]]) -> Any:
     import plotly.graph_objects as go
 
     rows, more = _shown(rows, "the best")
@@ -414,12 +417,14 @@ def speedup_figure(rows: list[tuple[str, float]]) -> Any:
             x=[r[1] for r in rows][::-1],
             y=[r[0] for r in rows][::-1],
             orientation="h",
-            marker_color=["#2ca02c" if r[1] >= 1 else "#d62728" for r in rows][::-1],
+            marker_color=[
+                "#bbbbbb" if not r[2] else "#2ca02c" if r[1] >= 1 else "#d62728" for r in rows
+            ][::-1],
         )
     )
     fig.add_vline(x=1.0, line_dash="dash", annotation_text="eager")
     fig.update_layout(
-        title=f"Speedup vs eager (same process, interleaved){more}",
+        title=f"Speedup vs eager (same process, interleaved; grey: not shown by the rounds){more}",
         xaxis_title="×",
         height=max(320, 26 * len(rows) + 120),
         margin={"l": 360},

@@ -40,7 +40,7 @@ def test_data_from_a_real_study(toy_study: Search) -> None:
     assert header["eager_ms"] and header["torch"] and header["model"] == "toy-64"
     samples = dict(dashboard.latency_info(d))
     assert all(len(v) == 3 for v in samples.values())
-    speedups = [s for _, s in dashboard.speedup_info(d)]
+    speedups = [s for _, s, _ in dashboard.speedup_info(d)]
     assert speedups == sorted(speedups, reverse=True)
     assert dashboard.phases_info(d) and all(r["dynamo_s"] > 0 for r in dashboard.phases_info(d))
     par = dashboard.parallel_info(d)
