@@ -1,7 +1,8 @@
 """Export: pick one strategy from a study's measured trade-offs and write it as a config file.
 
 Policies (eager, ``none``, is a candidate in every one, with no compile time):
-- ``knee``: the Pareto point nearest the ideal point after normalising each objective;
+- ``knee``: the Pareto point nearest the ideal point after normalising each objective (a tie
+  goes to the quicker compile);
 - ``fastest``: the lowest latency;
 - ``quickest``: the lowest compile time among compiled strategies that are at least as fast as
   eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
@@ -165,7 +166,9 @@ def pick(
         ]
         return math.hypot(*norm)
 
-    return min(front, key=lambda p: (distance(p), p.latency_ms))
+    # a tie (a front of two points always ties) goes to the quicker compile: the same distance
+    # from the ideal buys nothing for the extra compile time
+    return min(front, key=lambda p: (round(distance(p), 9), p.compile_s, p.latency_ms))
 
 
 def accelerate_fields(strategy: Strategy) -> dict[str, Any]:

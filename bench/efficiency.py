@@ -11,7 +11,8 @@ all), with each measurement looked up in the record instead of run:
     python bench/efficiency.py --record sqlite:///bench/results/toy64-grid.db --study toy64-grid
 
 It prints, per sampler, how many measured strategies each seed needed to reach 95 % of the
-exhaustive Pareto front's hypervolume (compile time vs latency, eager included).
+exhaustive Pareto front's hypervolume (compile time vs latency, eager included), with both
+objectives normalised by the exhaustive front (ideal 0, nadir 1) and the reference point at 1.1.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from autotune.export import Point, candidates
+from autotune.export import Point, candidates, pareto
 from autotune.measurement import Measurement
 from autotune.spec import StudySpec
 from autotune.store import Store
@@ -29,12 +30,26 @@ from autotune.strategy import Strategy
 from autotune.study import Search
 
 
-def hypervolume(points: list[Point], ref: tuple[float, float]) -> float:
-    """Area dominated by the points (minimising both) inside the reference box."""
-    area, best_latency = 0.0, ref[1]
-    for c, lat in sorted((p.compile_s, p.latency_ms) for p in points):
-        if lat < best_latency:  # each new step down adds a strip from c to the box's edge
-            area += (ref[0] - c) * (best_latency - lat)
+class Scale:
+    """Objectives normalised by the exhaustive front: its ideal at 0, its nadir at 1."""
+
+    def __init__(self, front: list[Point]) -> None:
+        self.lo = (min(p.compile_s for p in front), min(p.latency_ms for p in front))
+        self.hi = (max(p.compile_s for p in front), max(p.latency_ms for p in front))
+
+    def __call__(self, p: Point) -> tuple[float, float]:
+        return tuple(  # type: ignore[return-value]
+            (v - lo) / (hi - lo) if hi > lo else 0.0
+            for v, lo, hi in zip((p.compile_s, p.latency_ms), self.lo, self.hi, strict=True)
+        )
+
+
+def hypervolume(points: list[Point], scale: Scale, ref: float = 1.1) -> float:
+    """Area the points dominate (minimising both) inside the box up to ``ref`` x the nadir."""
+    area, best_latency = 0.0, ref
+    for c, lat in sorted(scale(p) for p in points):
+        if c < ref and lat < best_latency:  # each step down adds a strip to the box's edge
+            area += (ref - c) * (best_latency - lat)
             best_latency = lat
     return area
 
@@ -48,9 +63,7 @@ class Replay(Search):
         return self.record[strategy.key]
 
 
-def replay(
-    record: dict[str, Measurement], spec: StudySpec, target: float, ref: tuple[float, float]
-) -> int:
+def replay(record: dict[str, Measurement], spec: StudySpec, target: float, scale: Scale) -> int:
     """Measured strategies needed to reach ``target`` of the full hypervolume."""
     with tempfile.TemporaryDirectory() as folder:
         search = Replay(spec, f"sqlite:///{folder}/replay.db")
@@ -60,7 +73,7 @@ def replay(
             spec_n = StudySpec.from_dict({**spec.to_dict(), "trials": n})
             search.spec = spec_n
             search.run(progress=False)
-            hv = hypervolume(candidates(search.store, search.name), ref)
+            hv = hypervolume(candidates(search.store, search.name), scale)
             if hv >= target:
                 return len(search.measured())
     return len(record)
@@ -80,15 +93,13 @@ def main() -> None:
     record = {r.key: Measurement.from_dict(r.payload) for r in store.measurements(args.study)}
     recorded = StudySpec.from_dict(row.spec)
     everything = candidates(store, args.study)
-    ref = (
-        max(p.compile_s for p in everything) * 1.1,
-        max(p.latency_ms for p in everything) * 1.1,
-    )
-    full = hypervolume(everything, ref)
+    front = pareto(everything)
+    scale = Scale(front)
+    full = hypervolume(everything, scale)
     size = len(recorded.space.validate(recorded.workload.device))
     print(
         f"record: {len(record)} strategies ({size} in the space), "
-        f"{len(everything)} feasible; reference point {ref[0]:.1f} s, {ref[1]:.3f} ms"
+        f"{len(everything)} feasible; exhaustive front: {', '.join(p.key for p in front)}"
     )
     budget = 0.3 * size
     print(
@@ -107,7 +118,7 @@ def main() -> None:
                     "settings": {**recorded.to_dict()["settings"], "seed": seed},
                 }
             )
-            needed.append(replay(record, spec, args.fraction * full, ref))
+            needed.append(replay(record, spec, args.fraction * full, scale))
         within = sum(n <= budget for n in needed)
         print(
             f"| {sampler} | {', '.join(map(str, needed))} | {statistics.median(needed):g} | "

@@ -4,9 +4,9 @@
     python bench/overhead.py --storage URL --study NAME   # reads a finished study instead
 
 For each measured trial: overhead = parent-seen wall time - (eager first call + cold compile
-+ interleaved timing). It splits the rest into process start-up (Python and torch imports),
-model build, and the remainder. With a fresh search it also reports the parent's own time per
-trial outside the child (Optuna ask/tell and autotune's SQL writes).
++ warm-up + interleaved timing). It splits the rest into process start-up (the fork from the
+preloaded server), model build, and the remainder. With a fresh search it also reports the
+parent's own time per trial outside the child (Optuna ask/tell and autotune's SQL writes).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from autotune.study import Search
 def child_overhead(m: Measurement) -> dict[str, float]:
     t = m.timings
     work = (m.compile_s or 0) + (m.eager_first_s or 0) + t.get("timing_s", 0.0)
+    work += t.get("warmup_s", 0.0)  # warm-up calls, which also read the peak memory
     wall = m.wall_s or 0.0
     return {
         "wall_s": wall,
