@@ -154,7 +154,7 @@ def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list
     """A trial process: its own session, named ``autotune-trial``, dying with its parent."""
     import ctypes
     import signal
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     os.setsid()  # its own process group: a timeout kills it with any compile workers
     alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
@@ -167,6 +167,11 @@ def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    # a tracker of its own, started on first use with this log as its stderr: what the trial
+    # leaves (inductor's worker semaphores) is cleaned up and reported there, not in the search
+    tracker = resource_tracker._resource_tracker = resource_tracker.ResourceTracker()
+    for name in ("ensure_running", "register", "unregister", "getfd"):  # bound at its import
+        setattr(resource_tracker, name, getattr(tracker, name))
     os.chdir(cwd)
     sys.path[:0] = [p for p in paths if p not in sys.path]
     os.environ.update(env)
