@@ -102,6 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
 
+    st = sub.add_parser("studies", help="list the studies in a storage with their progress")
+    st.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    st.add_argument("--json", action="store_true", help="print the list as JSON")
+
     d = sub.add_parser("dashboard", help="render a study as one self-contained HTML page")
     _add_storage_args(d)
     d.add_argument("--policy", help="the policy whose choice is highlighted (default: the last "
@@ -226,6 +230,23 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_studies(args: argparse.Namespace) -> int:
+    from autotune import report
+    from autotune.store import Store, mask
+    from autotune.study import overview
+
+    store = Store(args.storage, create=False)
+    rows = overview(store)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{len(rows)} studies in {mask(store.url)}")
+    if rows:
+        keys = ("study", "model", "measured", "budget", "ok", "failed", "runs", "last")
+        print(report.table(keys, [[r[k] for k in keys] for r in rows]))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from autotune import export
     from autotune.spec import parse_memory
@@ -246,7 +267,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
-    "dashboard": cmd_dashboard,
+    "dashboard": cmd_dashboard, "studies": cmd_studies,
 }  # fmt: skip
 
 

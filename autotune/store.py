@@ -194,10 +194,18 @@ class Store:
         with self.session() as s:
             return s.get(StudyRow, name)
 
-    def add_study(self, name: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
+    def studies(self) -> list[StudyRow]:
         with self.session() as s:
-            if s.get(StudyRow, name) is None:
+            return list(s.scalars(select(StudyRow).order_by(StudyRow.created_at)))
+
+    def add_study(self, name: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
+        """Create the study, or store the latest spec (a resumed study's new budget, say)."""
+        with self.session() as s:
+            row = s.get(StudyRow, name)
+            if row is None:
                 s.add(StudyRow(name=name, spec=spec, environment=environment))
+            else:
+                row.spec = spec
 
     def add_run(self, study: str, environment: dict[str, Any]) -> None:
         import socket
@@ -207,6 +215,10 @@ class Store:
                 RunRow(study=study, environment=environment, host=socket.gethostname(),
                        pid=os.getpid())
             )  # fmt: skip
+
+    def runs(self, study: str) -> list[RunRow]:
+        with self.session() as s:
+            return list(s.scalars(select(RunRow).where(RunRow.study == study)))
 
     # measurements
     def measurement(self, study: str, key: str) -> MeasurementRow | None:

@@ -301,3 +301,23 @@ class Progress:
     def close(self) -> None:
         self.stop.set()
         self.bar.close()
+
+
+def overview(store: Store) -> list[dict[str, Any]]:
+    """Every study in the storage with its progress: measured strategies against the budget."""
+    rows = []
+    for study in store.studies():
+        measured = store.measurements(study.name)
+        statuses = [m.status for m in measured]
+        last = max((m.created_at for m in measured), default=study.created_at)
+        rows.append({
+            "study": study.name,
+            "model": (study.spec.get("model") or {}).get("name"),
+            "measured": len(measured),
+            "budget": study.spec.get("trials"),
+            "ok": statuses.count("ok"),
+            "failed": len(statuses) - statuses.count("ok"),
+            "runs": len(store.runs(study.name)),
+            "last": last.isoformat(timespec="seconds") if last else "",
+        })  # fmt: skip
+    return rows

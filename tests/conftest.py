@@ -89,3 +89,17 @@ def hand_built(tmp_path: Path, with_nested: bool = False, feasible: bool = True)
             continue
         store.add_measurement("hand", S[name].key, i, point(S[name], c, ms, ok=ok))
     return store
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[object]:
+    """A real PostgreSQL server on loopback for the whole session."""
+    from tests import postgres as pg
+
+    if pg.bindir() is None:
+        pytest.skip("needs PostgreSQL server binaries (Debian's postgresql; .ci/run installs it)")
+    server = pg.start()
+    try:
+        yield server
+    finally:
+        pg.stop(server)
