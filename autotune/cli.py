@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -94,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.add_argument("--dashboard", action="store_true", help="also write dashboards/<study>.html")
+    r.add_argument("--workers", type=int, default=1, help="local worker processes (one per GPU)")
+
+    sb = sub.add_parser("submit", help="create a study from a spec file, for workers to run")
+    sb.add_argument("--space", required=True, metavar="FILE.toml", help="the study's spec")
+    _add_storage_args(sb)
+
+    w = sub.add_parser("worker", help="join a study and run its trials")
+    _add_storage_args(w)
+    w.add_argument("--device", help="this worker's device, e.g. cuda:1")
+    w.add_argument("--trials", type=int, help="stop after measuring this many here")
+    w.add_argument("--force", action="store_true", help="join although the hardware differs")
+    w.add_argument("--no-progress", action="store_true", help="no live progress bar")
 
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
     _add_storage_args(e)
@@ -177,7 +190,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     search = Search(spec, args.storage, force=args.force)
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
-    outcome = search.run(progress=not args.no_progress)
+    if args.workers > 1:
+        outcome = run_workers(search, args.workers, not args.no_progress)
+    else:
+        outcome = search.run(progress=not args.no_progress)
     stored = len(search.measured())
     if outcome.stopped == "interrupted":
         print(
@@ -217,6 +233,77 @@ def cmd_search(args: argparse.Namespace) -> int:
     if page:
         print(f"wrote {page}")
     return 0
+
+
+def run_workers(search: Any, count: int, progress: bool) -> Any:
+    """Start ``count`` local worker processes on the study and follow them to the end."""
+    import os
+    import subprocess
+
+    from autotune.study import Outcome, Progress
+
+    if count < 1:
+        raise ConfigError("--workers must be at least 1")
+    if not search.spec.workload.is_cuda:
+        print("autotune: warning: parallel trials on a CPU share its cores, which skews both "
+              "compile time and latency", file=sys.stderr)  # fmt: skip
+    search.baseline()
+    devices = [search.spec.workload.device] * count
+    if search.spec.workload.is_cuda:
+        import torch
+
+        devices = [f"cuda:{i % torch.cuda.device_count()}" for i in range(count)]
+    env = {**os.environ, "AUTOTUNE_STORAGE": search.store.url}  # not argv: ps shows argv
+    argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", search.name]
+    procs = [
+        subprocess.Popen(
+            [*argv, "--device", d, "--no-progress"], stdin=subprocess.DEVNULL, env=env
+        )
+        for d in devices
+    ]
+    target = min(search.spec.trials, len(search.members))
+    bar = Progress(target, len(search.measured()), progress)
+    try:
+        while any(p.poll() is None for p in procs):
+            bar.advance(len(search.measured()), f"{count} workers", search.best_so_far())
+            time.sleep(2)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()  # each worker stops as cleanly as on Ctrl-C
+        for p in procs:
+            p.wait()
+        return Outcome(search.name, 0, 0, "interrupted")
+    finally:
+        bar.close()
+    failed = [p.returncode for p in procs if p.returncode != 0]
+    if failed:
+        raise AutotuneError(f"{len(failed)} of {count} workers failed (exit {failed[0]})")
+    done = len(search.measured())
+    return Outcome(search.name, done, 0, "exhausted" if done >= len(search.members) else "budget")
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from autotune.spec import StudySpec
+    from autotune.store import Store, mask
+    from autotune.study import submit
+
+    spec = StudySpec.from_sources(args.space, study=args.study)
+    name = submit(spec, args.storage)
+    print(f"submitted study {name} to {mask(Store(args.storage, create=False).url)}")
+    print(f"run it with: autotune worker --study {name} --storage URL")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from autotune.study import join
+
+    if not args.study:
+        raise ConfigError("give --study NAME (autotune studies lists them)")
+    search = join(args.study, args.storage, device=args.device, force=args.force)
+    print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
+    outcome = search.run(progress=not args.no_progress, max_measure=args.trials)
+    print(f"worker {search.worker}: measured {outcome.measured}, stopped: {outcome.stopped}")
+    return 130 if outcome.stopped == "interrupted" else 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -267,7 +354,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
-    "dashboard": cmd_dashboard, "studies": cmd_studies,
+    "dashboard": cmd_dashboard, "studies": cmd_studies, "submit": cmd_submit,
+    "worker": cmd_worker,
 }  # fmt: skip
 
 

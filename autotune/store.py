@@ -27,6 +27,7 @@ from sqlalchemy import (
     create_engine,
     event,
     select,
+    update,
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
@@ -123,6 +124,17 @@ class MeasurementRow(OfStudy, Base):
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
+class ClaimRow(OfStudy, Base):
+    """A strategy taken by one worker: unique per study, so no two workers measure it."""
+
+    __tablename__ = "autotune_claims"
+    __table_args__ = (UniqueConstraint("study", "key"),)
+    key: Mapped[str] = mapped_column(String(256))
+    trial_number: Mapped[int | None]
+    worker: Mapped[str] = mapped_column(String(256))
+    claimed_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
 class ExportRow(OfStudy, Base):
     """Every configuration exported from a study, with its policy and format."""
 
@@ -207,6 +219,12 @@ class Store:
             else:
                 row.spec = spec
 
+    def set_environment(self, name: str, environment: dict[str, Any]) -> None:
+        with self.session() as s:
+            row = s.get(StudyRow, name)
+            if row is not None:
+                row.environment = environment
+
     def add_run(self, study: str, environment: dict[str, Any]) -> None:
         import socket
 
@@ -251,6 +269,49 @@ class Store:
                 )
             ).one()
             row.trial_number = trial_number
+
+    # claims: how workers share a study
+    def claim(
+        self, study: str, key: str, trial_number: int | None, worker: str,
+        budget: int, counted: set[str],
+    ) -> str:  # fmt: skip
+        """Take ``key`` for this worker: ``claimed``, ``taken`` (by another) or ``budget``.
+
+        The first statement writes the study's row, which serialises every claim of one study
+        (a row lock on PostgreSQL, the database write lock on SQLite) until this commits, so
+        the check of the budget and the insert are one atomic step.
+        """
+        with self.session() as s:
+            s.execute(update(StudyRow).where(StudyRow.name == study).values(name=StudyRow.name))
+            if s.scalars(
+                select(ClaimRow).where(ClaimRow.study == study, ClaimRow.key == key)
+            ).first():
+                return "taken"
+            held = s.scalars(select(ClaimRow.key).where(ClaimRow.study == study)).all()
+            if len(set(held) & counted) >= budget and key in counted:
+                return "budget"
+            s.add(ClaimRow(study=study, key=key, trial_number=trial_number, worker=worker))
+        return "claimed"
+
+    def release_key(self, study: str, key: str) -> None:
+        """Give back a claim whose worker is gone (the baseline's, which has no trial)."""
+        with self.session() as s:
+            claim = s.scalars(select(ClaimRow).where(ClaimRow.study == study, ClaimRow.key == key))
+            for row in claim:
+                if _measurement(s, study, key) is None:
+                    s.delete(row)
+
+    def claims(self, study: str) -> list[ClaimRow]:
+        with self.session() as s:
+            return list(s.scalars(select(ClaimRow).where(ClaimRow.study == study)))
+
+    def release(self, study: str, trial_number: int) -> None:
+        """Give back the claim of a trial that died before its measurement was stored."""
+        with self.session() as s:
+            mine = (ClaimRow.study == study, ClaimRow.trial_number == trial_number)
+            claim = s.scalars(select(ClaimRow).where(*mine)).first()
+            if claim is not None and _measurement(s, study, claim.key) is None:
+                s.delete(claim)
 
     # exports
     def add_export(self, study: str, policy: str, fmt: str, key: str, content: str) -> None:

@@ -7,7 +7,10 @@ sampler's repeat reuses the stored values and is recorded as a repeat.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import socket
 import sys
 import threading
 import time
@@ -29,6 +32,10 @@ if TYPE_CHECKING:
 
 METRICS = {"compile": "compile_s", "latency": "latency_ms", "memory": "memory_mb"}
 MAX_REPEATS_IN_A_ROW = 8
+# A running trial's heartbeat; a trial silent for GRACE_S is stale, its worker presumed dead.
+HEARTBEAT_S = int(os.environ.get("AUTOTUNE_HEARTBEAT_S", "5"))
+GRACE_S = int(os.environ.get("AUTOTUNE_GRACE_S", "30"))
+POLL_S = 2.0  # how often a worker with nothing to claim looks again
 # The fields of the environment that make measurements comparable.
 COMPARABLE = ("torch", "cuda", "device", "device_name")
 
@@ -76,16 +83,23 @@ def quiet_optuna() -> None:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # autotune records heartbeats itself around each ask/tell trial (see Heartbeat)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
 def open_study(
-    store: Store, name: str, spec: StudySpec, size: int, *, create: bool = True
-) -> optuna.Study:
+    store: Store, name: str, spec: StudySpec, size: int,
+    on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
+    *, create: bool = True,
+) -> optuna.Study:  # fmt: skip
     """Create or load the Optuna study in the same database as autotune's tables."""
     import optuna
 
     quiet_optuna()
-    storage = optuna.storages.RDBStorage(store.url, engine_kwargs=_engine_kwargs(store.url))
+    storage = optuna.storages.RDBStorage(
+        store.url, engine_kwargs=_engine_kwargs(store.url), heartbeat_interval=HEARTBEAT_S,
+        grace_period=GRACE_S, heartbeat_stale_trial_callback=on_stale,
+    )  # fmt: skip
     sampler = make_sampler(spec.sampler, spec.settings.seed, size)
     if not create:
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
@@ -115,22 +129,34 @@ def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool)
 
 
 class Search:
-    """One process's run of a study: it measures until the budget, time or space runs out."""
+    """One process's part in a study: it claims and measures strategies until the study's
+    budget, time or space runs out. Any number of these share a study through its storage."""
 
-    def __init__(self, spec: StudySpec, storage: str | None, *, force: bool = False) -> None:
+    def __init__(
+        self, spec: StudySpec, storage: str | None, *, force: bool = False,
+        name: str | None = None, save_spec: bool = True,
+    ) -> None:  # fmt: skip
         self.spec = spec
         self.members = spec.space.validate(spec.workload.device)
         self.keys = {s.key for s in self.members}
         self.environment = fingerprint(spec.workload.device)
-        self.name = spec.study_name(self.environment)
+        self.name = name or spec.study_name(self.environment)
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.store = Store(storage)
         stored = self.store.study(self.name)
-        if stored is not None:
+        if stored is not None and stored.environment:
             check_environment(stored.environment, self.environment, force)
-        self.store.add_study(self.name, spec.to_dict(), self.environment)
+        if save_spec or stored is None:
+            self.store.add_study(self.name, spec.to_dict(), self.environment)
+        if stored is not None and not stored.environment:  # submitted: the first joiner's
+            self.store.set_environment(self.name, self.environment)
         self.store.add_run(self.name, self.environment)
-        self.study = open_study(self.store, self.name, spec, len(self.members))
+        self.study = open_study(self.store, self.name, spec, len(self.members), self._release)
         self.rng = random.Random(spec.settings.seed)
+
+    def _release(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Optuna's stale-trial callback: a dead worker's strategy goes back to the pool."""
+        self.store.release(self.name, trial.number)
 
     @property
     def storage_shown(self) -> str:
@@ -140,18 +166,27 @@ class Search:
         """Keys of the space's strategies measured so far (the study's progress)."""
         return {r.key for r in self.store.measurements(self.name)} & self.keys
 
+    def claimed(self) -> set[str]:
+        """Keys of the space's strategies measured or being measured by some worker."""
+        return {c.key for c in self.store.claims(self.name)} & self.keys
+
     def measure(self, strategy: Strategy) -> Measurement:
         spec = self.spec
         return runner.measure(spec.model, spec.workload, strategy, spec.settings)
 
     def baseline(self) -> Measurement:
-        """The eager baseline, measured once per study and stored with it."""
-        row = self.store.measurement(self.name, "none")
-        if row is None:
-            m = self.measure(Strategy.create("none"))
-            self.store.add_measurement(self.name, "none", None, m.to_dict())
-        else:
-            m = Measurement.from_dict(row.payload)
+        """The eager baseline, measured once per study (by whichever worker claims it)."""
+        deadline = time.monotonic() + self.spec.settings.timeout_s + 2 * GRACE_S
+        while (row := self.store.measurement(self.name, "none")) is None:
+            verdict = self.store.claim(self.name, "none", None, self.worker, 1, set())
+            if verdict == "claimed":
+                m = self.measure(Strategy.create("none"))
+                self.store.add_measurement(self.name, "none", None, m.to_dict())
+                continue
+            if time.monotonic() > deadline:  # its worker died: take it over
+                self.store.release_key(self.name, "none")
+            time.sleep(POLL_S)
+        m = Measurement.from_dict(row.payload)
         if not m.ok:
             raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
         return m
@@ -162,6 +197,7 @@ class Search:
         trial.set_user_attr("strategy", m.strategy)
         trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
         trial.set_user_attr("status", m.status)
+        trial.set_user_attr("worker", self.worker)
         if repeat_of is not None:
             trial.set_user_attr("repeat_of", repeat_of)
         if not m.ok:
@@ -177,72 +213,98 @@ class Search:
         baseline_ms = base.latency.median_ms if base.latency else None
         self.study.tell(trial, objective_values(m, self.spec.objectives, baseline_ms))
 
-    def step(self, on_strategy: Callable[[str], None] = print) -> tuple[Strategy, bool]:
-        """Ask for one trial and answer it: measured fresh, or a repeat of a stored one."""
+    def step(self, on_strategy: Callable[[str], None] = print) -> tuple[Strategy, str]:
+        """Ask for one trial and answer it. Returns the strategy and what happened:
+        ``measured``, ``repeat`` (stored values reused), or ``taken`` (another worker's)."""
+        import optuna
+
         trial = self.study.ask()
+        beat = Heartbeat(self.study, trial)
         try:
             strategy = self.spec.space.suggest(trial)
             row = self.store.measurement(self.name, strategy.key)
-            on_strategy(f"{'repeat' if row else 'measuring'} {strategy.key}")
             if row is not None and row.trial_number is not None:
+                on_strategy(f"repeat {strategy.key}")
                 self._tell(trial, Measurement.from_dict(row.payload), row.trial_number)
-                return strategy, True
+                return strategy, "repeat"
             if row is not None:  # the baseline, measured before any trial: this trial is it
                 m = Measurement.from_dict(row.payload)
                 self.store.set_trial_number(self.name, strategy.key, trial.number)
-            else:
-                m = self.measure(strategy)
-                self.store.add_measurement(self.name, strategy.key, trial.number, m.to_dict())
+                self._tell(trial, m, None)
+                return strategy, "measured"
+            target = min(self.spec.trials, len(self.members))
+            verdict = self.store.claim(
+                self.name, strategy.key, trial.number, self.worker, target, self.keys
+            )
+            if verdict != "claimed":
+                trial.set_user_attr("key", strategy.key)
+                trial.set_user_attr("skipped", f"{verdict} by another worker"
+                                    if verdict == "taken" else "the budget is spent")  # fmt: skip
+                self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                return strategy, "taken"
+            on_strategy(f"measuring {strategy.key}")
+            m = self.measure(strategy)
+            self.store.add_measurement(self.name, strategy.key, trial.number, m.to_dict())
             self._tell(trial, m, None)
-            return strategy, False
+            return strategy, "measured"
         except BaseException:
-            import optuna
-
             trial.set_user_attr("reason", "interrupted before it was measured")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            self.store.release(self.name, trial.number)
             raise
+        finally:
+            beat.stop()
 
-    def enqueue_unmeasured(self, all_of_them: bool = False) -> None:
-        """Queue strategies not yet measured: all (grid), or one at random (sampler stuck)."""
+    def enqueue_unclaimed(self, all_of_them: bool = False) -> None:
+        """Queue strategies nobody has taken: all (grid), or one at random (sampler stuck)."""
         from autotune.space import Space
 
-        left = [s for s in self.members if s.key not in self.measured()]
+        taken = self.claimed()
+        left = [s for s in self.members if s.key not in taken]
         for s in left if all_of_them else self.rng.sample(left, min(1, len(left))):
             self.study.enqueue_trial(Space.params(s), skip_if_exists=True)
 
-    def run(self, progress: bool = True) -> Outcome:
-        """Measure the baseline, then trials until the budget, time or space runs out."""
+    def run(self, progress: bool = True, max_measure: int | None = None) -> Outcome:
+        """Measure the baseline, then trials until the budget, time or space runs out (or,
+        with ``max_measure``, until this process has measured that many)."""
+        import optuna
+
         start = time.monotonic()
-        self.fail_stale_trials()
         self.baseline()
         if "none" in self.keys and self.store.measurement(self.name, "none").trial_number is None:
             self.study.enqueue_trial({"granularity": "none"}, skip_if_exists=True)
         if self.spec.sampler == "grid":
-            self.enqueue_unmeasured(all_of_them=True)
-        budget = min(self.spec.trials, len(self.members))
-        bar = Progress(budget, len(self.measured()), progress)
+            self.enqueue_unclaimed(all_of_them=True)
+        target = min(self.spec.trials, len(self.members))
+        bar = Progress(target, len(self.measured()), progress)
         measured = repeats = in_a_row = 0
         stopped = "budget"
         try:
             while True:
+                optuna.storages.fail_stale_trials(self.study)  # dead workers' trials
                 done = len(self.measured())
-                if done >= len(self.members):
-                    stopped = "exhausted"
+                if done >= target:
+                    stopped = "exhausted" if done >= len(self.members) else "budget"
                     break
-                if done >= self.spec.trials:
+                if max_measure is not None and measured >= max_measure:
+                    stopped = "worker limit"
                     break
                 limit = self.spec.time_budget_s
                 if limit is not None and time.monotonic() - start >= limit:
                     stopped = "time"
                     break
+                if len(self.claimed()) >= target:  # the rest is in other workers' hands
+                    bar.now("waiting for other workers")
+                    time.sleep(POLL_S)
+                    continue
                 if in_a_row >= MAX_REPEATS_IN_A_ROW:
-                    self.enqueue_unmeasured()
+                    self.enqueue_unclaimed()
                     in_a_row = 0
-                strategy, repeat = self.step(bar.now)
-                repeats += repeat
-                measured += not repeat
-                in_a_row = in_a_row + 1 if repeat else 0
-                if not repeat:
+                strategy, what = self.step(bar.now)
+                repeats += what == "repeat"
+                measured += what == "measured"
+                in_a_row = 0 if what == "measured" else in_a_row + 1
+                if what == "measured":
                     bar.advance(len(self.measured()), strategy.key, self.best_so_far())
         except KeyboardInterrupt:
             stopped = "interrupted"
@@ -260,13 +322,25 @@ class Search:
             return "—"
         return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"
 
-    def fail_stale_trials(self) -> None:
-        """Trials left RUNNING by a killed process of this study end as failed."""
-        import optuna
 
-        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            self.study._storage.set_trial_user_attr(t._trial_id, "reason", "left running")
-            self.study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+class Heartbeat:
+    """Records a running trial's heartbeat, so a killed worker's trial is seen to be stale."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.trial.Trial) -> None:
+        self.storage, self.trial_id = study._storage, trial._trial_id
+        self.storage.record_heartbeat(self.trial_id)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.done.wait(HEARTBEAT_S):
+            with contextlib.suppress(Exception):  # a dropped connection: the next beat retries
+                self.storage.record_heartbeat(self.trial_id)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 class Progress:
@@ -321,3 +395,38 @@ def overview(store: Store) -> list[dict[str, Any]]:
             "last": last.isoformat(timespec="seconds") if last else "",
         })  # fmt: skip
     return rows
+
+
+def submit(spec: StudySpec, storage: str | None) -> str:
+    """Create a study with its whole spec, for workers to join later; return its name.
+
+    Its environment is left open: the first worker to join sets it, and later workers must
+    match it. The default name leaves the hardware out, since the submitter may have none.
+    """
+    store = Store(storage)
+    name = spec.study or f"{spec.model.slug()}-{spec.workload.slug()}"
+    if store.study(name) is not None:
+        raise ConfigError(f"a study named {name!r} exists already in {mask(store.url)}")
+    members = spec.space.validate(spec.workload.device)
+    store.add_study(name, spec.to_dict(), {})
+    open_study(store, name, spec, len(members))
+    return name
+
+
+def join(
+    name: str, storage: str | None, *, device: str | None = None, force: bool = False
+) -> Search:
+    """A worker's search on an existing study: everything comes from the storage."""
+    import dataclasses
+
+    from autotune.workload import Workload
+
+    store = Store(storage, create=False)
+    row = store.study(name)
+    if row is None:
+        raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
+    spec = StudySpec.from_dict(row.spec)
+    if device is not None:
+        workload = Workload.create(**{**spec.workload.to_dict(), "device": device})
+        spec = dataclasses.replace(spec, workload=workload)
+    return Search(spec, storage, force=force, name=name, save_spec=False)

@@ -1,0 +1,154 @@
+"""Many workers, one study, through a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+
+from autotune.store import Store
+from tests.postgres import PASSWORD
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+SPEC = """
+[model]
+name = "toy-64"
+layers = 4
+[workload]
+device = "cpu"
+[space]
+granularity = ["none", "full", "regional", "nested"]
+backend = ["eager", "aot_eager"]
+dynamic = ["none", false]
+fullgraph = [false]
+[search]
+trials = {trials}
+iters = 3
+warmup = 1
+timeout = 120
+study = "{study}"
+"""
+
+
+def _submit(tmp: Path, url: str, study: str, trials: int) -> None:
+    (tmp / "s.toml").write_text(SPEC.format(trials=trials, study=study))
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "submit", "--space", str(tmp / "s.toml"),
+         "--storage", url], capture_output=True, text=True, cwd=tmp,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert PASSWORD not in out.stdout + out.stderr
+
+
+def _worker(tmp: Path, url: str, study: str, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "AUTOTUNE_STORAGE": url, "PYTHONPATH": ROOT}
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "worker", "--study", study, "--no-progress",
+         *extra], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _measured_once(url: str, study: str) -> collections.Counter:
+    s = optuna.load_study(study_name=study, storage=url)
+    measured = [
+        t.user_attrs["key"] for t in s.trials
+        if t.state.name in ("COMPLETE", "FAIL") and "repeat_of" not in t.user_attrs
+        and "key" in t.user_attrs
+    ]  # fmt: skip
+    return collections.Counter(measured)
+
+
+def test_three_concurrent_workers_measure_each_strategy_once(postgres, tmp_path: Path) -> None:
+    url = postgres.url
+    _submit(tmp_path, url, "three", 8)
+    workers = [_worker(tmp_path, url, "three") for _ in range(3)]
+    outs = [w.communicate(timeout=600) for w in workers]
+    for w, (out, err) in zip(workers, outs, strict=True):
+        assert w.returncode == 0, err[-2000:]
+        assert "rror" not in err and PASSWORD not in out + err
+    store = Store(url)
+    rows = store.measurements("three")
+    assert len(rows) == 8  # the study's count equals its budget
+    assert len({r.key for r in rows}) == 8
+    assert {c.key for c in store.claims("three")} == {r.key for r in rows}
+    counts = _measured_once(url, "three")
+    assert counts and max(counts.values()) == 1  # no strategy measured twice
+    assert len({r.payload["environment"]["cpu"] for r in rows}) == 1
+    workers_seen = {r.worker for r in store.claims("three") if r.key != "none"}
+    assert len(workers_seen) >= 2  # the work was shared
+
+
+def test_joining_a_missing_study_is_one_line(postgres, tmp_path: Path) -> None:
+    out = _worker(tmp_path, postgres.url, "no-such-study").communicate(timeout=120)
+    assert "no study named 'no-such-study'" in out[1] and out[1].count("\n") == 1
+    assert PASSWORD not in out[1]
+
+
+SLOW = """
+[model]
+name = "tests.models:tiny_toy"
+[workload]
+device = "cpu"
+[space]
+granularity = ["none", "full"]
+backend = ["tests.models:slow_backend", "eager"]
+dynamic = ["none"]
+fullgraph = [false]
+[search]
+sampler = "grid"
+trials = 3
+iters = 3
+warmup = 1
+timeout = 15
+study = "killed"
+"""
+
+
+def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: Path) -> None:
+    import time
+
+    import psutil
+
+    url = postgres.url
+    (tmp_path / "s.toml").write_text(SLOW)
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
+                          str(tmp_path / "s.toml"), "--storage", url],
+                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "4"}
+    os.environ.update(fast)
+    try:
+        doomed = _worker(tmp_path, url, "killed")
+        slow_key = "full/tests.models:slow_backend/-/dynamic=auto/breaks-ok"
+        deadline = time.time() + 120
+        while time.time() < deadline:  # until it is measuring the strategy that never ends
+            time.sleep(0.5)
+            claims = {c.key: c for c in Store(url).claims("killed")}
+            if slow_key in claims and Store(url).measurement("killed", "none"):
+                break
+        else:
+            raise AssertionError("the first worker never reached the slow strategy")
+        time.sleep(2)
+        children = psutil.Process(doomed.pid).children(recursive=True)
+        doomed.kill()  # SIGKILL, mid-trial
+        doomed.wait()
+        killed_trial = claims[slow_key].trial_number
+        rescuer = _worker(tmp_path, url, "killed")
+        _, err = rescuer.communicate(timeout=300)
+        assert rescuer.returncode == 0, err[-2000:]
+    finally:
+        for key in fast:
+            os.environ.pop(key, None)
+    assert all(not c.is_running() or c.status() == "zombie" for c in children)
+    store = Store(url)
+    rows = {r.key: r for r in store.measurements("killed")}
+    assert set(rows) == {"none", slow_key, "full/eager/-/dynamic=auto/breaks-ok"}
+    assert rows[slow_key].status == "timeout" and rows[slow_key].trial_number != killed_trial
+    study = optuna.load_study(study_name="killed", storage=url)
+    assert study.trials[killed_trial].state.name == "FAIL"  # through the heartbeat
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert max(_measured_once(url, "killed").values()) == 1
