@@ -19,3 +19,5 @@ class NotApplicable(AutotuneError):
 
 class StorageError(AutotuneError):
     """The study database cannot be reached or read."""
+
+    transient = False  # a lost connection, which a running search waits out

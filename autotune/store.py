@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import os
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -30,13 +33,64 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from autotune.errors import StorageError
 
 SCHEMA_VERSION = 1
 DEFAULT_URL = "sqlite:///studies/autotune.db"
+
+
+RETRY_S = float(os.environ.get("AUTOTUNE_DB_RETRY_S", "300"))
+T = TypeVar("T")
+
+
+def transient(exc: BaseException) -> bool:
+    """A lost connection (a restart, a network drop), as opposed to a wrong query or URL."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (OperationalError, InterfaceError)) or getattr(
+            seen, "connection_invalidated", False
+        ):
+            return True
+        if isinstance(seen, StorageError) and seen.transient:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retrying(fn: Callable[[], T], what: str, url: str) -> T:
+    """Run ``fn``, retrying with back-off while the database cannot be reached (RETRY_S)."""
+    delay, deadline = 0.5, time.monotonic() + RETRY_S
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not transient(exc) or time.monotonic() > deadline:
+                raise
+            print(f"autotune: storage {mask(url)} unreachable during {what}; retrying in "
+                  f"{delay:g} s", file=sys.stderr, flush=True)  # fmt: skip
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+
+def resilient(method: Callable[..., T]) -> Callable[..., T]:
+    """A Store method that, once the store is running, outlasts lost connections."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        if not self.retry:
+            return method(self, *args, **kwargs)
+        return retrying(lambda: method(self, *args, **kwargs), method.__name__, self.url)
+
+    return wrapper
 
 
 def now() -> datetime.datetime:
@@ -150,6 +204,7 @@ class Store:
     """autotune's tables in one database. Database errors become ``StorageError``."""
 
     def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        self.retry = False  # set once running: then lost connections are waited out
         self.url = resolve_url(url)
         parsed = make_url(self.url)
         sqlite = parsed.get_backend_name() == "sqlite"
@@ -202,14 +257,17 @@ class Store:
             return int(row.value) if row else 0
 
     # studies and runs
+    @resilient
     def study(self, name: str) -> StudyRow | None:
         with self.session() as s:
             return s.get(StudyRow, name)
 
+    @resilient
     def studies(self) -> list[StudyRow]:
         with self.session() as s:
             return list(s.scalars(select(StudyRow).order_by(StudyRow.created_at)))
 
+    @resilient
     def add_study(self, name: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
         """Create the study, or store the latest spec (a resumed study's new budget, say)."""
         with self.session() as s:
@@ -219,12 +277,14 @@ class Store:
             else:
                 row.spec = spec
 
+    @resilient
     def set_environment(self, name: str, environment: dict[str, Any]) -> None:
         with self.session() as s:
             row = s.get(StudyRow, name)
             if row is not None:
                 row.environment = environment
 
+    @resilient
     def add_run(self, study: str, environment: dict[str, Any]) -> None:
         import socket
 
@@ -234,11 +294,13 @@ class Store:
                        pid=os.getpid())
             )  # fmt: skip
 
+    @resilient
     def runs(self, study: str) -> list[RunRow]:
         with self.session() as s:
             return list(s.scalars(select(RunRow).where(RunRow.study == study)))
 
     # measurements
+    @resilient
     def measurement(self, study: str, key: str) -> MeasurementRow | None:
         with self.session() as s:
             return s.scalars(
@@ -247,20 +309,28 @@ class Store:
                 )
             ).first()
 
+    @resilient
     def measurements(self, study: str) -> list[MeasurementRow]:
         with self.session() as s:
             query = select(MeasurementRow).where(MeasurementRow.study == study)
             return list(s.scalars(query.order_by(MeasurementRow.id)))
 
+    @resilient
     def add_measurement(
         self, study: str, key: str, trial_number: int | None, payload: dict[str, Any]
     ) -> None:
-        with self.session() as s:
-            s.add(
-                MeasurementRow(study=study, key=key, trial_number=trial_number,
-                               status=payload["status"], payload=payload)
-            )  # fmt: skip
+        row = MeasurementRow(study=study, key=key, trial_number=trial_number,
+                             status=payload["status"], payload=payload)  # fmt: skip
+        try:
+            with self.session() as s:
+                s.add(row)
+        except IntegrityError:  # a retry of a commit whose answer was lost: is it ours?
+            with self.session() as s:
+                stored = _measurement(s, study, key)
+            if stored is None or stored.trial_number != trial_number:
+                raise
 
+    @resilient
     def set_trial_number(self, study: str, key: str, trial_number: int) -> None:
         with self.session() as s:
             row = s.scalars(
@@ -271,6 +341,7 @@ class Store:
             row.trial_number = trial_number
 
     # claims: how workers share a study
+    @resilient
     def claim(
         self, study: str, key: str, trial_number: int | None, worker: str,
         budget: int, counted: set[str],
@@ -293,6 +364,7 @@ class Store:
             s.add(ClaimRow(study=study, key=key, trial_number=trial_number, worker=worker))
         return "claimed"
 
+    @resilient
     def release_key(self, study: str, key: str) -> None:
         """Give back a claim whose worker is gone (the baseline's, which has no trial)."""
         with self.session() as s:
@@ -301,10 +373,12 @@ class Store:
                 if _measurement(s, study, key) is None:
                     s.delete(row)
 
+    @resilient
     def claims(self, study: str) -> list[ClaimRow]:
         with self.session() as s:
             return list(s.scalars(select(ClaimRow).where(ClaimRow.study == study)))
 
+    @resilient
     def release(self, study: str, trial_number: int) -> None:
         """Give back the claim of a trial that died before its measurement was stored."""
         with self.session() as s:
@@ -314,10 +388,12 @@ class Store:
                 s.delete(claim)
 
     # exports
+    @resilient
     def add_export(self, study: str, policy: str, fmt: str, key: str, content: str) -> None:
         with self.session() as s:
             s.add(ExportRow(study=study, policy=policy, format=fmt, key=key, content=content))
 
+    @resilient
     def exports(self, study: str) -> list[ExportRow]:
         with self.session() as s:
             query = select(ExportRow).where(ExportRow.study == study).order_by(ExportRow.id)

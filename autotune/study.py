@@ -17,19 +17,20 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune import runner
 from autotune.environment import fingerprint
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measurement import Measurement
 from autotune.spec import StudySpec
-from autotune.store import Store, mask
+from autotune.store import Store, mask, retrying
 from autotune.strategy import Strategy
 
 if TYPE_CHECKING:
     import optuna
 
+T = TypeVar("T")
 METRICS = {"compile": "compile_s", "latency": "latency_ms", "memory": "memory_mb"}
 MAX_REPEATS_IN_A_ROW = 8
 # A running trial's heartbeat; a trial silent for GRACE_S is stale, its worker presumed dead.
@@ -153,6 +154,11 @@ class Search:
         self.store.add_run(self.name, self.environment)
         self.study = open_study(self.store, self.name, spec, len(self.members), self._release)
         self.rng = random.Random(spec.settings.seed)
+        self.store.retry = True  # from here on, a lost connection is waited out, not fatal
+
+    def _db(self, fn: Callable[[], T], what: str) -> T:
+        """An Optuna storage call that outlasts a database restart (see store.retrying)."""
+        return retrying(fn, what, self.store.url)
 
     def _release(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """Optuna's stale-trial callback: a dead worker's strategy goes back to the pool."""
@@ -191,6 +197,10 @@ class Search:
             raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
         return m
 
+    def tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
+        """Tell Optuna, retried until it is stored (a finished measurement is never lost)."""
+        self._db(lambda: self._tell(trial, m, repeat_of), "tell")
+
     def _tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
         import optuna
 
@@ -202,7 +212,7 @@ class Search:
             trial.set_user_attr("repeat_of", repeat_of)
         if not m.ok:
             trial.set_user_attr("reason", m.reason[:2000])
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
         trial.set_user_attr("speedup", m.speedup)
         trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
@@ -211,46 +221,53 @@ class Search:
         trial.set_user_attr("latency_ms_measured", m.latency.median_ms if m.latency else None)
         base = self.baseline()
         baseline_ms = base.latency.median_ms if base.latency else None
-        self.study.tell(trial, objective_values(m, self.spec.objectives, baseline_ms))
+        values = objective_values(m, self.spec.objectives, baseline_ms)
+        self.study.tell(trial, values, skip_if_finished=True)
 
     def step(self, on_strategy: Callable[[str], None] = print) -> tuple[Strategy, str]:
         """Ask for one trial and answer it. Returns the strategy and what happened:
         ``measured``, ``repeat`` (stored values reused), or ``taken`` (another worker's)."""
         import optuna
 
-        trial = self.study.ask()
-        beat = Heartbeat(self.study, trial)
+        trial = self._db(self.study.ask, "ask")
+        beat = self._db(lambda: Heartbeat(self.study, trial), "heartbeat")
         try:
-            strategy = self.spec.space.suggest(trial)
+            strategy = self._db(lambda: self.spec.space.suggest(trial), "suggest")
             row = self.store.measurement(self.name, strategy.key)
             if row is not None and row.trial_number is not None:
                 on_strategy(f"repeat {strategy.key}")
-                self._tell(trial, Measurement.from_dict(row.payload), row.trial_number)
+                self.tell(trial, Measurement.from_dict(row.payload), row.trial_number)
                 return strategy, "repeat"
             if row is not None:  # the baseline, measured before any trial: this trial is it
                 m = Measurement.from_dict(row.payload)
                 self.store.set_trial_number(self.name, strategy.key, trial.number)
-                self._tell(trial, m, None)
+                self.tell(trial, m, None)
                 return strategy, "measured"
             target = min(self.spec.trials, len(self.members))
             verdict = self.store.claim(
                 self.name, strategy.key, trial.number, self.worker, target, self.keys
             )
             if verdict != "claimed":
-                trial.set_user_attr("key", strategy.key)
-                trial.set_user_attr("skipped", f"{verdict} by another worker"
-                                    if verdict == "taken" else "the budget is spent")  # fmt: skip
-                self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                why = "taken by another worker" if verdict == "taken" else "the budget is spent"
+
+                def skip() -> None:
+                    trial.set_user_attr("key", strategy.key)
+                    trial.set_user_attr("skipped", why)
+                    self.study.tell(trial, state=optuna.trial.TrialState.PRUNED,
+                                    skip_if_finished=True)  # fmt: skip
+
+                self._db(skip, "tell")
                 return strategy, "taken"
             on_strategy(f"measuring {strategy.key}")
             m = self.measure(strategy)
             self.store.add_measurement(self.name, strategy.key, trial.number, m.to_dict())
-            self._tell(trial, m, None)
+            self.tell(trial, m, None)
             return strategy, "measured"
         except BaseException:
-            trial.set_user_attr("reason", "interrupted before it was measured")
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            self.store.release(self.name, trial.number)
+            with contextlib.suppress(Exception):  # best effort: the heartbeat covers the rest
+                trial.set_user_attr("reason", "interrupted before it was measured")
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+                self.store.release(self.name, trial.number)
             raise
         finally:
             beat.stop()
@@ -262,7 +279,8 @@ class Search:
         taken = self.claimed()
         left = [s for s in self.members if s.key not in taken]
         for s in left if all_of_them else self.rng.sample(left, min(1, len(left))):
-            self.study.enqueue_trial(Space.params(s), skip_if_exists=True)
+            params = Space.params(s)
+            self._db(lambda p=params: self.study.enqueue_trial(p, skip_if_exists=True), "enqueue")
 
     def run(self, progress: bool = True, max_measure: int | None = None) -> Outcome:
         """Measure the baseline, then trials until the budget, time or space runs out (or,
@@ -272,7 +290,8 @@ class Search:
         start = time.monotonic()
         self.baseline()
         if "none" in self.keys and self.store.measurement(self.name, "none").trial_number is None:
-            self.study.enqueue_trial({"granularity": "none"}, skip_if_exists=True)
+            none = {"granularity": "none"}
+            self._db(lambda: self.study.enqueue_trial(none, skip_if_exists=True), "enqueue")
         if self.spec.sampler == "grid":
             self.enqueue_unclaimed(all_of_them=True)
         target = min(self.spec.trials, len(self.members))
@@ -281,7 +300,7 @@ class Search:
         stopped = "budget"
         try:
             while True:
-                optuna.storages.fail_stale_trials(self.study)  # dead workers' trials
+                self._db(lambda: optuna.storages.fail_stale_trials(self.study), "stale check")
                 done = len(self.measured())
                 if done >= target:
                     stopped = "exhausted" if done >= len(self.members) else "budget"

@@ -30,7 +30,7 @@ def test_schema_is_created_with_a_version_and_a_prefix(tmp_path: Path) -> None:
     tables = set(sqlalchemy.inspect(store.engine).get_table_names())
     ours = {t for t in tables if t.startswith("autotune_")}
     assert ours == {"autotune_meta", "autotune_studies", "autotune_runs",
-                    "autotune_measurements", "autotune_exports"}  # fmt: skip
+                    "autotune_measurements", "autotune_exports", "autotune_claims"}  # fmt: skip
     store.add_study("s", {"model": {"name": "toy-64"}}, {"torch": "x"})
     store.add_run("s", {"torch": "x"})
     store.add_measurement("s", "none", 0, {"status": "ok"})

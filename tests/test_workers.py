@@ -152,3 +152,35 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
     assert study.trials[killed_trial].state.name == "FAIL"  # through the heartbeat
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
     assert max(_measured_once(url, "killed").values()) == 1
+
+
+def test_workers_outlast_a_database_restart(postgres, tmp_path: Path) -> None:
+    import time
+
+    url = postgres.url
+    (tmp_path / "s.toml").write_text(
+        SPEC.format(trials=10, study="restart").replace("iters = 3", "iters = 30")
+    )
+    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
+                          str(tmp_path / "s.toml"), "--storage", url],
+                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    workers = [_worker(tmp_path, url, "restart") for _ in range(2)]
+    deadline = time.time() + 180
+    while len(Store(url).measurements("restart")) < 3 and time.time() < deadline:
+        time.sleep(0.5)
+    postgres.pg_ctl("stop", "-m", "fast")  # every connection drops
+    time.sleep(6)
+    postgres.pg_ctl("start")
+    outs = [w.communicate(timeout=600) for w in workers]
+    errs = "".join(err for _, err in outs)
+    assert all(w.returncode == 0 for w in workers), errs[-3000:]
+    assert "unreachable" in errs and "retrying" in errs  # the retry path was taken
+    assert "Traceback" not in errs and PASSWORD not in errs
+    rows = Store(url).measurements("restart")
+    assert len(rows) == 10 and len({r.key for r in rows}) == 10  # nothing lost or doubled
+    study = optuna.load_study(study_name="restart", storage=url)
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    assert max(_measured_once(url, "restart").values()) == 1
+    told = {t.user_attrs["key"] for t in study.trials if t.state.name == "COMPLETE"}
+    assert {r.key for r in rows if r.status == "ok"} <= told  # every measurement reached Optuna
