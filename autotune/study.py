@@ -396,6 +396,20 @@ class Progress:
         self.bar.close()
 
 
+def live_workers(store: Store, name: str) -> int:
+    """Workers measuring right now: running trials whose heartbeat is fresh (one per worker)."""
+    import optuna
+
+    quiet_optuna()
+    try:
+        study = optuna.load_study(study_name=name, storage=store.url)
+    except KeyError:
+        return 0
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    stale = set(study._storage._get_stale_trial_ids(study._study_id)) if running else set()
+    return len([t for t in running if t._trial_id not in stale])
+
+
 def overview(store: Store) -> list[dict[str, Any]]:
     """Every study in the storage with its progress: measured strategies against the budget."""
     rows = []
@@ -411,6 +425,7 @@ def overview(store: Store) -> list[dict[str, Any]]:
             "ok": statuses.count("ok"),
             "failed": len(statuses) - statuses.count("ok"),
             "runs": len(store.runs(study.name)),
+            "live workers": live_workers(store, study.name),
             "last": last.isoformat(timespec="seconds") if last else "",
         })  # fmt: skip
     return rows

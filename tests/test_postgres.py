@@ -31,6 +31,10 @@ def test_a_search_runs_unchanged_on_postgresql(postgres, in_tmp: Path, capsys) -
     assert PASSWORD not in out.out + out.err
     assert PASSWORD not in Path("b.json").read_text()
     assert "autotune:***@" in json.loads(Path("b.json").read_text())["autotune"]["storage"]
+    assert row["live workers"] == 0
+    assert main(["dashboard", "--storage", url, "--study", "pg-toy", "-o", "d.html"]) == 0
+    page = Path("d.html").read_text()
+    assert PASSWORD not in page and "autotune:***@" in page
 
 
 def test_bad_postgresql_urls_are_one_line_with_the_password_masked(postgres, in_tmp, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -133,6 +134,9 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
         else:
             raise AssertionError("the first worker never reached the slow strategy")
         time.sleep(2)
+        from autotune.study import live_workers
+
+        assert live_workers(Store(url), "killed") == 1
         children = psutil.Process(doomed.pid).children(recursive=True)
         doomed.kill()  # SIGKILL, mid-trial
         doomed.wait()
@@ -184,3 +188,74 @@ def test_workers_outlast_a_database_restart(postgres, tmp_path: Path) -> None:
     assert max(_measured_once(url, "restart").values()) == 1
     told = {t.user_attrs["key"] for t in study.trials if t.state.name == "COMPLETE"}
     assert {r.key for r in rows if r.status == "ok"} <= told  # every measurement reached Optuna
+
+
+def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    env.pop("AUTOTUNE_STORAGE", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers", "4",
+         "--backend", "eager,aot_eager", "--granularity", "none,full,regional", "--dynamic",
+         "none", "--fullgraph", "false", "--iters", "3", "--workers", "2", "--no-progress",
+         "--study", "two"], capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "share its cores" in out.stderr  # the CPU warning
+    assert "locked" not in out.stderr and "Traceback" not in out.stderr
+    store = Store(f"sqlite:///{tmp_path}/studies/autotune.db")
+    rows = store.measurements("two")
+    assert len(rows) == 5 and len({r.key for r in rows}) == 5
+    assert len({c.worker for c in store.claims("two") if c.key != "none"}) == 2
+    assert (tmp_path / "studies" / "two" / "best.json").is_file()
+
+
+def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Path) -> None:
+    import sqlalchemy
+
+    url = postgres.url
+    _submit(tmp_path, url, "elsewhere", 2)
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as c:  # as if the first worker had been an H100 machine
+        c.execute(sqlalchemy.text(
+            "UPDATE autotune_studies SET environment = :e WHERE name = 'elsewhere'"),
+            {"e": json.dumps({"torch": "2.13.0", "cuda": "12.8", "device": "cuda",
+                              "device_name": "NVIDIA H100 80GB HBM3"})},
+        )  # fmt: skip
+    _, err = _worker(tmp_path, url, "elsewhere").communicate(timeout=120)
+    assert "this machine differs from the study's" in err and "--force" in err
+    assert err.count("\n") == 1 and Store(url).measurements("elsewhere") == []
+    forced = _worker(tmp_path, url, "elsewhere", "--force")
+    _, err = forced.communicate(timeout=300)
+    assert forced.returncode == 0, err[-2000:]
+    assert len(Store(url).measurements("elsewhere")) == 2
+
+
+def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
+    import time
+
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers",
+            "4", "--backend", "eager,aot_eager", "--granularity", "none,full,regional,nested",
+            "--dynamic", "none,false", "--fullgraph", "false", "--iters", "30", "--trials",
+            "7", "--no-progress", "--study", "resume"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": ROOT, "AUTOTUNE_HEARTBEAT_S": "1",
+           "AUTOTUNE_GRACE_S": "3"}  # fmt: skip
+    env.pop("AUTOTUNE_STORAGE", None)
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    db = f"sqlite:///{tmp_path}/studies/autotune.db"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        time.sleep(0.3)
+        if (tmp_path / "studies" / "autotune.db").exists():
+            claims, rows = Store(db).claims("resume"), Store(db).measurements("resume")
+            if len(rows) >= 3 and len(claims) > len(rows):  # mid-trial
+                break
+    first.kill()  # kill -9, mid-study
+    first.wait()
+    before = {r.key: r.id for r in Store(db).measurements("resume")}
+    again = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    after = {r.key: r.id for r in Store(db).measurements("resume")}
+    assert len(after) == 7 and all(after[k] == v for k, v in before.items())
+    study = optuna.load_study(study_name="resume", storage=db)
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
