@@ -96,11 +96,7 @@ def open_study(
     """Create or load the Optuna study in the same database as autotune's tables."""
     import optuna
 
-    quiet_optuna()
-    storage = optuna.storages.RDBStorage(
-        store.url, engine_kwargs=_engine_kwargs(store.url), heartbeat_interval=HEARTBEAT_S,
-        grace_period=GRACE_S, heartbeat_stale_trial_callback=on_stale,
-    )  # fmt: skip
+    storage = rdb_storage(store.url, on_stale)
     sampler = make_sampler(spec.sampler, spec.settings.seed, size)
     if not create:
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
@@ -110,6 +106,19 @@ def open_study(
     )  # fmt: skip
     study.set_metric_names([METRICS[o] for o in spec.objectives])
     return study
+
+
+def rdb_storage(
+    url: str, on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
+) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the study database, with heartbeats for stale-trial detection."""
+    import optuna
+
+    quiet_optuna()
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs=_engine_kwargs(url), heartbeat_interval=HEARTBEAT_S,
+        grace_period=GRACE_S, heartbeat_stale_trial_callback=on_stale,
+    )  # fmt: skip
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -400,9 +409,8 @@ def live_workers(store: Store, name: str) -> int:
     """Workers measuring right now: running trials whose heartbeat is fresh (one per worker)."""
     import optuna
 
-    quiet_optuna()
     try:
-        study = optuna.load_study(study_name=name, storage=store.url)
+        study = optuna.load_study(study_name=name, storage=rdb_storage(store.url))
     except KeyError:
         return 0
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
