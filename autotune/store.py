@@ -316,6 +316,18 @@ class Store:
             return list(s.scalars(query.order_by(MeasurementRow.id)))
 
     @resilient
+    def measured_keys(self, study: str) -> set[str]:
+        """The keys measured in a study (cheap: no payloads)."""
+        with self.session() as s:
+            query = select(MeasurementRow.key).where(MeasurementRow.study == study)
+            return set(s.scalars(query))
+
+    @resilient
+    def claimed_keys(self, study: str) -> set[str]:
+        with self.session() as s:
+            return set(s.scalars(select(ClaimRow.key).where(ClaimRow.study == study)))
+
+    @resilient
     def add_measurement(
         self, study: str, key: str, trial_number: int | None, payload: dict[str, Any]
     ) -> None:
@@ -331,14 +343,17 @@ class Store:
                 raise
 
     @resilient
-    def set_trial_number(self, study: str, key: str, trial_number: int) -> None:
+    def adopt(self, study: str, key: str, trial_number: int) -> bool:
+        """Make a measurement taken before any trial (the baseline) this trial's, atomically:
+        of several workers asking at once, exactly one gets True."""
         with self.session() as s:
-            row = s.scalars(
-                select(MeasurementRow).where(
-                    MeasurementRow.study == study, MeasurementRow.key == key
-                )
-            ).one()
-            row.trial_number = trial_number
+            done = s.execute(
+                update(MeasurementRow)
+                .where(MeasurementRow.study == study, MeasurementRow.key == key,
+                       MeasurementRow.trial_number.is_(None))
+                .values(trial_number=trial_number)
+            )  # fmt: skip
+            return done.rowcount == 1
 
     # claims: how workers share a study
     @resilient

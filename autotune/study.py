@@ -179,11 +179,11 @@ class Search:
 
     def measured(self) -> set[str]:
         """Keys of the space's strategies measured so far (the study's progress)."""
-        return {r.key for r in self.store.measurements(self.name)} & self.keys
+        return self.store.measured_keys(self.name) & self.keys
 
     def claimed(self) -> set[str]:
         """Keys of the space's strategies measured or being measured by some worker."""
-        return {c.key for c in self.store.claims(self.name)} & self.keys
+        return self.store.claimed_keys(self.name) & self.keys
 
     def measure(self, strategy: Strategy) -> Measurement:
         spec = self.spec
@@ -213,21 +213,21 @@ class Search:
     def _tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
         import optuna
 
-        trial.set_user_attr("strategy", m.strategy)
+        # few attributes: Optuna writes each one in a transaction of its own
         trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
-        trial.set_user_attr("status", m.status)
-        trial.set_user_attr("worker", self.worker)
+        details = {"strategy": m.strategy, "status": m.status, "worker": self.worker}
         if repeat_of is not None:
             trial.set_user_attr("repeat_of", repeat_of)
         if not m.ok:
             trial.set_user_attr("reason", m.reason[:2000])
+            trial.set_user_attr("autotune", details)
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
-        trial.set_user_attr("speedup", m.speedup)
+        details.update(speedup=m.speedup, latency_ms_measured=m.latency and m.latency.median_ms)
+        trial.set_user_attr("autotune", details)
         trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
         if self.spec.max_memory_mb is not None and m.memory is not None:
             trial.set_constraint("memory", m.memory.compiled_peak_mb - self.spec.max_memory_mb)
-        trial.set_user_attr("latency_ms_measured", m.latency.median_ms if m.latency else None)
         base = self.baseline()
         baseline_ms = base.latency.median_ms if base.latency else None
         values = objective_values(m, self.spec.objectives, baseline_ms)
@@ -249,9 +249,12 @@ class Search:
                 return strategy, "repeat"
             if row is not None:  # the baseline, measured before any trial: this trial is it
                 m = Measurement.from_dict(row.payload)
-                self.store.set_trial_number(self.name, strategy.key, trial.number)
-                self.tell(trial, m, None)
-                return strategy, "measured"
+                if self.store.adopt(self.name, strategy.key, trial.number):
+                    self.tell(trial, m, None)
+                    return strategy, "measured"
+                first = self.store.measurement(self.name, strategy.key)  # another worker's
+                self.tell(trial, m, first.trial_number if first else None)
+                return strategy, "repeat"
             target = min(self.spec.trials, len(self.members))
             verdict = self.store.claim(
                 self.name, strategy.key, trial.number, self.worker, target, self.keys
@@ -307,9 +310,12 @@ class Search:
         bar = Progress(target, len(self.measured()), progress)
         measured = repeats = in_a_row = 0
         stopped = "budget"
+        checked = 0.0
         try:
             while True:
-                self._db(lambda: optuna.storages.fail_stale_trials(self.study), "stale check")
+                if time.monotonic() - checked >= HEARTBEAT_S:  # dead workers' trials
+                    self._db(lambda: optuna.storages.fail_stale_trials(self.study), "stale check")
+                    checked = time.monotonic()
                 done = len(self.measured())
                 if done >= target:
                     stopped = "exhausted" if done >= len(self.members) else "budget"
@@ -332,7 +338,7 @@ class Search:
                 repeats += what == "repeat"
                 measured += what == "measured"
                 in_a_row = 0 if what == "measured" else in_a_row + 1
-                if what == "measured":
+                if what == "measured" and progress:  # the best so far costs a full read
                     bar.advance(len(self.measured()), strategy.key, self.best_so_far())
         except KeyboardInterrupt:
             stopped = "interrupted"

@@ -1,0 +1,122 @@
+"""Coordination overhead of many workers on one study in PostgreSQL.
+
+    python bench/coordination.py [--storage postgresql://...] [--workers 1,4,8]
+
+Without --storage it starts a throw-away PostgreSQL server (Debian's binaries, as the tests
+do). For each worker count it creates a study from the recorded toy-64 grid
+(bench/results/toy64-grid.db) and runs that many worker processes on it. Each measurement is
+looked up in the record and padded with a short sleep that stands in for a trial, so what is
+left is coordination. Per step (one asked trial) it reports the worker's own time outside the
+measurement and outside idle waiting: Optuna's ask/tell with the sampler, the atomic claim,
+heartbeats, the stale-trial check and autotune's SQL. Target: <= 50 ms per trial at 8 workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RECORD = f"sqlite:///{ROOT}/bench/results/toy64-grid.db"
+
+
+def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> None:
+    import autotune.study as st
+    from autotune.measurement import Measurement
+    from autotune.store import Store
+
+    record = {r.key: Measurement.from_dict(r.payload) for r in Store(RECORD).measurements(
+        "toy64-grid")}  # fmt: skip
+    sleep = time.sleep
+    waited = [0.0]
+
+    def idle(seconds: float) -> None:  # the loop's waits for other workers' trials
+        waited[0] += seconds
+        sleep(seconds)
+
+    st.time.sleep = idle  # type: ignore[assignment]
+    search = st.join(study, url, force=True)
+    inside = [0.0]
+
+    def measure(strategy):  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        sleep(pad_s)
+        m = record[strategy.key]
+        inside[0] += time.perf_counter() - start
+        return m
+
+    search.measure = measure  # type: ignore[method-assign]
+    steps = [0]
+    step = search.step
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        steps[0] += 1
+        return step(*args)
+
+    search.step = counted  # type: ignore[method-assign]
+    start = time.perf_counter()
+    outcome = search.run(progress=False)
+    total = time.perf_counter() - start
+    out.put((steps[0], outcome.measured, total - inside[0] - waited[0]))
+
+
+def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> list[float]:
+    from autotune.spec import StudySpec
+    from autotune.store import Store
+    from autotune.study import submit
+
+    spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec)
+    spec = StudySpec.from_dict({**spec.to_dict(), "trials": trials, "sampler": sampler,
+                                "study": f"coord-{sampler}-{count}-{os.getpid()}"})  # fmt: skip
+    name = submit(spec, url)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(url, name, pad_s, out)) for _ in range(count)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join()
+    measured = len(Store(url).measured_keys(name))  # rows in the database, not worker claims
+    per_step = [r[2] / r[0] * 1e3 for r in results if r[0]]
+    steps = sum(r[0] for r in results)
+    median, worst = statistics.median(per_step), max(per_step)
+    row = f"| {sampler} | {count} | {measured} | {steps} | {median:.1f} ms | {worst:.1f} ms |"
+    print(row, flush=True)
+    return per_step
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--storage")
+    p.add_argument("--workers", default="1,4,8")
+    p.add_argument("--trials", type=int, default=48, help="strategies each study measures")
+    p.add_argument("--samplers", default="random,tpe")
+    p.add_argument("--pad", type=float, default=0.5, help="seconds standing in for a trial")
+    args = p.parse_args()
+    server = None
+    url = args.storage
+    if url is None:
+        from tests import postgres
+
+        server = postgres.start()
+        url = server.url
+    try:
+        print("| sampler | workers | measured | steps | coordination per step (median over "
+              "workers) | worst worker |\n| --- | --- | --- | --- | --- | --- |")  # fmt: skip
+        for sampler in args.samplers.split(","):
+            for count in (int(c) for c in args.workers.split(",")):
+                run(url, count, args.trials, args.pad, sampler)
+    finally:
+        if server is not None:
+            postgres.stop(server)
+
+
+if __name__ == "__main__":
+    main()
