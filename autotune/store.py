@@ -157,7 +157,7 @@ class OfStudy:
 
 
 class RunRow(OfStudy, Base):
-    """One process that worked on a study (a search or, later, a worker)."""
+    """One process that worked on a study: a search or a worker."""
 
     __tablename__ = "autotune_runs"
     environment: Mapped[dict[str, Any]]
