@@ -179,10 +179,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
-    if args.study is None and args.space is None and args.model is None:
-        raise ConfigError("give --model")
     flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
-    flags["time_budget"] = args.time_budget
     spec = StudySpec.from_sources(args.space, **flags)
     catalog.check(spec.model)
     if args.format not in export.FORMATS:

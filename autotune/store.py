@@ -40,7 +40,7 @@ from sqlalchemy.exc import (
     OperationalError,
     SQLAlchemyError,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column
 
 from autotune.errors import StorageError
 
@@ -166,25 +166,30 @@ class RunRow(OfStudy, Base):
     started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-class MeasurementRow(OfStudy, Base):
+class OfStrategy(OfStudy):
+    """Columns of a row about one canonical strategy of a study: at most one per key."""
+
+    key: Mapped[str] = mapped_column(String(256))
+    trial_number: Mapped[int | None]
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple:  # a constraint of each table's own
+        return (UniqueConstraint("study", "key"),)
+
+
+class MeasurementRow(OfStrategy, Base):
     """A measured canonical strategy: unique per study, so nothing is measured twice."""
 
     __tablename__ = "autotune_measurements"
-    __table_args__ = (UniqueConstraint("study", "key"),)
-    key: Mapped[str] = mapped_column(String(256))
-    trial_number: Mapped[int | None]
     status: Mapped[str] = mapped_column(String(32))
     payload: Mapped[dict[str, Any]]
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-class ClaimRow(OfStudy, Base):
+class ClaimRow(OfStrategy, Base):
     """A strategy taken by one worker: unique per study, so no two workers measure it."""
 
     __tablename__ = "autotune_claims"
-    __table_args__ = (UniqueConstraint("study", "key"),)
-    key: Mapped[str] = mapped_column(String(256))
-    trial_number: Mapped[int | None]
     worker: Mapped[str] = mapped_column(String(256))
     claimed_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 

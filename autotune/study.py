@@ -163,6 +163,7 @@ class Search:
         self.store.add_run(self.name, self.environment)
         self.study = open_study(self.store, self.name, spec, len(self.members), self._release)
         self.rng = random.Random(spec.settings.seed)
+        self._baseline: Measurement | None = None  # stored once, never changes: read once
         self.store.retry = True  # from here on, a lost connection is waited out, not fatal
 
     def _db(self, fn: Callable[[], T], what: str) -> T:
@@ -191,6 +192,8 @@ class Search:
 
     def baseline(self) -> Measurement:
         """The eager baseline, measured once per study (by whichever worker claims it)."""
+        if self._baseline is not None:
+            return self._baseline
         deadline = time.monotonic() + self.spec.settings.timeout_s + 2 * GRACE_S
         while (row := self.store.measurement(self.name, "none")) is None:
             verdict = self.store.claim(self.name, "none", None, self.worker, 1, set())
@@ -204,6 +207,7 @@ class Search:
         m = Measurement.from_dict(row.payload)
         if not m.ok:
             raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
+        self._baseline = m
         return m
 
     def tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
