@@ -246,7 +246,7 @@ def importance_info(store: Store, study: str) -> dict[str, float]:
     """Optuna's parameter importances for latency, once there are enough completed trials."""
     import optuna
 
-    from autotune.study import quiet_optuna
+    from autotune.trials import quiet_optuna
 
     quiet_optuna()
     try:

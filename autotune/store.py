@@ -29,7 +29,9 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    literal,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.engine import Engine, make_url
@@ -328,9 +330,13 @@ class Store:
             return set(s.scalars(query))
 
     @resilient
-    def claimed_keys(self, study: str) -> set[str]:
+    def progress(self, study: str) -> tuple[set[str], set[str]]:
+        """The keys measured, and the keys claimed (measured or being measured): one query."""
+        measured = select(MeasurementRow.key, literal("m")).where(MeasurementRow.study == study)
+        claimed = select(ClaimRow.key, literal("c")).where(ClaimRow.study == study)
         with self.session() as s:
-            return set(s.scalars(select(ClaimRow.key).where(ClaimRow.study == study)))
+            rows = s.execute(union_all(measured, claimed)).all()
+        return {key for key, kind in rows if kind == "m"}, {key for key, _ in rows}
 
     @resilient
     def add_measurement(
@@ -374,12 +380,10 @@ class Store:
         """
         with self.session() as s:
             s.execute(update(StudyRow).where(StudyRow.name == study).values(name=StudyRow.name))
-            if s.scalars(
-                select(ClaimRow).where(ClaimRow.study == study, ClaimRow.key == key)
-            ).first():
+            held = set(s.scalars(select(ClaimRow.key).where(ClaimRow.study == study)))
+            if key in held:
                 return "taken"
-            held = s.scalars(select(ClaimRow.key).where(ClaimRow.study == study)).all()
-            if len(set(held) & counted) >= budget and key in counted:
+            if len(held & counted) >= budget and key in counted:
                 return "budget"
             s.add(ClaimRow(study=study, key=key, trial_number=trial_number, worker=worker))
         return "claimed"
@@ -427,7 +431,7 @@ def _measurement(s: Session, study: str, key: str) -> MeasurementRow | None:
 
 def _engine(url: str) -> Engine:
     if make_url(url).get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url)  # no pings: a lost connection fails and is retried
     engine = create_engine(url, connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")

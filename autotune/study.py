@@ -14,7 +14,6 @@ import socket
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,8 +23,15 @@ from autotune.environment import fingerprint
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measurement import Measurement
 from autotune.spec import StudySpec
-from autotune.store import Store, mask, retrying
+from autotune.store import MeasurementRow, Store, mask, retrying
 from autotune.strategy import Strategy
+from autotune.trials import (
+    GRACE_S,
+    HEARTBEAT_S,
+    Heartbeat,
+    TrialStorage,
+    live_workers,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -33,9 +39,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 METRICS = {"compile": "compile_s", "latency": "latency_ms", "memory": "memory_mb"}
 MAX_REPEATS_IN_A_ROW = 8
-# A running trial's heartbeat; a trial silent for GRACE_S is stale, its worker presumed dead.
-HEARTBEAT_S = int(os.environ.get("AUTOTUNE_HEARTBEAT_S", "5"))
-GRACE_S = int(os.environ.get("AUTOTUNE_GRACE_S", "30"))
 POLL_S = 2.0  # how often a worker with nothing to claim looks again
 # The fields of the environment that make measurements comparable.
 COMPARABLE = ("torch", "cuda", "device", "device_name")
@@ -78,53 +81,17 @@ def make_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def quiet_optuna() -> None:
-    """autotune shows its own progress: Optuna's per-trial log lines and warnings are noise."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # autotune records heartbeats itself around each ask/tell trial (see Heartbeat)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-
-
-def open_study(
-    store: Store, name: str, spec: StudySpec, size: int,
-    on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
-    *, create: bool = True,
-) -> optuna.Study:  # fmt: skip
+def open_study(storage: TrialStorage, name: str, spec: StudySpec, size: int) -> optuna.Study:
     """Create or load the Optuna study in the same database as autotune's tables."""
     import optuna
 
-    storage = rdb_storage(store.url, on_stale)
-    sampler = make_sampler(spec.sampler, spec.settings.seed, size)
-    if not create:
-        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     study = optuna.create_study(
-        storage=storage, study_name=name, sampler=sampler, load_if_exists=True,
+        storage=storage, study_name=name, load_if_exists=True,
+        sampler=make_sampler(spec.sampler, spec.settings.seed, size),
         directions=["minimize"] * len(spec.objectives),
     )  # fmt: skip
     study.set_metric_names([METRICS[o] for o in spec.objectives])
     return study
-
-
-def rdb_storage(
-    url: str, on_stale: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
-) -> optuna.storages.RDBStorage:
-    """Optuna's storage on the study database, with heartbeats for stale-trial detection."""
-    import optuna
-
-    quiet_optuna()
-    return optuna.storages.RDBStorage(
-        url, engine_kwargs=_engine_kwargs(url), heartbeat_interval=HEARTBEAT_S,
-        grace_period=GRACE_S, heartbeat_stale_trial_callback=on_stale,
-    )  # fmt: skip
-
-
-def _engine_kwargs(url: str) -> dict[str, Any]:
-    return (
-        {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    )
 
 
 def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
@@ -161,9 +128,12 @@ class Search:
         if stored is not None and not stored.environment:  # submitted: the first joiner's
             self.store.set_environment(self.name, self.environment)
         self.store.add_run(self.name, self.environment)
-        self.study = open_study(self.store, self.name, spec, len(self.members), self._release)
+        self.trials = TrialStorage(self.store.url, self._release)
+        self.study = open_study(self.trials, self.name, spec, len(self.members))
         self.rng = random.Random(spec.settings.seed)
         self._baseline: Measurement | None = None  # stored once, never changes: read once
+        self._measurements: dict[str, MeasurementRow] = {}
+        self._seen: set[str] | None = None  # the keys measured, as progress last saw them
         self.store.retry = True  # from here on, a lost connection is waited out, not fatal
 
     def _db(self, fn: Callable[[], T], what: str) -> T:
@@ -182,9 +152,21 @@ class Search:
         """Keys of the space's strategies measured so far (the study's progress)."""
         return self.store.measured_keys(self.name) & self.keys
 
-    def claimed(self) -> set[str]:
-        """Keys of the space's strategies measured or being measured by some worker."""
-        return self.store.claimed_keys(self.name) & self.keys
+    def progress(self) -> tuple[set[str], set[str]]:
+        """Keys of the space's strategies measured, and measured or being measured (claimed)."""
+        measured, claimed = self.store.progress(self.name)
+        self._seen = measured
+        return measured & self.keys, claimed & self.keys
+
+    def measurement(self, key: str) -> MeasurementRow | None:
+        """The stored measurement of a strategy. A trial's never changes: it is read once.
+        A key the last ``progress`` did not list is taken as unmeasured (the claim checks)."""
+        if key not in self._measurements and self._seen is not None and key not in self._seen:
+            return None
+        row = self._measurements.get(key) or self.store.measurement(self.name, key)
+        if row is not None and row.trial_number is not None:
+            self._measurements[key] = row
+        return row
 
     def measure(self, strategy: Strategy) -> Measurement:
         spec = self.spec
@@ -212,7 +194,14 @@ class Search:
 
     def tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
         """Tell Optuna, retried until it is stored (a finished measurement is never lost)."""
-        self._db(lambda: self._tell(trial, m, repeat_of), "tell")
+        self._end(lambda: self._tell(trial, m, repeat_of))
+
+    def _end(self, tell: Callable[[], None]) -> None:
+        import optuna
+
+        # ended already: a retried commit that had landed, or failed as stale by a peer
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            self._db(tell, "tell")
 
     def _tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
         import optuna
@@ -242,11 +231,16 @@ class Search:
         ``measured``, ``repeat`` (stored values reused), or ``taken`` (another worker's)."""
         import optuna
 
-        trial = self._db(self.study.ask, "ask")
-        beat = self._db(lambda: Heartbeat(self.study, trial), "heartbeat")
+        with self.trials.one_read():  # Optuna and the sampler read the trials once
+            trial = self._db(self.study.ask, "ask")
+            try:
+                strategy = self._db(lambda: self.spec.space.suggest(trial), "suggest")
+            except BaseException:
+                self._abandon(trial)
+                raise
+        beat = None
         try:
-            strategy = self._db(lambda: self.spec.space.suggest(trial), "suggest")
-            row = self.store.measurement(self.name, strategy.key)
+            row = self.measurement(strategy.key)
             if row is not None and row.trial_number is not None:
                 on_strategy(f"repeat {strategy.key}")
                 self.tell(trial, Measurement.from_dict(row.payload), row.trial_number)
@@ -259,6 +253,7 @@ class Search:
                 first = self.store.measurement(self.name, strategy.key)  # another worker's
                 self.tell(trial, m, first.trial_number if first else None)
                 return strategy, "repeat"
+            beat = self._db(lambda: Heartbeat(self.study, trial), "heartbeat")  # + its params
             target = min(self.spec.trials, len(self.members))
             verdict = self.store.claim(
                 self.name, strategy.key, trial.number, self.worker, target, self.keys
@@ -272,7 +267,7 @@ class Search:
                     self.study.tell(trial, state=optuna.trial.TrialState.PRUNED,
                                     skip_if_finished=True)  # fmt: skip
 
-                self._db(skip, "tell")
+                self._end(skip)
                 return strategy, "taken"
             on_strategy(f"measuring {strategy.key}")
             m = self.measure(strategy)
@@ -280,19 +275,27 @@ class Search:
             self.tell(trial, m, None)
             return strategy, "measured"
         except BaseException:
-            with contextlib.suppress(Exception):  # best effort: the heartbeat covers the rest
-                trial.set_user_attr("reason", "interrupted before it was measured")
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-                self.store.release(self.name, trial.number)
+            self._abandon(trial)
             raise
         finally:
-            beat.stop()
+            if beat is not None:
+                beat.stop()
+
+    def _abandon(self, trial: optuna.trial.Trial) -> None:
+        """Fail a trial interrupted before its measurement was stored, and free its strategy
+        (best effort: the heartbeat covers the rest)."""
+        import optuna
+
+        with contextlib.suppress(Exception):
+            trial.set_user_attr("reason", "interrupted before it was measured")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            self.store.release(self.name, trial.number)
 
     def enqueue_unclaimed(self, all_of_them: bool = False) -> None:
         """Queue strategies nobody has taken: all (grid), or one at random (sampler stuck)."""
         from autotune.space import Space
 
-        taken = self.claimed()
+        _, taken = self.progress()
         left = [s for s in self.members if s.key not in taken]
         for s in left if all_of_them else self.rng.sample(left, min(1, len(left))):
             params = Space.params(s)
@@ -320,7 +323,8 @@ class Search:
                 if time.monotonic() - checked >= HEARTBEAT_S:  # dead workers' trials
                     self._db(lambda: optuna.storages.fail_stale_trials(self.study), "stale check")
                     checked = time.monotonic()
-                done = len(self.measured())
+                measured_keys, claimed_keys = self.progress()
+                done = len(measured_keys)
                 if done >= target:
                     stopped = "exhausted" if done >= len(self.members) else "budget"
                     break
@@ -331,7 +335,7 @@ class Search:
                 if limit is not None and time.monotonic() - start >= limit:
                     stopped = "time"
                     break
-                if len(self.claimed()) >= target:  # the rest is in other workers' hands
+                if len(claimed_keys) >= target:  # the rest is in other workers' hands
                     bar.now("waiting for other workers")
                     time.sleep(POLL_S)
                     continue
@@ -359,26 +363,6 @@ class Search:
         except AutotuneError:
             return "—"
         return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"
-
-
-class Heartbeat:
-    """Records a running trial's heartbeat, so a killed worker's trial is seen to be stale."""
-
-    def __init__(self, study: optuna.Study, trial: optuna.trial.Trial) -> None:
-        self.storage, self.trial_id = study._storage, trial._trial_id
-        self.storage.record_heartbeat(self.trial_id)
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True)
-        self.thread.start()
-
-    def _beat(self) -> None:
-        while not self.done.wait(HEARTBEAT_S):
-            with contextlib.suppress(Exception):  # a dropped connection: the next beat retries
-                self.storage.record_heartbeat(self.trial_id)
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
 
 
 class Progress:
@@ -415,19 +399,6 @@ class Progress:
         self.bar.close()
 
 
-def live_workers(store: Store, name: str) -> int:
-    """Workers measuring right now: running trials whose heartbeat is fresh (one per worker)."""
-    import optuna
-
-    try:
-        study = optuna.load_study(study_name=name, storage=rdb_storage(store.url))
-    except KeyError:
-        return 0
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    stale = set(study._storage._get_stale_trial_ids(study._study_id)) if running else set()
-    return len([t for t in running if t._trial_id not in stale])
-
-
 def overview(store: Store) -> list[dict[str, Any]]:
     """Every study in the storage with its progress: measured strategies against the budget."""
     rows = []
@@ -443,7 +414,7 @@ def overview(store: Store) -> list[dict[str, Any]]:
             "ok": statuses.count("ok"),
             "failed": len(statuses) - statuses.count("ok"),
             "runs": len(store.runs(study.name)),
-            "live workers": live_workers(store, study.name),
+            "live workers": live_workers(store.url, study.name),
             "last": last.isoformat(timespec="seconds") if last else "",
         })  # fmt: skip
     return rows
@@ -461,7 +432,7 @@ def submit(spec: StudySpec, storage: str | None) -> str:
         raise ConfigError(f"a study named {name!r} exists already in {mask(store.url)}")
     members = spec.space.validate(spec.workload.device)
     store.add_study(name, spec.to_dict(), {})
-    open_study(store, name, spec, len(members))
+    open_study(TrialStorage(store.url), name, spec, len(members))
     return name
 
 

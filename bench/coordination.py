@@ -6,9 +6,11 @@ Without --storage it starts a throw-away PostgreSQL server (Debian's binaries, a
 do). For each worker count it creates a study from the recorded toy-64 grid
 (bench/results/toy64-grid.db) and runs that many worker processes on it. Each measurement is
 looked up in the record and padded with a short sleep that stands in for a trial, so what is
-left is coordination. Per step (one asked trial) it reports the worker's own time outside the
-measurement and outside idle waiting: Optuna's ask/tell with the sampler, the atomic claim,
-heartbeats, the stale-trial check and autotune's SQL. Target: <= 50 ms per trial at 8 workers.
+left is coordination. Per step (one asked trial: measured, a repeat, or a strategy another
+worker holds) it reports the worker's database time, the issue's measure of coordination: wall
+time inside the PostgreSQL driver (statements, commits), timed in each worker. Beside it: the
+round trips, and all the worker's time outside the measurement and idle waiting (the database
+plus Optuna's sampler and SQLAlchemy in Python). Target: <= 50 ms per trial at 8 workers.
 """
 
 from __future__ import annotations
@@ -24,6 +26,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RECORD = f"sqlite:///{ROOT}/bench/results/toy64-grid.db"
+
+
+class DatabaseClock:
+    """Wall time and round trips inside the PostgreSQL driver: every statement (with the BEGIN
+    that psycopg sends before a transaction's first one), commit and rollback (the pool's
+    rollback of an idle connection sends nothing, so it is not counted)."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.seconds, self.calls = 0.0, 0
+        for cls, names in ((psycopg.Cursor, ("execute", "executemany")),
+                           (psycopg.Connection, ("commit", "rollback"))):  # fmt: skip
+            for name in names:
+                setattr(cls, name, self._timed(getattr(cls, name)))
+
+    def _timed(self, call):  # type: ignore[no-untyped-def]
+        def timed(owner, *args, **kwargs):  # type: ignore[no-untyped-def]
+            connection = getattr(owner, "connection", owner)
+            idle = connection.pgconn.transaction_status == 0  # a no-op: psycopg sends nothing
+            start = time.perf_counter()
+            try:
+                return call(owner, *args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += not (idle and call.__name__ == "rollback")
+
+        return timed
 
 
 def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> None:
@@ -60,10 +90,13 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
         return step(*args)
 
     search.step = counted  # type: ignore[method-assign]
+    clock = DatabaseClock()
     start = time.perf_counter()
     outcome = search.run(progress=False)
     total = time.perf_counter() - start
-    out.put((steps[0], outcome.measured, total - inside[0] - waited[0]))
+    out.put({"steps": steps[0], "measured": outcome.measured, "repeats": outcome.repeats,
+             "coordination_s": total - inside[0] - waited[0], "db_s": clock.seconds,
+             "calls": clock.calls})  # fmt: skip
 
 
 def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> list[float]:
@@ -84,12 +117,17 @@ def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> list[f
     for p in procs:
         p.join()
     measured = len(Store(url).measured_keys(name))  # rows in the database, not worker claims
-    per_step = [r[2] / r[0] * 1e3 for r in results if r[0]]
-    steps = sum(r[0] for r in results)
-    median, worst = statistics.median(per_step), max(per_step)
-    row = f"| {sampler} | {count} | {measured} | {steps} | {median:.1f} ms | {worst:.1f} ms |"
+    total = {k: sum(r[k] for r in results) for k in results[0]}
+    taken = total["steps"] - total["measured"] - total["repeats"]
+    db = [r["db_s"] / r["steps"] * 1e3 for r in results if r["steps"]]  # per step, per worker
+    coordination = [r["coordination_s"] / r["steps"] * 1e3 for r in results if r["steps"]]
+    row = (f"| {sampler} | {count} | {measured} | {total['steps']} ({total['repeats']} repeats, "
+           f"{taken} taken) | {total['calls'] / total['steps']:.0f} | "
+           f"{statistics.median(db):.1f} ms | {max(db):.1f} ms | "
+           f"{total['db_s'] / measured * 1e3:.0f} ms | "
+           f"{statistics.median(coordination):.1f} ms |")  # fmt: skip
     print(row, flush=True)
-    return per_step
+    return db
 
 
 def main() -> None:
@@ -108,8 +146,10 @@ def main() -> None:
         server = postgres.start()
         url = server.url
     try:
-        print("| sampler | workers | measured | steps | coordination per step (median over "
-              "workers) | worst worker |\n| --- | --- | --- | --- | --- | --- |")  # fmt: skip
+        print("| sampler | workers | measured | steps | round trips per step | database time "
+              "per step (median over workers) | worst worker | database time per measured "
+              "strategy (all workers) | all coordination per step (median) |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
         for sampler in args.samplers.split(","):
             for count in (int(c) for c in args.workers.split(",")):
                 run(url, count, args.trials, args.pad, sampler)

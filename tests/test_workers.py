@@ -134,9 +134,9 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
         else:
             raise AssertionError("the first worker never reached the slow strategy")
         time.sleep(2)
-        from autotune.study import live_workers
+        from autotune.trials import live_workers
 
-        assert live_workers(Store(url), "killed") == 1
+        assert live_workers(url, "killed") == 1
         children = psutil.Process(doomed.pid).children(recursive=True)
         doomed.kill()  # SIGKILL, mid-trial
         doomed.wait()
