@@ -127,8 +127,7 @@ class TrialStorage(optuna.storages.RDBStorage):
                                       datetime_start=_utc(started))
                 .returning(trials.c.trial_id, trials.c.number)
             ).one()  # fmt: skip
-            beat = models.TrialHeartbeatModel.__table__
-            session.execute(insert(beat).values(trial_id=trial_id, heartbeat=func.now()))
+            _heartbeat(session, trial_id)
         trial = FrozenTrial(
             number=number, state=TrialState.RUNNING, value=None, values=None,
             datetime_start=started, datetime_complete=None, params={}, distributions={},
@@ -258,8 +257,7 @@ class TrialStorage(optuna.storages.RDBStorage):
                 if pending:
                     _update_running(session, trial_id, TrialState.RUNNING, None)  # lock it
                     _write(session, trial_id, pending)
-                beat = {"trial_id": trial_id, "heartbeat": _now(session)}
-                _upsert(session, models.TrialHeartbeatModel, [], [beat])
+                _heartbeat(session, trial_id)
             if pending:
                 self._pending[trial_id] = _Pending()
 
@@ -308,10 +306,10 @@ class TrialStorage(optuna.storages.RDBStorage):
             )  # fmt: skip
             if done.rowcount != 1:
                 return False
-            beat = {"trial_id": trial_id, "heartbeat": _now(session)}
-            _upsert(session, models.TrialHeartbeatModel, [], [beat])
+            _heartbeat(session, trial_id)
             row = models.TrialModel.find_or_raise_by_id(trial_id, session)
-            frozen, study_id = self._build_frozen_trial_from_trial_model(row), row.study_id
+            frozen = _frozen(row, list(session.execute(_contents([trial_id]))))
+            study_id = row.study_id
         with self._lock:
             self._open[trial_id], self._study_of[trial_id] = frozen, study_id
             self._pending[trial_id] = _Pending()
@@ -353,7 +351,7 @@ def _write(session: Session, trial_id: int, pending: _Pending) -> None:
         rows = [
             {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()
         ]
-        _upsert(session, model, ["key"], rows)  # fmt: skip
+        _upsert(session, model, ["key"], rows)
 
 
 UPSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
@@ -430,9 +428,10 @@ def _frozen(row: models.TrialModel, parts: list[Any]) -> FrozenTrial:
     )  # fmt: skip
 
 
-def _now(session: Session) -> Any:
-    """The database's clock, as heartbeats use it: inside the statement where it can be."""
-    return func.now() if _dialect(session) in UPSERT else session.execute(func.now()).scalar()
+def _heartbeat(session: Session, trial_id: int) -> None:
+    """A trial's heartbeat at the database's clock (inside the statement where it can be)."""
+    now = func.now() if _dialect(session) in UPSERT else session.execute(func.now()).scalar()
+    _upsert(session, models.TrialHeartbeatModel, [], [{"trial_id": trial_id, "heartbeat": now}])
 
 
 def _utc(local: datetime.datetime | None) -> datetime.datetime | None:
