@@ -13,8 +13,8 @@ import optuna
 import psutil
 import pytest
 
-from autotune.export import candidates, pareto
 from autotune.measurement import Measurement
+from autotune.selection import candidates, pareto
 from autotune.study import Search
 from tests.conftest import fast_spec
 
@@ -130,10 +130,12 @@ def _running_child(proc: subprocess.Popen, db: Path) -> int:
 
 
 def _gone(pid: int) -> bool:
+    """Ended: no such process, or a zombie (dead, waiting for whoever adopted it to reap it)."""
     for _ in range(50):
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
             return True
         time.sleep(0.1)
     return False
