@@ -79,6 +79,8 @@ class Search:
         self, spec: StudySpec, storage: str | None, *, force: bool = False,
         name: str | None = None, save_spec: bool = True,
     ) -> None:  # fmt: skip
+        self.members = spec.space.validate(spec.workload.device)  # bad input: before any file
+        self.keys = {s.key for s in self.members}
         self.environment = fingerprint(spec.workload.device)
         self.name = name or spec.study_name(self.environment)
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -89,16 +91,17 @@ class Search:
             check_environment(row.environment, self.environment, force)
         saved = resumable(stored, spec, self.name)
         self.spec = spec  # this run's space may be narrower than the study's (saved.space)
-        self.members = spec.space.validate(spec.workload.device)
-        self.keys = {s.key for s in self.members}
         if save_spec or row is None:
             self.store.add_study(self.name, saved.to_dict(), self.environment)
         if row is not None and not row.environment:  # submitted: the first joiner's
             self.store.set_environment(self.name, self.environment)
         self.store.add_run(self.name, self.environment)
         self.coord = Coordinator(self.store, self.name, self.worker)
+        # a lone search is reproducible; workers that join a study each sample differently,
+        # or they would all propose the same strategy at the same moment
+        seed = spec.settings.seed if save_spec else hash((spec.settings.seed, self.worker))
         self.study, self.sampler = trials.open_study(
-            self.store.url, self.name, saved.space, spec.sampler, spec.settings.seed,
+            self.store.url, self.name, saved.space, spec.sampler, seed % 2**31,
             len(self.members), len(spec.objectives), [METRICS[o] for o in spec.objectives],
         )  # fmt: skip
         self._baseline: Measurement | None = None  # stored once, never changes: read once

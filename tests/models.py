@@ -110,3 +110,9 @@ def nudge_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         return type(out)((first, *out[1:]))
 
     return run
+
+
+def sleepy_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend that takes 3 s to compile (a trial long enough to freeze a worker in)."""
+    time.sleep(3)
+    return gm

@@ -1,25 +1,8 @@
-"""Coordination: what the processes that share a study agree on through its database.
-
-- **Claims.** A worker takes a strategy before measuring it, in one transaction with the check
-  of the study's budget; a retried commit recognises its own claim.
-- **Liveness.** A claim in flight carries a heartbeat, the database clock's time of its
-  worker's last beat (:class:`Pulse`, every ``HEARTBEAT_S``).
-- **Reaping.** A claim silent for ``GRACE_S`` belongs to a dead, frozen or cut-off worker: a
-  live worker fails its trial through Optuna's public ``tell`` and hands the strategy back. A
-  worker reaps only after it has itself reached the database for ``GRACE_S`` in a row, so a
-  database outage, which silences everyone, reaps no one.
-- **Adoption.** A measurement stored without a live trial (the eager baseline, measured before
-  any trial, or the result of a worker that came back after its trial was failed) is adopted
-  by exactly one later trial, so every measurement ends as one COMPLETE trial.
-- **Local workers** for ``search --workers K``.
-"""
+"""Claims: how workers take strategies, store what they measured, adopt measurements that no
+trial holds, and reap the trials of workers that went silent."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,41 +10,18 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Float, delete, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
-from autotune.errors import ConfigError
+from autotune.coordination import liveness
+from autotune.coordination.liveness import Pulse
 from autotune.store import ClaimRow, MeasurementRow, Store, StudyRow, resilient
 
 if TYPE_CHECKING:
     import optuna
     from sqlalchemy.orm import Session
 
-HEARTBEAT_S = float(os.environ.get("AUTOTUNE_HEARTBEAT_S", "5"))
-GRACE_S = float(os.environ.get("AUTOTUNE_GRACE_S", "30"))
-REAP_S = max(HEARTBEAT_S, GRACE_S / 3)  # how often a worker looks for dead workers' trials
-# The fields of the environment that make measurements comparable (the device by its kind).
-COMPARABLE = ("torch", "cuda", "device", "device_name")
 _EPOCH = {  # the database's clock, in seconds since the epoch
     "postgresql": "extract(epoch from clock_timestamp())",
     "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
 }
-
-
-def comparable(environment: dict[str, Any]) -> dict[str, Any]:
-    """The fields that must agree, with ``cuda:1`` read as ``cuda`` (the index is no hardware)."""
-    values = {k: environment.get(k) for k in COMPARABLE}
-    values["device"] = str(values["device"] or "").partition(":")[0] or None
-    return values
-
-
-def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
-    """Refuse to mix measurements from another GPU, CPU or torch, unless forced."""
-    a, b = comparable(stored), comparable(here)
-    differ = [k for k in COMPARABLE if a[k] != b[k]]
-    if differ and not force:
-        detail = ", ".join(f"{k}: study {a[k]!r} vs here {b[k]!r}" for k in differ)
-        raise ConfigError(
-            f"this machine differs from the study's ({detail}); mixed measurements would be "
-            "meaningless (use --force to join anyway)"
-        )
 
 
 @dataclass(frozen=True)
@@ -84,6 +44,7 @@ class Coordinator:
         self._clock = literal_column(epoch, Float) if epoch else None
         self.pulse = Pulse(self)
         self._suspects: dict[int, float] = {}  # running trials with no claim, first seen
+        self._looked = 0.0  # when the running trials were last read (that read is not cheap)
 
     def _now(self) -> Any:
         return self._clock if self._clock is not None else time.time()
@@ -231,7 +192,7 @@ class Coordinator:
     def live_workers(self) -> int:
         """Workers measuring right now: those with a claim beaten within ``GRACE_S``."""
         with self.store.session() as s:
-            fresh = ClaimRow.heartbeat >= self._now() - GRACE_S
+            fresh = ClaimRow.heartbeat >= self._now() - liveness.GRACE_S
             query = select(ClaimRow.worker).where(ClaimRow.study == self.study, fresh)
             return len(set(s.scalars(query)))
 
@@ -258,7 +219,7 @@ class Coordinator:
         with self.store.session() as s:
             rows = list(s.scalars(select(ClaimRow).where(ClaimRow.study == self.study)))
             now = s.execute(select(self._clock)).scalar() if self._clock is not None else None
-        threshold = (now if now is not None else time.time()) - GRACE_S
+        threshold = (now if now is not None else time.time()) - liveness.GRACE_S
         stale = [c for c in rows if c.worker != self.worker and c.heartbeat is not None
                  and c.heartbeat < threshold]  # fmt: skip
         return stale, {c.trial_number for c in rows if c.trial_number is not None}
@@ -269,7 +230,7 @@ class Coordinator:
         for adoption): only if the claim is still silent, checked under the study's lock."""
         with self.store.session() as s:
             self._lock(s)
-            silent = (ClaimRow.id == claim.id, ClaimRow.heartbeat < self._now() - GRACE_S)
+            silent = (ClaimRow.id == claim.id, ClaimRow.heartbeat < self._now() - liveness.GRACE_S)
             found = self._measurement(s, claim.key)
             if found is None:
                 s.execute(delete(ClaimRow).where(*silent))
@@ -282,13 +243,16 @@ class Coordinator:
     def _orphans(self, study: optuna.Study, claimed: set[int]) -> int:
         from optuna.trial import TrialState
 
-        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         now = time.monotonic()
+        if now - self._looked < liveness.GRACE_S / 2:
+            return 0
+        self._looked = now
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         seen = {t.number for t in running if t.number not in claimed}
         self._suspects = {n: self._suspects.get(n, now) for n in seen}
         ended = 0
         for number, since in self._suspects.items():
-            if now - since >= GRACE_S:
+            if now - since >= liveness.GRACE_S:
                 ended += _fail(study, number) == "FAIL"
         return ended
 
@@ -298,82 +262,3 @@ def _fail(study: optuna.Study, number: int) -> str:
     from optuna.trial import TrialState
 
     return study.tell(number, state=TrialState.FAIL, skip_if_finished=True).state.name
-
-
-class Pulse:
-    """A thread that beats this worker's claims every ``HEARTBEAT_S`` and knows for how long
-    the database has answered in a row."""
-
-    def __init__(self, coordinator: Coordinator) -> None:
-        self.coordinator = coordinator
-        self.since: float | None = time.monotonic()  # reached the database (at start-up)
-        self.stop_event = threading.Event()
-        self.thread: threading.Thread | None = None
-
-    def steady(self) -> bool:
-        """Has this worker reached the database for ``GRACE_S`` in a row?"""
-        return self.since is not None and time.monotonic() - self.since >= GRACE_S
-
-    def _run(self) -> None:
-        while not self.stop_event.wait(HEARTBEAT_S):
-            self.beat()
-
-    def beat(self) -> None:
-        try:
-            self.coordinator.beat()
-        except Exception:  # cut off: the reaper waits GRACE_S after the database is back
-            self.since = None
-            return
-        if self.since is None:
-            self.since = time.monotonic()
-
-    def __enter__(self) -> Pulse:
-        if self.thread is None:
-            self.stop_event.clear()
-            self.thread = threading.Thread(target=self._run, daemon=True, name="autotune-pulse")
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop_event.set()
-        if self.thread is not None:
-            self.thread.join()
-            self.thread = None
-
-
-class LocalWorkers:
-    """``search --workers K``: K worker processes on this machine, one per GPU where there
-    are GPUs, joined to the study through its storage URL (passed in the environment, which
-    ``ps`` does not show)."""
-
-    def __init__(self, study: str, url: str, devices: list[str]) -> None:
-        env = {**os.environ, "AUTOTUNE_STORAGE": url}
-        argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study, "--no-progress"]
-        self.procs = [
-            subprocess.Popen([*argv, "--device", d], stdin=subprocess.DEVNULL, env=env)
-            for d in devices
-        ]
-
-    @staticmethod
-    def devices(device: str, count: int) -> list[str]:
-        """``cuda:0``, ``cuda:1``, … round the visible GPUs; the same CPU for every worker."""
-        if count < 1:
-            raise ConfigError("--workers must be at least 1")
-        if not device.startswith("cuda"):
-            return [device] * count
-        import torch
-
-        return [f"cuda:{i % torch.cuda.device_count()}" for i in range(count)]
-
-    def running(self) -> bool:
-        return any(p.poll() is None for p in self.procs)
-
-    def stop(self) -> None:
-        """Each worker stops as cleanly as on Ctrl-C."""
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            p.wait()
-
-    def failures(self) -> list[int]:
-        return [p.returncode for p in self.procs if p.returncode != 0]
