@@ -338,14 +338,3 @@ def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     assert len(after) == 7 and all(after[k] == v for k, v in before.items())
     study = optuna.load_study(study_name="resume", storage=db)
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
-
-
-def test_the_baseline_is_adopted_by_exactly_one_trial(tmp_path: Path) -> None:
-    """Several workers may each enqueue the eager trial; only one may call it its own."""
-    from autotune.measurement import Measurement
-
-    store = Store(f"sqlite:///{tmp_path}/a.db")
-    store.add_study("a", {}, {})
-    store.add_measurement("a", "none", None, Measurement({}, {}, {}, "ok").to_dict())
-    assert [store.adopt("a", "none", n) for n in (3, 4, 5)] == [True, False, False]
-    assert store.measurement("a", "none").trial_number == 3
