@@ -35,8 +35,9 @@ study = "{study}"
 """
 
 
-def _submit(tmp: Path, url: str, study: str, trials: int) -> None:
-    (tmp / "s.toml").write_text(SPEC.format(trials=trials, study=study))
+def _submit(tmp: Path, url: str, study: str, trials: int, spec: str | None = None) -> None:
+    """Submit a study: SPEC with its budget and name, or the given spec file's text."""
+    (tmp / "s.toml").write_text(spec or SPEC.format(trials=trials, study=study))
     out = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "submit", "--space", str(tmp / "s.toml"),
          "--storage", url], capture_output=True, text=True, cwd=tmp,
@@ -131,11 +132,7 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
     import psutil
 
     url = postgres.url
-    (tmp_path / "s.toml").write_text(SLOW)
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
-                          str(tmp_path / "s.toml"), "--storage", url],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    _submit(tmp_path, url, "", 0, SLOW)
     fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "4"}
     os.environ.update(fast)
     try:
@@ -180,13 +177,13 @@ def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) 
     import time
 
     url = postgres.url
-    (tmp_path / "s.toml").write_text(
-        SPEC.format(trials=10, study="outage").replace("iters = 3", "iters = 30")
+    _submit(
+        tmp_path,
+        url,
+        "",
+        0,
+        SPEC.format(trials=10, study="outage").replace("iters = 3", "iters = 30"),
     )
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
-                          str(tmp_path / "s.toml"), "--storage", url],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr
     workers = [_worker(tmp_path, url, "outage") for _ in range(3)]
     deadline = time.time() + 180
     while len(Store(url).measurements("outage")) < 3 and time.time() < deadline:
@@ -232,11 +229,7 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
     import psutil
 
     url = postgres.url
-    (tmp_path / "s.toml").write_text(FROZEN)
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
-                          str(tmp_path / "s.toml"), "--storage", url],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    _submit(tmp_path, url, "", 0, FROZEN)
     fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "10"}
     os.environ.update(fast)
     try:
