@@ -12,6 +12,7 @@ line why not. The file is exactly torch's bytes: plain torch loads it too.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -147,10 +148,16 @@ def prepare(data: dict[str, Any], json_path: str | Path) -> bool:
     if payload is not None:
         import torch
 
+        quiet = logging.getLogger("torch.compiler")  # torch logs its refusal with a traceback
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
         try:
-            torch.compiler.load_cache_artifacts(payload)
-            return True
-        except Exception as exc:  # torch's own checks refused it
+            if torch.compiler.load_cache_artifacts(payload) is not None:
+                return True
+            why = f"cache artefact {block.get('file')} failed to load (torch refused it)"
+        except Exception as exc:
             why = f"cache artefact {block.get('file')} failed to load ({type(exc).__name__})"
+        finally:
+            quiet.setLevel(level)
     warnings.warn(f"{why}: compiling cold", CacheWarning, stacklevel=3)
     return False
