@@ -8,13 +8,26 @@ child with empty caches, a warm child in the cold one's cache directories, and a
 child in empty ones that loads the cold one's saved artefact first. Repeats run round-robin.
 It ends with what counting restarts does to the choice: ``cold + (S-1) warm + S C latency``
 against eager's ``S C latency`` for a few services of S starts and C calls per start.
+
+    python bench/warm.py --cases "" --ship-dir 3
+
+measures the alternative for a CPU, whose mega-cache lacks the C++ kernels: a cold start in
+cache directory A, A copied to a new path B (as into a container image), then a start with
+``TORCHINDUCTOR_CACHE_DIR=B`` (plain ``python -m autotune.child`` processes).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from autotune.catalog import ModelRef
 from autotune.measurement import Measurement
@@ -61,13 +74,55 @@ def line(r: int, name: str, m: Measurement) -> str:
     )
 
 
+def child_start(folder: str, tag: str, caches: str) -> Measurement:
+    """One toy-64 full inductor start as a plain child process with the given cache folder."""
+    spec = {
+        "strategy": Strategy.create("full", "inductor").to_dict(),
+        "model": ModelRef("toy-64").to_dict(), "workload": Workload(device="cpu").to_dict(),
+        "iters": 5, "warmup": 1, "seed": 0,
+    }  # fmt: skip
+    spec_path, result_path = os.path.join(folder, f"{tag}.spec"), os.path.join(folder, tag)
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": caches}
+    subprocess.run([sys.executable, "-m", "autotune.child", spec_path, result_path], env=env,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    with open(result_path) as f:
+        return Measurement.from_dict(json.load(f))
+
+
+def ship_dir(repeats: int) -> None:
+    """Cold in A; A copied to B; a start in B: what shipping the cache directory buys."""
+    print("\nshipping the cache directory (toy-64 full, inductor):")
+    for r in range(repeats):
+        with tempfile.TemporaryDirectory() as folder:
+            a, b = os.path.join(folder, "a"), os.path.join(folder, "image", "cache")
+            cold = child_start(folder, "cold", a)
+            shutil.copytree(a, b)
+            size = sum(f.stat().st_size for f in Path(b).rglob("*") if f.is_file()) / 2**20
+            shipped = child_start(folder, "shipped", b)
+            c = shipped.cache
+            print(
+                f"  repeat {r + 1}: cold {cold.compile_s:.2f} s, start from the copied directory "
+                f"{shipped.compile_s:.2f} s ({shipped.compile_s / cold.compile_s:.2f} of cold), "
+                f"FX hit/miss {c['fxgraph_cache_hit']}/{c['fxgraph_cache_miss']}, backend "
+                f"{shipped.phases.get('backend_s', 0):.2f} s, directory {size:.2f} MiB",
+                flush=True,
+            )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--cases", default="toy,gemma")
+    p.add_argument("--ship-dir", type=int, default=0, help="repeats of the directory probe")
     args = p.parse_args()
-    cases = [c for name in args.cases.split(",") for c in CASES[name]]
+    cases = [c for name in args.cases.split(",") if name for c in CASES[name]]
+    if args.ship_dir:
+        ship_dir(args.ship_dir)
+    if not cases:
+        return
     runs: dict[str, list[Measurement]] = {label(ref, g): [] for ref, _, g in cases}
     began = time.perf_counter()
     for r in range(args.repeats):
@@ -104,7 +159,7 @@ def main() -> None:
             f"{pr:.2f} | {dyn:.0%} | {counts} | {size:.2f} MiB | {added:.1f} s |"
         )
 
-    print("\nbreak-even: calls after which a start pays for itself against eager ")
+    print("\nbreak-even: calls after which a start pays for itself against eager")
     for name in runs:
         saved_ms = med(name, lambda m: m.eager_latency.median_ms - m.latency.median_ms)
         costs = [
