@@ -1,11 +1,14 @@
 """Cold vs warm vs portable starts, per strategy, as ratios to cold, with the cache counters.
 
-    python bench/warm.py [--repeats 3] [--iters 10] [--cases toy,gemma]
+    python bench/warm.py [--repeats 3] [--cases toy,gemma] [--raw FILE] [--tables FILE ...]
 
-Cases: toy-64 full, regional and nested (inductor, float32) and gemma-2b ``--layers 2``
-(bfloat16) full and regional. Each trial is autotune's own (autotune.runner.measure): a cold
-child with empty caches, a warm child in the cold one's cache directories, and a portable
-child in empty ones that loads the cold one's saved artefact first. Repeats run round-robin.
+Cases: toy-64 full, regional and nested (inductor, float32; 10 timed calls after 3 warm-ups)
+and gemma-2b ``--layers 2`` (bfloat16; 3 timed calls after 1 warm-up, since one bf16 call
+takes seconds on a CPU). Each trial is autotune's own (autotune.runner.measure): a cold child
+with empty caches, a warm child in the cold one's cache directories, and a portable child in
+empty ones that loads the cold one's saved artefact first. Repeats run round-robin within a
+case. ``--raw`` appends each measurement as a JSON line; ``--tables`` prints the tables from
+such files alone.
 It ends with what counting restarts does to the choice: ``cold + (S-1) warm + S C latency``
 against eager's ``S C latency`` for a few services of S starts and C calls per start.
 
@@ -35,12 +38,14 @@ from autotune.runner import Settings, measure
 from autotune.strategy import Strategy
 from autotune.workload import Workload
 
+TOY, GEMMA = Settings(iters=10, warmup=3), Settings(iters=3, warmup=1)
 CASES = {
     "toy": [
-        (ModelRef("toy-64"), Workload(device="cpu"), g) for g in ("full", "regional", "nested")
+        (ModelRef("toy-64"), Workload(device="cpu"), g, TOY)
+        for g in ("full", "regional", "nested")
     ],
     "gemma": [
-        (ModelRef("gemma-2b", layers=2), Workload(device="cpu", dtype="bfloat16"), g)
+        (ModelRef("gemma-2b", layers=2), Workload(device="cpu", dtype="bfloat16"), g, GEMMA)
         for g in ("full", "regional")
     ],
 }
@@ -114,34 +119,53 @@ def ship_dir(repeats: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--iters", type=int, default=10)
     p.add_argument("--cases", default="toy,gemma")
     p.add_argument("--ship-dir", type=int, default=0, help="repeats of the directory probe")
+    p.add_argument("--raw", help="append each measurement to this file as a JSON line")
+    p.add_argument("--tables", nargs="*", help="print the tables from --raw files, measure none")
     args = p.parse_args()
+    if args.tables:
+        runs: dict[str, list[Measurement]] = {}
+        for path in args.tables:
+            for text in Path(path).read_text().splitlines():
+                m = Measurement.from_dict(json.loads(text))
+                ref = ModelRef.from_dict(m.model)
+                runs.setdefault(label(ref, m.strategy["granularity"]), []).append(m)
+        tables(runs)
+        return
     cases = [c for name in args.cases.split(",") if name for c in CASES[name]]
     if args.ship_dir:
         ship_dir(args.ship_dir)
-    if not cases:
-        return
-    runs: dict[str, list[Measurement]] = {label(ref, g): [] for ref, _, g in cases}
+    runs = {label(ref, g): [] for ref, _, g, _ in cases}
     began = time.perf_counter()
-    for r in range(args.repeats):
-        for ref, workload, g in cases:
-            m = measure(ref, workload, Strategy.create(g, "inductor"), Settings(args.iters))
-            assert m.ok and m.accuracy and m.accuracy.passed, (g, m.status, m.reason)
-            assert all(m.starts[k].status == "ok" for k in ("warm", "portable")), m.starts
-            runs[label(ref, g)].append(m)
-            print(line(r, label(ref, g), m), flush=True)
-    print(f"\ntotal {time.perf_counter() - began:.0f} s")
+    for group in dict.fromkeys(args.cases.split(",")) if cases else ():
+        for r in range(args.repeats):
+            for ref, workload, g, settings in CASES[group]:
+                m = measure(ref, workload, Strategy.create(g, "inductor"), settings)
+                assert m.ok and m.accuracy and m.accuracy.passed, (g, m.status, m.reason)
+                assert all(m.starts[k].status == "ok" for k in ("warm", "portable")), m.starts
+                runs[label(ref, g)].append(m)
+                print(line(r, label(ref, g), m), flush=True)
+                if args.raw:
+                    with open(args.raw, "a") as f:
+                        f.write(json.dumps(m.to_dict()) + "\n")
+    if cases:
+        print(f"\ntotal {time.perf_counter() - began:.0f} s")
+        tables(runs)
+
+
+def tables(runs: dict[str, list[Measurement]]) -> None:
+    """The summary table, break-even calls and restarts, medians over the repeats."""
 
     def med(name: str, fn) -> float:  # type: ignore[no-untyped-def]
         return statistics.median(fn(m) for m in runs[name])
 
     print(
         "\n| strategy | cold | warm | portable (load) | warm / cold | portable / cold | dynamo "
-        "share of warm | FX hit/miss warm, portable | artefact | added wall |"
+        "share of warm | backend of portable | FX hit/miss warm, portable | artefact | added wall "
+        "(cold trial's wall) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, ms in runs.items():
         cold = med(name, lambda m: m.starts["cold"].compile_s)
         warm = med(name, lambda m: m.starts["warm"].compile_s)
@@ -151,12 +175,15 @@ def main() -> None:
         pr = med(name, lambda m: m.starts["portable"].compile_s / m.starts["cold"].compile_s)
         dyn = med(name, lambda m: m.starts["warm"].phases.get("dynamo_s", 0)
                   / m.starts["warm"].compile_s)  # fmt: skip
+        backend = med(name, lambda m: m.starts["portable"].phases.get("backend_s", 0))
         added = med(name, lambda m: m.starts["warm"].wall_s + m.starts["portable"].wall_s)
+        wall = med(name, lambda m: m.wall_s)
         size = med(name, lambda m: (m.artifact or {}).get("bytes", 0)) / 2**20
         counts = ", ".join(sorted({f"{hits(m, 'warm')} {hits(m, 'portable')}" for m in ms}))
         print(
             f"| {name} | {cold:.2f} s | {warm:.2f} s | {port:.2f} s ({load:.2f} s) | {wr:.2f} | "
-            f"{pr:.2f} | {dyn:.0%} | {counts} | {size:.2f} MiB | {added:.1f} s |"
+            f"{pr:.2f} | {dyn:.0%} | {backend:.2f} s | {counts} | {size:.2f} MiB | {added:.1f} s "
+            f"({wall:.1f} s) |"
         )
 
     print("\nbreak-even: calls after which a start pays for itself against eager")
