@@ -25,11 +25,17 @@ if TYPE_CHECKING:
 def apply(model: torch.nn.Module, how: Strategy | str | Path) -> torch.nn.Module:
     """Compile ``model`` as a :class:`Strategy` or an exported file (``best.json``) says.
 
-    Every granularity is honoured, ``nested`` included, which Accelerate cannot express.
+    Every granularity is honoured, ``nested`` included, which Accelerate cannot express. An
+    exported file's cache artefact (``best.cache.bin``) is loaded first when it fits this
+    machine, so the first call starts warm; otherwise one warning line says why, and the
+    compile goes on cold.
     """
-    from autotune import export
+    from autotune import artifact, export
 
-    strategy = how if isinstance(how, Strategy) else export.read(how)[0]
+    if isinstance(how, Strategy):
+        return _compile.apply(model, how)
+    strategy, data = export.read(how)
+    artifact.prepare(data, how)
     return _compile.apply(model, strategy)
 
 

@@ -77,7 +77,7 @@ def measure(spec: dict[str, Any]) -> Measurement:
     import torch
     import torch._dynamo.utils
 
-    from autotune import catalog, compile
+    from autotune import artifact, catalog, compile, starts
     from autotune.environment import fingerprint
 
     start = time.perf_counter()
@@ -96,6 +96,8 @@ def measure(spec: dict[str, Any]) -> Measurement:
     model, inputs = catalog.build(ref, workload)
     timings["build_s"] = time.perf_counter() - start
     eager_model = copy.deepcopy(model) if workload.kind == "train" else model
+    if spec.get("load_artifact"):  # a portable start: the saved caches, then the compile
+        result.load_s = artifact.load(spec["load_artifact"])
     compiled = compile.apply(model, strategy)
     result.regions = compile.count_regions(compiled)
     graphs = strategy.uses_cuda_graphs()
@@ -139,6 +141,9 @@ def measure(spec: dict[str, Any]) -> Measurement:
 
     result.graphs = metrics.graphs()
     result.phases = metrics.phases()
+    result.cache = starts.cache_counters()
+    if spec.get("save_artifact"):  # for a portable start, and for export to ship
+        result.artifact = artifact.save(spec["save_artifact"], workload.device)
     timings["child_s"] = time.perf_counter() - start
     result.timings = timings
     return result

@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dynamic", default="none", help="true, false or none")
     s.add_argument("--fullgraph", action="store_true", help="fail on any graph break")
     _add_timing_args(m)
+    m.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three "
+                   "where the backend caches)")  # fmt: skip
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
     r = sub.add_parser("search", help="search compile strategies; export the Pareto-best one")
@@ -85,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--sampler", help="tpe (default), nsga2, random or grid")
     se.add_argument("--objectives", help="compile,latency (default), optionally memory")
     se.add_argument("--max-memory", help="trials above this peak (e.g. 8GiB) are infeasible")
+    se.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three)")
     se.add_argument("--policy", help="knee (default), fastest, quickest, amortized:N, ...")
     se.add_argument("--force", action="store_true", help="join a study made on other hardware")
     se.add_argument("--no-progress", action="store_true", help="no live progress bar")
@@ -155,7 +158,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from autotune import report, runner
+    from autotune import report, runner, starts
     from autotune.strategy import Strategy
 
     ref, workload = model_and_workload(args)
@@ -163,9 +166,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph
     )
     strategy.validate()
-    settings = runner.Settings(args.iters, args.warmup, args.timeout, args.seed or 0)
+    settings = runner.Settings(
+        args.iters, args.warmup, args.timeout, args.seed or 0, args.starts or starts.STARTS
+    )
     if not args.json:
-        print(f"measuring {strategy.key} on {ref.name} (cold, in a fresh process)…", flush=True)
+        shown = ", ".join(settings.starts)
+        print(f"measuring {strategy.key} on {ref.name} ({shown}; fresh processes)…", flush=True)
     result = runner.measure(ref, workload, strategy, settings)
     print(json.dumps(result.to_dict(), indent=2) if args.json else report.summary(result))
     return 0 if result.status in ("ok", "not-applicable") else 1

@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autotune import artifact
 from autotune.errors import ConfigError
+from autotune.measurement import Measurement
 from autotune.selection import Point, choose
 from autotune.store import Store, mask
 from autotune.strategy import Strategy
@@ -105,17 +107,38 @@ def export(
     store: Store, study: str, policy: str = "knee", fmt: str = "accelerate",
     out: str | None = None, max_memory_mb: float | None = None,
 ) -> tuple[Path, Point, list[str]]:  # fmt: skip
-    """Write the chosen config (default ``studies/<study>/best.json``) and record the export."""
+    """Write the chosen config (default ``studies/<study>/best.json``), and beside a JSON one
+    the chosen trial's compile-cache artefact (``best.cache.bin``); record the export."""
     text, chosen, notes = document(store, study, policy, fmt, max_memory_mb)
     suffix = ".yaml" if fmt == "accelerate-yaml" else ".json"
     path = Path(out) if out else Path("studies") / study / f"best{suffix}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if fmt != "accelerate-yaml":
+            text, note = with_starts(store, study, chosen.key, text, path)
+            notes = [*notes, note] if note else notes
         path.write_text(text)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
     store.add_export(study, policy, fmt, chosen.key, text)
     return path, chosen, notes
+
+
+def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tuple[str, str]:
+    """The JSON export with what one start of the chosen strategy costs (cold, warm, portable)
+    and its cache artefact written beside ``path``; a note where there is none to ship."""
+    row = store.measurement(study, key)
+    if row is None:
+        return text, ""
+    m = Measurement.from_dict(row.payload)
+    data = json.loads(text)
+    costs = {k: m.start_s(k) for k in ("cold", "warm", "portable") if k in m.starts}
+    if costs:
+        data["autotune"]["start_s"] = costs
+    block, note = artifact.ship(m.artifact, path)
+    if block:
+        data["autotune"]["cache_artifact"] = block
+    return json.dumps(data, indent=2) + "\n", note
 
 
 def read(path: str | Path) -> tuple[Strategy, dict[str, Any]]:

@@ -79,6 +79,38 @@ class Memory:
 
 
 @dataclass
+class Start:
+    """One start of a strategy in a fresh process: ``cold`` (empty compile caches), ``warm``
+    (the cold start's cache directories) or ``portable`` (empty caches, then the cold start's
+    saved artefact loaded). ``compile_s`` is the start's first compiled call, plus ``load_s``
+    for a portable start. ``cache`` holds the process's cache hit/miss counters; ``phases``
+    its dynamo/backend split; ``latency`` a brief interleaved timing (not for cold, whose
+    timing is the measurement's own). ``measured`` is False where the backend keeps no cache
+    and the start is the cold compile again, ``note`` says why (or what went wrong)."""
+
+    kind: str
+    status: str = "ok"
+    compile_s: float | None = None
+    load_s: float = 0.0
+    cache: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    latency: Latency | None = None
+    eager_latency: Latency | None = None
+    speedup: float | None = None
+    measured: bool = True
+    note: str = ""
+    wall_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Start:
+        data = dict(data)
+        for name in ("latency", "eager_latency"):
+            if data.get(name) is not None:
+                data[name] = Latency(**data[name])
+        return cls(**data)
+
+
+@dataclass
 class Measurement:
     """One strategy measured once, cold, in a fresh process."""
 
@@ -101,6 +133,10 @@ class Measurement:
     timings: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None
     log_tail: str = ""
+    cache: dict[str, int] = field(default_factory=dict)  # this process's cache counters
+    load_s: float | None = None  # a portable start's load of the saved artefact
+    artifact: dict[str, Any] | None = None  # the saved cache artefact: sha256, bytes, where
+    starts: dict[str, Start] = field(default_factory=dict)  # cold, warm, portable
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -109,6 +145,22 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def start_s(self, kind: str) -> float | None:
+        """Seconds one ``cold``, ``warm`` or ``portable`` start costs (cold: ``compile_s``);
+        None where that start was not measured or failed."""
+        if kind == "cold":
+            return self.compile_s
+        start = self.starts.get(kind)
+        return start.compile_s if start is not None and start.status == "ok" else None
+
+    @property
+    def warm_s(self) -> float | None:
+        return self.start_s("warm")
+
+    @property
+    def portable_s(self) -> float | None:
+        return self.start_s("portable")
 
     @property
     def feasible(self) -> bool:
@@ -130,4 +182,5 @@ class Measurement:
         ):
             if data.get(name) is not None:
                 data[name] = kind(**data[name])
+        data["starts"] = {k: Start.from_dict(v) for k, v in (data.get("starts") or {}).items()}
         return cls(**data)

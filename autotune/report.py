@@ -49,6 +49,7 @@ def summary(m: Measurement) -> str:
         f"compile    {seconds(m.compile_s)} cold (eager first call {seconds(m.eager_first_s)})"
         + (f"; {phases}" if phases else "")
     )
+    lines += starts_lines(m)
     if m.latency and m.eager_latency:
         lat, eag = m.latency, m.eager_latency
         lines.append(
@@ -74,6 +75,34 @@ def summary(m: Measurement) -> str:
             f"atol {a.atol:g}, rtol {a.rtol:g}) {a.detail}".rstrip()
         )
     return "\n".join(lines)
+
+
+def _hit(cache: dict[str, int]) -> str:
+    hit, miss = cache.get("fxgraph_cache_hit", 0), cache.get("fxgraph_cache_miss", 0)
+    return f"FX graph cache {hit} hit{'s' * (hit != 1)}, {miss} miss{'es' * (miss != 1)}"
+
+
+def starts_lines(m: Measurement) -> list[str]:
+    """The warm and portable starts beside the cold compile, with their notes."""
+    later = [m.starts[k] for k in ("warm", "portable") if k in m.starts]
+    if not later:
+        return []
+    if not any(s.measured for s in later):
+        names = " = ".join(s.kind for s in later)
+        return [f"starts     {names} = cold: {later[0].note}"]
+    cold = m.compile_s or 0.0
+    parts = []
+    for s in later:
+        if s.status != "ok" or s.compile_s is None:
+            parts.append(f"{s.kind} {s.status}")
+            continue
+        ratio = f"{s.compile_s / cold:.2f}x cold, " if cold else ""
+        load = f"load {seconds(s.load_s)}, " if s.kind == "portable" else ""
+        parts.append(f"{s.kind} {seconds(s.compile_s)} ({ratio}{load}{_hit(s.cache)})")
+    size = (m.artifact or {}).get("bytes")
+    artefact = f"; artefact {size / 2**20:.2f} MiB" if size else ""
+    lines = ["starts     " + "; ".join(parts) + artefact]
+    return lines + [f"  note     {s.note}" for s in later if s.note]
 
 
 def front_table(front: Sequence[Any], chosen: str) -> str:

@@ -1,8 +1,11 @@
 """The parent side of a trial: one strategy measured in a fresh child process.
 
 The child gets empty Inductor and Triton cache directories (so every compile is cold and
-nothing is inherited) and a wall-clock timeout. Whatever way the child ends (an exception, an
-abort, a segfault, an out-of-memory kill, a hang), the parent gets a ``Measurement`` back.
+nothing is inherited) and a wall-clock timeout. Where the backend caches, up to two more
+children follow (:mod:`autotune.starts`): a warm start in the cold child's cache directories,
+and a portable start in empty ones that loads the artefact the cold child saved. Whatever way
+a child ends (an exception, an abort, a segfault, an out-of-memory kill, a hang), the parent
+gets a ``Measurement`` back.
 
 Children are forked from a multiprocessing forkserver that was started by exec (so it shares
 nothing with this process) and has only imported torch and dynamo: each trial skips seconds of
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune import child
+from autotune import artifact, child, starts
 from autotune.errors import NotApplicable
 from autotune.measurement import Measurement
 from autotune.strategy import Strategy
@@ -91,12 +94,54 @@ def _ended(returncode: int) -> str:
     return f"child exited with code {returncode} without a result"
 
 
+def _child(
+    spec: dict[str, Any], work: str, kind: str, caches: str, settings: Settings,
+    base: tuple[dict[str, Any], ...],
+) -> Measurement:  # fmt: skip
+    """One start in a fresh child with the cache directories under ``caches``."""
+    spec_path = os.path.join(work, f"{kind}-spec.json")
+    result_path, log_path = os.path.join(work, f"{kind}.json"), os.path.join(work, f"{kind}.log")
+    spec = {**spec, "launched": time.time()}
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    start = time.perf_counter()
+    proc = _server().Process(
+        target=child.entry, name="autotune-trial", daemon=False,
+        args=(spec_path, result_path, log_path, os.getcwd(), _paths(), _child_env(caches)),
+    )  # fmt: skip
+    proc.start()
+    try:
+        proc.join(timeout=settings.timeout_s)
+        if proc.exitcode is None:
+            _kill(proc)
+            proc.join()
+            return Measurement(
+                *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
+                wall_s=time.perf_counter() - start, log_tail=_tail(log_path),
+            )  # fmt: skip
+    finally:
+        _kill(proc)  # Ctrl-C or not, nothing of the child outlives the trial
+        if proc.pid is not None:
+            proc.join()
+    wall_s = time.perf_counter() - start
+    if not os.path.exists(result_path):
+        return Measurement(
+            *base, "crashed", reason=_ended(proc.exitcode), wall_s=wall_s,
+            log_tail=_tail(log_path),
+        )  # fmt: skip
+    with open(result_path) as f:
+        result = Measurement.from_dict(json.load(f))
+    result.wall_s = wall_s
+    return result
+
+
 def measure(
     model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None
 ) -> Measurement:
-    """Measure ``strategy`` on ``model`` and ``workload`` cold, in a fresh process.
+    """Measure ``strategy`` on ``model`` and ``workload`` cold in a fresh process, then its
+    warm and portable starts (``settings.starts``) in fresh processes of their own.
 
-    Bad input raises ``ConfigError``; everything that goes wrong in the child is a status.
+    Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
     """
     settings = settings or Settings()
     strategy = strategy.canonical()
@@ -106,42 +151,25 @@ def measure(
     except NotApplicable as exc:
         return Measurement(*base, "not-applicable", reason=str(exc))
     work = tempfile.mkdtemp(prefix="autotune-trial-")
-    spec_path, result_path = os.path.join(work, "spec.json"), os.path.join(work, "result.json")
-    log_path = os.path.join(work, "child.log")
     spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
     spec.update(iters=settings.iters, warmup=settings.warmup, seed=settings.seed)
-    spec["launched"] = time.time()
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    start = time.perf_counter()
+    saved = os.path.join(work, "cache.bin")
+    cold_caches, empty_caches = os.path.join(work, "cold"), os.path.join(work, "portable")
     try:
-        proc = _server().Process(
-            target=child.entry, name="autotune-trial", daemon=False,
-            args=(spec_path, result_path, log_path, os.getcwd(), _paths(), _child_env(work)),
-        )  # fmt: skip
-        proc.start()
-        try:
-            proc.join(timeout=settings.timeout_s)
-            if proc.exitcode is None:
-                _kill(proc)
-                proc.join()
-                return Measurement(
-                    *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
-                    wall_s=time.perf_counter() - start, log_tail=_tail(log_path),
-                )  # fmt: skip
-        finally:
-            _kill(proc)  # Ctrl-C or not, nothing of the child outlives the trial
-            if proc.pid is not None:
-                proc.join()
-        wall_s = time.perf_counter() - start
-        if not os.path.exists(result_path):
-            return Measurement(
-                *base, "crashed", reason=_ended(proc.exitcode), wall_s=wall_s,
-                log_tail=_tail(log_path),
-            )  # fmt: skip
-        with open(result_path) as f:
-            result = Measurement.from_dict(json.load(f))
-        result.wall_s = wall_s
+        caching = not starts.no_cache(strategy)
+        cold_spec = {**spec, "save_artifact": saved} if caching else spec
+        result = _child(cold_spec, work, "cold", cold_caches, settings, base)
+        if result.ok and result.artifact and os.path.exists(saved):
+            result.artifact = artifact.keep(saved, result.artifact)
+        brief = {**spec, "iters": min(settings.iters, starts.BRIEF_ITERS), "warmup": 1}
+
+        def run(kind: str) -> Measurement:
+            if kind == "warm":
+                return _child(brief, work, kind, cold_caches, settings, base)
+            portable = {**brief, "load_artifact": saved}
+            return _child(portable, work, kind, empty_caches, settings, base)
+
+        result.starts = starts.measure(result, strategy, settings.starts, run)
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -17,12 +17,13 @@ from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
 from autotune.selection import OBJECTIVES, parse_policy
 from autotune.space import Space
+from autotune.starts import STARTS
 from autotune.workload import Settings, Workload
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")
 SEARCH_KEYS = (
     "trials", "time_budget", "sampler", "objectives", "max_memory", "policy", "iters", "warmup",
-    "timeout", "seed", "study",
+    "timeout", "seed", "study", "starts",
 )  # fmt: skip
 TABLES = {
     "model": ("name", "layers", "seed", "weights"),
@@ -127,7 +128,7 @@ class StudySpec:
             objectives = [o.strip() for o in objectives.split(",") if o.strip()]
         settings = Settings(
             int(search.get("iters", 20)), int(search.get("warmup", 3)),
-            float(search.get("timeout", 1200.0)), int(seed),
+            float(search.get("timeout", 1200.0)), int(seed), search.get("starts", STARTS),
         )  # fmt: skip
         return cls(
             model=model,

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.starts import STARTS
+from autotune.starts import parse as parse_starts
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train")
@@ -85,14 +87,17 @@ class Workload:
 
 @dataclass(frozen=True)
 class Settings:
-    """How a trial is timed: timed calls, warm-up calls, the child's timeout, the RNG seed."""
+    """How a trial is timed: timed calls, warm-up calls, the child's timeout (per start), the
+    RNG seed, and which starts to measure (cold, warm, portable)."""
 
     iters: int = 20
     warmup: int = 3
     timeout_s: float = 1200.0
     seed: int = 0
+    starts: tuple[str, ...] = STARTS
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "starts", parse_starts(self.starts))
         if self.iters < 1 or self.warmup < 0:
             raise ConfigError("--iters must be at least 1 and --warmup at least 0")
         if self.timeout_s <= 0:

@@ -1,0 +1,163 @@
+"""The compile-cache artefact: torch's "mega-cache" of one compiled strategy, kept and shipped.
+
+A trial's cold process saves what it compiled with ``torch.compiler.save_cache_artifacts()``;
+the parent keeps the bytes by checksum in ``$AUTOTUNE_ARTIFACTS`` (default
+``~/.cache/autotune/artifacts``); ``autotune export`` copies the chosen one beside the JSON
+(``best.json`` + ``best.cache.bin``) with its checksum and the fingerprint it needs (torch,
+Triton and CUDA versions, device name); :func:`prepare` loads it with
+``torch.compiler.load_cache_artifacts()`` before ``autotune.apply`` compiles, or says in one
+line why not. The file is exactly torch's bytes: plain torch loads it too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+SUFFIX = ".cache.bin"
+
+
+class CacheWarning(UserWarning):
+    """A shipped cache artefact was not loaded: the compile goes on cold."""
+
+
+def fingerprint(device: str = "cpu") -> dict[str, Any]:
+    """What an artefact needs to load: torch, Triton and CUDA versions and the device name."""
+    import torch
+
+    from autotune.environment import cpu_model
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    name = cpu_model()
+    if device.startswith("cuda") and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(torch.device(device))
+    kind = "cuda" if device.startswith("cuda") else device.split(":")[0]
+    return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
+            "device": kind, "device_name": name}  # fmt: skip
+
+
+def save(path: str, device: str) -> dict[str, Any] | None:
+    """Save this process's compile artefacts to ``path``; its size and fingerprint, or None."""
+    import torch
+
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None or not saved[0]:
+        return None
+    Path(path).write_bytes(saved[0])
+    return {"bytes": len(saved[0]), "fingerprint": fingerprint(device)}
+
+
+def load(path: str) -> float:
+    """Load a saved artefact into this process's (empty) caches; the seconds it took."""
+    import torch
+
+    start = time.perf_counter()
+    torch.compiler.load_cache_artifacts(Path(path).read_bytes())
+    return time.perf_counter() - start
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def folder() -> Path:
+    """Where the parent keeps artefacts by checksum, for ``autotune export`` to ship."""
+    where = os.environ.get("AUTOTUNE_ARTIFACTS")
+    return Path(where) if where else Path.home() / ".cache" / "autotune" / "artifacts"
+
+
+def keep(path: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """Keep the artefact at ``path`` under its checksum; ``meta`` plus ``sha256``."""
+    data = Path(path).read_bytes()
+    digest = sha256(data)
+    target = folder() / f"{digest}{SUFFIX}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+    except OSError as exc:  # the measurement stands without it; export will say so
+        return {**meta, "sha256": digest, "bytes": len(data), "kept": False,
+                "note": f"not kept in {target.parent}: {exc.strerror}"}  # fmt: skip
+    return {**meta, "sha256": digest, "bytes": len(data), "kept": True}
+
+
+def ship(meta: dict[str, Any] | None, json_path: Path) -> tuple[dict[str, Any] | None, str]:
+    """Copy a kept artefact beside an exported file; its ``cache_artifact`` block, or a note."""
+    if not meta or not meta.get("sha256"):
+        return None, ""
+    kept = folder() / f"{meta['sha256']}{SUFFIX}"
+    if not kept.exists():
+        return None, (f"no cache artefact written: {kept.name} is not in {kept.parent} on this "
+                      "machine (measured elsewhere?); a start will compile cold")  # fmt: skip
+    target = json_path.with_name(json_path.stem + SUFFIX)
+    try:
+        shutil.copyfile(kept, target)
+    except OSError as exc:
+        return None, f"no cache artefact written: cannot write {target}: {exc.strerror}"
+    block = {"file": target.name, "sha256": meta["sha256"], "bytes": meta["bytes"],
+             "fingerprint": meta.get("fingerprint", {})}  # fmt: skip
+    return block, ""
+
+
+def mismatch(wanted: dict[str, Any], here: dict[str, Any]) -> str:
+    """Why an artefact made under ``wanted`` cannot load ``here`` ("" when it can)."""
+    for key, label in (("torch", "torch"), ("triton", "Triton"), ("cuda", "CUDA"),
+                       ("device_name", "device")):  # fmt: skip
+        if key in wanted and wanted[key] != here.get(key):
+            return f"it was made with {label} {wanted[key]}, this is {here.get(key)}"
+    return ""
+
+
+def check(block: dict[str, Any], json_path: Path) -> tuple[bytes | None, str]:
+    """The artefact's bytes if it is there, whole and made for this machine; else why not."""
+    path = json_path.with_name(block.get("file", json_path.stem + SUFFIX))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"cache artefact {path} missing ({exc.strerror})"
+    if sha256(data) != block.get("sha256"):
+        return None, f"cache artefact {path.name} is corrupt (checksum differs)"
+    wanted = block.get("fingerprint") or {}
+    if why := mismatch(wanted, fingerprint(wanted.get("device", "cpu"))):
+        return None, f"cache artefact {path.name} does not fit here: {why}"
+    return data, ""
+
+
+def prepare(data: dict[str, Any], json_path: str | Path) -> bool:
+    """Load an export's artefact into this process's caches; warn in one line where it cannot.
+
+    Never raises: whatever is wrong with the artefact, compilation goes on cold.
+    """
+    block = (data.get("autotune") or {}).get("cache_artifact")
+    if not block:
+        return False
+    payload, why = check(block, Path(json_path))
+    if payload is not None:
+        import torch
+
+        quiet = logging.getLogger("torch.compiler")  # torch logs its refusal with a traceback
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            if torch.compiler.load_cache_artifacts(payload) is not None:
+                return True
+            why = f"cache artefact {block.get('file')} failed to load (torch refused it)"
+        except Exception as exc:
+            why = f"cache artefact {block.get('file')} failed to load ({type(exc).__name__})"
+        finally:
+            quiet.setLevel(level)
+    warnings.warn(f"{why}: compiling cold", CacheWarning, stacklevel=3)
+    return False

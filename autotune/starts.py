@@ -1,0 +1,117 @@
+"""Starts: what compiling a strategy costs at a service's first and every later start.
+
+- ``cold``: a fresh process with empty compile caches (the trial itself);
+- ``warm``: a second fresh process that reuses the cold one's cache directories, as a
+  restart on the same machine does;
+- ``portable``: a third fresh process with empty cache directories that first loads the
+  artefact the cold one saved (``torch.compiler.load_cache_artifacts``), as a new machine or
+  container does; the load counts in its cost.
+
+The parent (:mod:`autotune.runner`) starts the processes; this module decides which starts run,
+reads each child's cache counters, and turns its measurement into a :class:`Start`. Backends
+without a cache that outlives the process (eager, aot_eager, your own) get warm = portable =
+cold, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from autotune.errors import ConfigError
+from autotune.measurement import Measurement, Start
+from autotune.strategy import Strategy
+
+STARTS = ("cold", "warm", "portable")
+CHOICES = ("cold", "cold,warm", "cold,warm,portable")
+CACHING_BACKENDS = ("inductor",)
+BRIEF_ITERS = 10  # interleaved rounds that time a warm or portable start's latency
+LATENCY_TOLERANCE = 0.25  # a start whose speedup differs from cold's by more says so
+
+# torch._dynamo.utils.counters: private, so read in cache_counters() alone (see its test)
+COUNTERS = {
+    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+    "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
+}
+
+
+def parse(starts: str | Sequence[str]) -> tuple[str, ...]:
+    """``cold``, ``cold,warm`` or ``cold,warm,portable`` as a tuple; ConfigError otherwise."""
+    items = starts.split(",") if isinstance(starts, str) else list(starts)
+    wanted = tuple(s.strip() for s in items if s.strip())
+    if ",".join(wanted) not in CHOICES:
+        raise ConfigError(f"bad starts {','.join(wanted)!r}: use {', '.join(CHOICES)}")
+    return wanted
+
+
+def cache_counters() -> dict[str, int]:
+    """This process's compile-cache hits, misses and bypasses (Dynamo's private counters)."""
+    from torch._dynamo.utils import counters
+
+    return {name: int(counters[group][name]) for group, names in COUNTERS.items()
+            for name in names}  # fmt: skip
+
+
+def no_cache(strategy: Strategy) -> str:
+    """Why a strategy's later starts cost its cold compile again ("" when it caches)."""
+    if strategy.granularity == "none":
+        return "eager compiles nothing"
+    if strategy.backend not in CACHING_BACKENDS:
+        return (f"backend {strategy.backend!r} keeps no compile cache across processes, so "
+                "every start compiles cold")  # fmt: skip
+    return ""
+
+
+def hit_note(kind: str, cache: dict[str, int]) -> str:
+    """What a warm or portable start's counters say, when they do not say "all hit"."""
+    hits = cache.get("fxgraph_cache_hit", 0)
+    misses = cache.get("fxgraph_cache_miss", 0) + cache.get("fxgraph_cache_bypass", 0)
+    if hits and not misses:
+        return ""
+    if hits:
+        return f"{kind} start hit the FX graph cache only partly ({hits} hits, {misses} misses)"
+    return f"{kind} start missed the FX graph cache ({misses} misses): it compiled cold"
+
+
+def of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
+    """A start as the child that ran it measured it (``cold``: the trial for comparison)."""
+    if not m.ok:
+        return Start(kind, m.status, note=m.reason, wall_s=m.wall_s)
+    load_s = m.load_s or 0.0
+    start = Start(
+        kind, compile_s=(m.compile_s or 0.0) + load_s, load_s=load_s, cache=m.cache,
+        phases=m.phases, wall_s=m.wall_s,
+    )  # fmt: skip
+    if cold is None:
+        return start
+    start.latency, start.eager_latency, start.speedup = m.latency, m.eager_latency, m.speedup
+    notes = [hit_note(kind, m.cache)]
+    if m.accuracy is not None and not m.accuracy.passed:
+        notes.append(f"{kind} start gave wrong answers: {m.accuracy.detail}")
+    if cold.speedup and m.speedup and abs(m.speedup / cold.speedup - 1) > LATENCY_TOLERANCE:
+        notes.append(f"{kind} start ran at {m.speedup:.2f}x eager, cold at {cold.speedup:.2f}x")
+    start.note = "; ".join(n for n in notes if n)
+    return start
+
+
+def measure(
+    cold: Measurement, strategy: Strategy, wanted: Sequence[str],
+    run: Callable[[str], Measurement],
+) -> dict[str, Start]:  # fmt: skip
+    """Every wanted start of an ok cold trial; ``run(kind)`` measures one in a fresh child."""
+    if not cold.ok:
+        return {}
+    starts = {"cold": of("cold", cold)}
+    later = [k for k in wanted if k != "cold"]
+    if why := no_cache(strategy):
+        for kind in later:
+            starts[kind] = Start(
+                kind, compile_s=cold.compile_s, cache=cold.cache, phases=cold.phases,
+                measured=False, note=why,
+            )  # fmt: skip
+        return starts
+    for kind in later:
+        if kind == "portable" and not (cold.artifact and cold.artifact.get("bytes")):
+            starts[kind] = Start(kind, "failed", note="the cold start saved no cache artefact")
+            continue
+        starts[kind] = of(kind, run(kind), cold)
+    return starts

@@ -1,0 +1,207 @@
+"""Warm and portable starts: measured in fresh processes, shipped with the export, applied."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune import artifact, cli, export, starts
+from autotune.catalog import ModelRef
+from autotune.errors import ConfigError
+from autotune.measurement import Measurement
+from autotune.runner import Settings, measure
+from autotune.store import Store
+from autotune.strategy import Strategy
+from autotune.workload import Workload
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = Workload(device="cpu")
+QUICK = Settings(iters=5, warmup=1, timeout_s=300)
+TOY = ModelRef("toy-64", layers=4)
+
+
+def test_starts_parse_and_travel_with_the_settings() -> None:
+    assert starts.parse("cold") == ("cold",)
+    assert starts.parse(" cold, warm ") == ("cold", "warm")
+    for bad in ("warm", "cold,portable", "cold,warm,hot", ""):
+        with pytest.raises(ConfigError, match="bad starts"):
+            starts.parse(bad)
+    settings = Settings(starts=["cold", "warm"])  # as a study's stored spec gives it back
+    assert settings.starts == ("cold", "warm")
+    assert Settings(**json.loads(json.dumps(dataclasses.asdict(settings)))) == settings
+    assert Settings().starts == ("cold", "warm", "portable")
+
+
+def test_bad_starts_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["measure", "--model", "toy-64", "--starts", "cold,hot"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("autotune: error: bad starts") and "\n" not in err
+
+
+def test_a_backend_without_a_cache_records_cold_for_every_start() -> None:
+    m = measure(TOY, CPU, Strategy.create("full", "aot_eager"), QUICK)
+    assert m.ok, m.reason + m.log_tail
+    assert set(m.starts) == {"cold", "warm", "portable"}
+    for kind in ("warm", "portable"):
+        s = m.starts[kind]
+        assert not s.measured and s.compile_s == m.compile_s == m.start_s(kind)
+        assert "aot_eager" in s.note and "no compile cache" in s.note
+    assert m.artifact is None  # nothing saved, no child spent on it
+    only_cold = measure(
+        TOY, CPU, Strategy.create("none"), dataclasses.replace(QUICK, starts=("cold",))
+    )
+    assert set(only_cold.starts) == {"cold"} and only_cold.warm_s is None
+
+
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    folder = tmp_path_factory.mktemp("artefacts")
+    old = os.environ.get("AUTOTUNE_ARTIFACTS")
+    os.environ["AUTOTUNE_ARTIFACTS"] = str(folder)
+    yield folder
+    if old is None:
+        del os.environ["AUTOTUNE_ARTIFACTS"]
+    else:
+        os.environ["AUTOTUNE_ARTIFACTS"] = old
+
+
+@pytest.fixture(scope="module")
+def inductor_trial(artefacts: Path) -> Measurement:
+    """One toy-64 (4 blocks) inductor trial with its three starts."""
+    m = measure(TOY, CPU, Strategy.create("full", "inductor"), QUICK)
+    assert m.ok, m.reason + m.log_tail
+    return m
+
+
+@pytest.mark.slow
+def test_cache_counter_names_still_count(inductor_trial: Measurement) -> None:
+    """Dynamo's counters are private: if torch renames them, these read 0 and this fails."""
+    cold = inductor_trial.starts["cold"].cache
+    assert cold["fxgraph_cache_miss"] >= 1 and cold["autograd_cache_miss"] >= 1, cold
+    assert inductor_trial.starts["warm"].cache["fxgraph_cache_hit"] >= 1
+
+
+@pytest.mark.slow
+def test_warm_start_hits_the_fx_graph_cache_and_is_quicker(inductor_trial: Measurement) -> None:
+    warm = inductor_trial.starts["warm"]
+    assert warm.status == "ok" and warm.measured and warm.load_s == 0.0
+    assert warm.cache["fxgraph_cache_hit"] >= 1 and warm.cache["fxgraph_cache_miss"] == 0
+    assert "missed" not in warm.note
+    assert inductor_trial.warm_s is not None and inductor_trial.compile_s is not None
+    assert inductor_trial.warm_s < inductor_trial.compile_s
+    assert warm.phases.get("dynamo_s", 0) > 0 and "backend_s" in warm.phases
+    assert warm.latency is not None and len(warm.latency.samples_ms) == 5 and warm.speedup
+
+
+@pytest.mark.slow
+def test_portable_start_loads_the_artefact_into_empty_caches_and_hits(
+    inductor_trial: Measurement, artefacts: Path
+) -> None:
+    port = inductor_trial.starts["portable"]
+    assert port.status == "ok" and port.load_s > 0
+    assert port.compile_s is not None and port.compile_s > port.load_s  # the load counts
+    assert port.cache["fxgraph_cache_hit"] >= 1 and port.cache["fxgraph_cache_miss"] == 0
+    meta = inductor_trial.artifact
+    assert meta and meta["kept"] and meta["bytes"] > 1000
+    kept = artefacts / f"{meta['sha256']}{artifact.SUFFIX}"
+    assert artifact.sha256(kept.read_bytes()) == meta["sha256"]
+    assert meta["fingerprint"]["torch"] == __import__("torch").__version__
+
+
+@pytest.mark.slow
+def test_starts_round_trip_through_the_store(inductor_trial: Measurement, tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/s.db")
+    store.add_study("s", {"model": TOY.to_dict()}, {})
+    store.add_measurement("s", "full-inductor", 0, inductor_trial.to_dict())
+    row = store.measurement("s", "full-inductor")
+    assert row is not None and Measurement.from_dict(row.payload) == inductor_trial
+
+
+@pytest.fixture(scope="module")
+def exported(inductor_trial: Measurement, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("export")
+    store = Store(f"sqlite:///{folder}/e.db")
+    store.add_study("e", {"model": TOY.to_dict()}, inductor_trial.environment)
+    key = Strategy.from_dict(inductor_trial.strategy).key
+    store.add_measurement("e", key, 0, inductor_trial.to_dict())
+    path, chosen, notes = export.export(store, "e", "fastest", out=str(folder / "best.json"))
+    assert chosen.key == key and not notes
+    return path
+
+
+@pytest.mark.slow
+def test_export_writes_the_artefact_beside_the_json(
+    exported: Path, inductor_trial: Measurement
+) -> None:
+    block = json.loads(exported.read_text())["autotune"]
+    ship = block["cache_artifact"]
+    assert ship["file"] == "best.cache.bin" and ship["sha256"] == inductor_trial.artifact["sha256"]
+    assert artifact.sha256((exported.parent / "best.cache.bin").read_bytes()) == ship["sha256"]
+    assert set(ship["fingerprint"]) >= {"torch", "triton", "cuda", "device_name"}
+    assert block["start_s"]["warm"] == inductor_trial.warm_s
+
+
+APPLY = """
+import json, sys, warnings, torch
+import autotune
+from autotune import artifact, catalog, starts
+from autotune.catalog import ModelRef
+from autotune.workload import Workload
+model, inputs = catalog.build(ModelRef("toy-64", layers=4), Workload(device="cpu"))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    compiled = autotune.apply(model, sys.argv[1])
+with torch.no_grad():
+    expected, actual = model(*inputs), compiled(*inputs)
+ours = [str(w.message) for w in caught if issubclass(w.category, artifact.CacheWarning)]
+print(json.dumps({"warnings": ours, "cache": starts.cache_counters(),
+                  "equal": torch.allclose(expected, actual, atol=1e-5, rtol=1e-3)}))
+"""
+
+
+def apply_in_fresh_process(json_path: Path, tmp_path: Path) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache"),
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", APPLY, str(json_path)], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_apply_loads_the_artefact_and_matches_eager(exported: Path, tmp_path: Path) -> None:
+    result = apply_in_fresh_process(exported, tmp_path)
+    assert result["warnings"] == [] and result["equal"]
+    assert result["cache"]["fxgraph_cache_hit"] >= 1 and result["cache"]["fxgraph_cache_miss"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["corrupt", "other-torch"])
+def test_a_bad_artefact_is_one_line_then_a_cold_compile(
+    exported: Path, tmp_path: Path, damage: str
+) -> None:
+    folder = tmp_path / "ship"
+    folder.mkdir()
+    data = json.loads(exported.read_text())
+    blob = (exported.parent / "best.cache.bin").read_bytes()
+    if damage == "corrupt":
+        blob = blob[: len(blob) // 2]
+    else:
+        data["autotune"]["cache_artifact"]["fingerprint"]["torch"] = "2.0.0"
+    (folder / "best.json").write_text(json.dumps(data))
+    (folder / "best.cache.bin").write_bytes(blob)
+    result = apply_in_fresh_process(folder / "best.json", tmp_path)
+    [line] = result["warnings"]
+    expected = "is corrupt" if damage == "corrupt" else "made with torch 2.0.0"
+    assert expected in line and line.endswith("compiling cold") and "\n" not in line
+    assert result["cache"]["fxgraph_cache_miss"] >= 1 and result["cache"]["fxgraph_cache_hit"] == 0
+    assert result["equal"]
