@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import optuna
 
 T = TypeVar("T")
-POLL_S = 2.0  # how often a worker with nothing to claim looks again
+POLL_S = 5.0  # how often a worker with nothing to claim looks again
 
 
 @dataclass
@@ -145,7 +145,8 @@ class Search:
                     self.coord.record("none", None, m.to_dict())
                     self.coord.done("none")
                     continue
-                self._db(lambda: self.coord.reap(self.study), "reap")  # its worker may be dead
+                tally = self.coord.tally({"none"})  # its worker may be dead
+                self._db(lambda t=tally: self.coord.reap(self.study, t), "reap")
                 time.sleep(POLL_S)
         m = Measurement.from_dict(row.payload)
         if not m.ok:
@@ -269,9 +270,9 @@ class Search:
             with contextlib.suppress(Exception):
                 self.coord.release(key)
 
-    def _reap(self) -> None:
+    def _reap(self, tally: Tally) -> None:
         own = {self._current} if self._current is not None else set()
-        self._db(lambda: self.coord.reap(self.study, own), "reap")
+        self._db(lambda: self.coord.reap(self.study, tally, own), "reap")
 
     def run(self, progress: bool = True, max_measure: int | None = None) -> Outcome:
         """Measure the baseline, then trials until the budget, time or space runs out (or,
@@ -285,10 +286,10 @@ class Search:
         try:
             with self.coord.pulse:
                 while True:
-                    if time.monotonic() - reaped >= REAP_S:  # dead workers' trials
-                        self._reap()
-                        reaped = time.monotonic()
                     tally = self.coord.tally(self.keys)
+                    if tally.stale or time.monotonic() - reaped >= REAP_S:  # dead workers
+                        self._reap(tally)
+                        reaped = time.monotonic()
                     if not tally.unadopted:  # a stored measurement is never left without a trial
                         if stop := self._stop(tally, start, measured, max_measure):
                             stopped = stop

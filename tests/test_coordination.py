@@ -68,10 +68,10 @@ def test_a_silent_worker_is_reaped_only_past_the_grace_period(store, monkeypatch
     t1, t2 = study.ask(), study.ask()  # w1's trial claims; w2's crashed before claiming
     assert w1.claim("a", t1.number, 10, KEYS) == "claimed"
     w2.pulse.since = time.monotonic() - 5  # w2 has reached the database for 5 s
-    assert w2.reap(study) == 0  # w1 beat just now (and t2 is a new suspect)
+    assert w2.reap(study, w2.tally(KEYS)) == 0  # w1 beat just now (and t2 is a new suspect)
     assert w2.live_workers() == 1
     time.sleep(1.5)
-    assert w2.reap(study) == 2  # w1's trial, and t2 that never claimed
+    assert w2.reap(study, w2.tally(KEYS)) == 2  # w1's trial, and t2 that never claimed
     states = {t.number: t.state.name for t in study.trials}
     assert states == {t1.number: "FAIL", t2.number: "FAIL"}
     assert w2.tally(KEYS).claimed == frozenset()  # a goes back to the others
@@ -92,7 +92,7 @@ def test_no_one_is_reaped_until_the_reaper_has_been_connected_for_the_grace_peri
     time.sleep(1.5)
     w2.pulse.since = None  # w2's last beat failed: the database was away
     w2.pulse.beat()  # and now it is back
-    assert not w2.pulse.steady() and w2.reap(study) == 0
+    assert not w2.pulse.steady() and w2.reap(study, w2.tally(KEYS)) == 0
     assert study.trials[0].state.name == "RUNNING"
 
 

@@ -32,6 +32,8 @@ class Tally:
     measured: frozenset[str]
     unadopted: frozenset[str]
     claimed: frozenset[str]
+    stale: tuple[ClaimRow, ...] = ()  # other workers' claims silent for GRACE_S
+    numbers: frozenset[int] = frozenset()  # the trials that hold a claim
 
 
 class Coordinator:
@@ -152,17 +154,24 @@ class Coordinator:
 
     @resilient
     def tally(self, keys: set[str]) -> Tally:
-        """What is measured, unadopted and claimed among ``keys``: two small queries."""
+        """What is measured, unadopted and claimed among ``keys``, and which claims are silent:
+        two small queries (the claims come with the database's clock)."""
+        clock = self._clock if self._clock is not None else literal_column("0.0", Float)
         with self.store.session() as s:
             rows = s.execute(
                 select(MeasurementRow.key, MeasurementRow.trial_number)
                 .where(MeasurementRow.study == self.study)
             ).all()  # fmt: skip
-            claimed = set(s.scalars(select(ClaimRow.key).where(ClaimRow.study == self.study)))
+            claims = s.execute(select(ClaimRow, clock).where(ClaimRow.study == self.study)).all()
+        now = claims[0][1] if claims and self._clock is not None else time.time()
+        silent = now - liveness.GRACE_S
+        stale = tuple(c for c, _ in claims if c.worker != self.worker
+                      and c.heartbeat is not None and c.heartbeat < silent)  # fmt: skip
         measured = {k for k, _ in rows} & keys
         unadopted = {k for k, n in rows if n is None} & keys
-        claimed = (claimed & keys) | measured
-        return Tally(frozenset(measured), frozenset(unadopted), frozenset(claimed))
+        claimed = ({c.key for c, _ in claims} & keys) | measured
+        numbers = frozenset(c.trial_number for c, _ in claims if c.trial_number is not None)
+        return Tally(frozenset(measured), frozenset(unadopted), frozenset(claimed), stale, numbers)
 
     @resilient
     def forget_failed_baseline(self) -> str | None:
@@ -197,32 +206,21 @@ class Coordinator:
             return len(set(s.scalars(query)))
 
     # reaping
-    def reap(self, study: optuna.Study, own: set[int] | None = None) -> int:
-        """Fail the trials of workers silent for ``GRACE_S`` and hand their strategies back;
-        also fail running trials that never claimed a strategy (a worker that died between
-        asking and claiming). Returns how many trials it ended."""
+    def reap(self, study: optuna.Study, tally: Tally, own: set[int] | None = None) -> int:
+        """Fail the trials of workers silent for ``GRACE_S`` (as ``tally`` saw them) and hand
+        their strategies back; also fail running trials that never claimed a strategy (a
+        worker that died between asking and claiming). Returns how many trials it ended."""
         if not self.pulse.steady():
             return 0
-        stale, numbers = self._stale()
         ended = 0
-        for claim in stale:
+        for claim in tally.stale:
             told = False
             if claim.trial_number is not None:
                 told = _fail(study, claim.trial_number) == "COMPLETE"
                 ended += not told
             self._reclaim(claim, told)
-        ended += self._orphans(study, numbers | (own or set()))
+        ended += self._orphans(study, set(tally.numbers) | (own or set()))
         return ended
-
-    @resilient
-    def _stale(self) -> tuple[list[ClaimRow], set[int]]:
-        with self.store.session() as s:
-            rows = list(s.scalars(select(ClaimRow).where(ClaimRow.study == self.study)))
-            now = s.execute(select(self._clock)).scalar() if self._clock is not None else None
-        threshold = (now if now is not None else time.time()) - liveness.GRACE_S
-        stale = [c for c in rows if c.worker != self.worker and c.heartbeat is not None
-                 and c.heartbeat < threshold]  # fmt: skip
-        return stale, {c.trial_number for c in rows if c.trial_number is not None}
 
     @resilient
     def _reclaim(self, claim: ClaimRow, told: bool) -> None:
