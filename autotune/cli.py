@@ -85,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--trials", type=int, help="strategies to measure in the study (30)")
     se.add_argument("--time-budget", help="stop starting trials after e.g. 30m or 2h")
     se.add_argument("--sampler", help="tpe (default), nsga2, random or grid")
-    se.add_argument("--objectives", help="compile,latency (default), optionally memory")
+    se.add_argument(
+        "--objectives",
+        help="compile,latency (default); warm or portable for compile, optionally memory",
+    )
     se.add_argument("--max-memory", help="trials above this peak (e.g. 8GiB) are infeasible")
     se.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three)")
     se.add_argument("--policy", help="knee (default), fastest, quickest, amortized:N, ...")

@@ -111,13 +111,16 @@ def front_table(front: Sequence[Any], chosen: str) -> str:
         (
             ("* " if p.key == chosen else "  ") + p.key,
             f"{p.compile_s:.2f} s",
+            f"{p.warm_s:.2f} s",
+            f"{p.portable_s:.2f} s",
             f"{p.latency_ms:.3f} ms",
             f"{p.speedup:.2f}x" + ("" if p.significant or p.key == "none" else " (n.s.)"),
             "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB",
         )
         for p in front
     ]
-    header = ("  strategy", "compile", "latency", "speedup", "peak memory")
+    header = ("  strategy", "cold start", "warm start", "portable", "latency", "speedup",
+              "peak memory")  # fmt: skip
     note = (
         "latency: the eager baseline over each trial's speedup, measured interleaved with eager "
         "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "

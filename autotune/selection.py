@@ -12,7 +12,13 @@ Policies (eager, ``none``, is a candidate in every one, with no compile time):
   eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
   nothing is never "quick";
 - ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
+- ``restarts:STARTS:CALLS``: a service that starts STARTS times (one cold start, then warm
+  restarts) and makes CALLS calls per start: the lowest
+  ``cold + (STARTS - 1) * warm + STARTS * CALLS * latency``;
 - ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
+
+Objectives: one start cost (``compile`` = cold, ``warm`` or ``portable``), one speed
+(``latency``), optionally ``memory``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,28 @@ from autotune.measurement import Measurement
 from autotune.store import Store
 from autotune.strategy import Strategy
 
-POLICIES = ("knee", "fastest", "quickest", "amortized", "latency-budget")
-OBJECTIVES = ("compile", "latency", "memory")
-METRICS = {"compile": "compile_s", "latency": "latency_ms", "memory": "memory_mb"}
+POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
+STARTS = ("compile", "warm", "portable")  # objectives that are a start's cost
+SPEEDS = ("latency",)  # objectives that are a call's cost
+OBJECTIVES = (*STARTS, *SPEEDS, "memory")
+METRICS = {"compile": "compile_s", "warm": "warm_start_s", "portable": "portable_start_s",
+           "latency": "latency_ms", "memory": "memory_mb"}  # fmt: skip
 ALPHA = 0.05  # the sign test's level: a speedup the rounds do not show at it counts as none
+
+
+def check_objectives(objectives: tuple[str, ...], starts: tuple[str, ...]) -> None:
+    """One start cost, one speed, optionally memory; a warm or portable objective needs that
+    start measured (``--starts``)."""
+    counts = [sum(o in group for o in objectives) for group in (STARTS, SPEEDS)]
+    unknown = [o for o in objectives if o not in OBJECTIVES]
+    if unknown or counts != [1, 1] or len(set(objectives)) != len(objectives):
+        raise ConfigError(
+            f"bad objectives {','.join(objectives)!r}: one start cost ({', '.join(STARTS)}), "
+            f"one speed ({', '.join(SPEEDS)}), optionally memory"
+        )
+    for o in ("warm", "portable"):
+        if o in objectives and o not in starts:
+            raise ConfigError(f"objective {o!r} needs {o} starts measured: add it to --starts")
 
 
 def sign_test(eager_ms: list[float], compiled_ms: list[float]) -> float:
@@ -76,10 +100,19 @@ def objective_values(
 ) -> list[float]:
     """The values Optuna minimises for a measurement that ran (latency on the common scale)."""
     assert m.latency is not None and m.compile_s is not None
-    values = {"compile": m.compile_s, "latency": latency_on_baseline(m, baseline_ms)}
+    values = {"compile": m.compile_s, "warm": start_s(m, "warm"),
+              "portable": start_s(m, "portable"),
+              "latency": latency_on_baseline(m, baseline_ms)}  # fmt: skip
     if m.memory is not None:
         values["memory"] = m.memory.compiled_peak_mb
     return [values[o] for o in objectives]
+
+
+def start_s(m: Measurement, kind: str) -> float:
+    """What one ``warm`` or ``portable`` start costs; a start that was not measured (a study
+    run with ``--starts cold``, an older trial) or failed counts as cold."""
+    value = m.start_s(kind)
+    return value if value is not None else (m.compile_s or 0.0)
 
 
 @dataclass(frozen=True)
@@ -95,6 +128,8 @@ class Point:
     trial_number: int | None
     raw_latency_ms: float = 0.0
     significant: bool = False
+    warm_s: float = 0.0  # one warm start (cold where not measured)
+    portable_s: float = 0.0  # one portable start (cold where not measured)
 
     @classmethod
     def of(cls, m: Measurement, trial_number: int | None, baseline_ms: float | None) -> Point:
@@ -105,36 +140,43 @@ class Point:
         return cls(
             key, m.strategy, m.compile_s, latency_on_baseline(m, baseline_ms), memory, speedup,
             trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
+            start_s(m, "warm"), start_s(m, "portable"),
         )  # fmt: skip
 
-    def total_s(self, calls: float) -> float:
-        """Compile once, then ``calls`` calls: the time a job of that length spends."""
-        return self.compile_s + calls * self.latency_ms / 1e3
+    def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:
+        """``starts`` starts of ``calls`` calls each: the first start cold, the others as
+        ``start`` says (``compile`` = cold again, ``warm`` or ``portable``)."""
+        later = {"compile": self.compile_s, "warm": self.warm_s, "portable": self.portable_s}
+        per_start = calls * self.latency_ms / 1e3
+        return self.compile_s + (starts - 1) * later[start] + starts * per_start
 
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
         """The point's value of each objective, in order."""
-        table = {"compile": self.compile_s, "latency": self.latency_ms,
-                 "memory": self.memory_mb or 0.0}  # fmt: skip
+        table = {"compile": self.compile_s, "warm": self.warm_s, "portable": self.portable_s,
+                 "latency": self.latency_ms, "memory": self.memory_mb or 0.0}  # fmt: skip
         return tuple(table[o] for o in objectives)
 
 
-def parse_policy(policy: str) -> tuple[str, float | None]:
-    """``knee`` -> ("knee", None); ``amortized:1000`` -> ("amortized", 1000.0)."""
-    name, _, arg = policy.partition(":")
+def parse_policy(policy: str) -> tuple[str, tuple[float, ...]]:
+    """``knee`` -> ("knee", ()); ``amortized:1000`` -> ("amortized", (1000.0,));
+    ``restarts:50:1000`` -> ("restarts", (50.0, 1000.0))."""
+    name, *args = policy.split(":")
     if name not in POLICIES:
-        raise ConfigError(f"bad policy {policy!r}: use {', '.join(POLICIES[:3])}, "
-                          "amortized:CALLS or latency-budget:MS")  # fmt: skip
-    needs_arg = name in ("amortized", "latency-budget")
-    if needs_arg != bool(arg):
+        raise ConfigError(
+            f"bad policy {policy!r}: use {', '.join(POLICIES[:3])}, amortized:CALLS, "
+            "restarts:STARTS:CALLS or latency-budget:MS"
+        )
+    wanted = {"amortized": 1, "latency-budget": 1, "restarts": 2}.get(name, 0)
+    if len(args) != wanted:
         raise ConfigError(f"bad policy {policy!r}: amortized:CALLS and latency-budget:MS take "
-                          "a number, the others none")  # fmt: skip
+                          "a number, restarts:STARTS:CALLS two, the others none")  # fmt: skip
     try:
-        value = float(arg) if arg else None
+        values = tuple(float(a) for a in args)
     except ValueError:
-        raise ConfigError(f"bad policy {policy!r}: {arg!r} is not a number") from None
-    if value is not None and value <= 0:
-        raise ConfigError(f"bad policy {policy!r}: the number must be positive")
-    return name, value
+        raise ConfigError(f"bad policy {policy!r}: {':'.join(args)!r} is not a number") from None
+    if any(v <= 0 for v in values) or (name == "restarts" and values[0] < 1):
+        raise ConfigError(f"bad policy {policy!r}: the numbers must be positive (STARTS >= 1)")
+    return name, values
 
 
 def candidates(store: Store, study: str, max_memory_mb: float | None = None) -> list[Point]:
@@ -171,7 +213,7 @@ def pick(
     points: list[Point], policy: str, objectives: tuple[str, ...] = ("compile", "latency")
 ) -> Point:
     """The point a policy chooses; ``AutotuneError`` if none qualifies."""
-    name, arg = parse_policy(policy)
+    name, args = parse_policy(policy)
     if not points:
         raise AutotuneError("the study has no feasible trial to export")
     if name == "fastest":
@@ -181,14 +223,16 @@ def pick(
         eager = [p for p in points if p.key == "none"]
         return min(fast or eager or points, key=lambda p: (p.compile_s, p.latency_ms))
     if name == "amortized":
-        assert arg is not None
-        return min(points, key=lambda p: (p.total_s(arg), p.latency_ms))
+        return min(points, key=lambda p: (p.total_s(args[0]), p.latency_ms))
+    if name == "restarts":
+        starts, calls = args
+        return min(points, key=lambda p: (p.total_s(calls, starts, "warm"), p.latency_ms))
     if name == "latency-budget":
-        within = [p for p in points if p.latency_ms <= (arg or 0)]
+        within = [p for p in points if p.latency_ms <= args[0]]
         if not within:
             best = min(p.latency_ms for p in points)
             raise AutotuneError(
-                f"no strategy meets the latency budget of {arg:g} ms; the fastest takes "
+                f"no strategy meets the latency budget of {args[0]:g} ms; the fastest takes "
                 f"{best:.3g} ms"
             )
         return min(within, key=lambda p: (p.compile_s, p.latency_ms))

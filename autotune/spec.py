@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
-from autotune.selection import OBJECTIVES, parse_policy
+from autotune.selection import check_objectives, parse_policy
 from autotune.space import Space
 from autotune.starts import STARTS
 from autotune.workload import Settings, Workload
@@ -97,12 +97,7 @@ class StudySpec:
             raise ConfigError("--trials must be at least 1")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"bad sampler {self.sampler!r}: use one of {', '.join(SAMPLERS)}")
-        bad = [o for o in self.objectives if o not in OBJECTIVES]
-        if bad or not {"compile", "latency"} <= set(self.objectives):
-            raise ConfigError(
-                f"bad objectives {','.join(self.objectives)!r}: compile and latency, "
-                "optionally memory"
-            )
+        check_objectives(self.objectives, self.settings.starts)
         parse_policy(self.policy)
 
     @classmethod

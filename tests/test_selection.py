@@ -65,3 +65,53 @@ def test_a_speedup_the_rounds_do_not_show_is_no_speedup(tmp_path: Path) -> None:
     assert points[S["A"].key].raw_latency_ms == 8.0
     assert [p.key for p in pareto(list(points.values()))] == ["none"]
     assert pick(list(points.values()), "knee").key == "none"  # the honest answer
+
+
+def _with_warm(strategy, cold: float, warm: float, ms: float) -> dict:
+    from autotune.measurement import Start
+
+    m = Measurement.from_dict(point(strategy, cold, ms))
+    m.starts = {"cold": Start("cold", compile_s=cold), "warm": Start("warm", compile_s=warm)}
+    return m.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        # none 0 s + 10 ms a call; full 20 s cold, 2 s warm, 5 ms; regional 6 s, 5 s, 6 ms
+        ("restarts:1:1000", "none"),  # 10 s vs full 25 s vs regional 12 s
+        ("amortized:10000", "C"),  # one start of 10,000 calls: 100 vs 70 vs 66 s
+        ("restarts:10:1000", "B"),  # 100 vs 20+9*2+50 = 88 vs 6+9*5+60 = 111 s
+        ("restarts:100:1000", "B"),  # 1000 vs 718 vs 1101 s
+    ],
+)
+def test_restarts_counts_one_cold_start_and_warm_restarts(tmp_path: Path, policy, expected):
+    """Counting every start cold (amortized) picks regional's quick compile; a service that
+    restarts with its caches in place pays full's cold compile once and its 2 s warm start
+    after, and picks full."""
+    store = Store(f"sqlite:///{tmp_path}/r.db")
+    store.add_study("r", {}, {})
+    store.add_measurement("r", "none", 0, point(S["none"], 0.0, 10.0))
+    full, regional = S["B"], S["C"]  # full/inductor and a regional strategy
+    store.add_measurement("r", full.key, 1, _with_warm(full, 20.0, 2.0, 5.0))
+    store.add_measurement("r", regional.key, 2, _with_warm(regional, 6.0, 5.0, 6.0))
+    chosen = pick(candidates(store, "r"), policy)
+    assert chosen.key == S[expected].key
+    points = {p.key: p for p in candidates(store, "r")}
+    assert points[full.key].total_s(1000, 10, "warm") == pytest.approx(88.0)
+
+
+def test_objectives_and_policies_that_make_no_sense_are_refused() -> None:
+    from autotune.errors import ConfigError
+    from autotune.selection import check_objectives, parse_policy
+
+    check_objectives(("warm", "latency"), ("cold", "warm"))
+    for bad in (("compile", "warm", "latency"), ("latency",), ("compile", "speed")):
+        with pytest.raises(ConfigError, match="bad objectives"):
+            check_objectives(bad, ("cold", "warm", "portable"))
+    with pytest.raises(ConfigError, match="needs portable starts"):
+        check_objectives(("portable", "latency"), ("cold", "warm"))
+    assert parse_policy("restarts:50:1000") == ("restarts", (50.0, 1000.0))
+    for bad in ("restarts:50", "restarts:0:10", "amortized:x"):
+        with pytest.raises(ConfigError, match="bad policy"):
+            parse_policy(bad)

@@ -140,19 +140,26 @@ def pareto_info(d: StudyData) -> dict[str, Any]:
 
 
 def breakeven_info(d: StudyData) -> dict[str, Any]:
-    """Total time against calls for the front and eager, and where each beats eager."""
+    """Time of one start and its calls, against calls, for the front and eager: after a cold
+    start and after a warm one (a restart with the caches in place), and where each beats
+    eager."""
     front = pareto(d.points)
     eager = next((p for p in d.points if p.key == "none"), None)
     lines = {p.key: [p.total_s(n) for n in CALLS] for p in front}
+    warm = {p.key: [p.warm_s + n * p.latency_ms / 1e3 for n in CALLS]
+            for p in front if p.key != "none" and p.warm_s < p.compile_s}  # fmt: skip
     if eager is not None:
         lines.setdefault("none", [eager.total_s(n) for n in CALLS])
-    crossings = {}
+    crossings, warm_crossings = {}, {}
     for p in front:
         if eager is None or p.key == "none":
             continue
         gain_s = (eager.latency_ms - p.latency_ms) / 1e3
         crossings[p.key] = p.compile_s / gain_s if gain_s > 0 else math.inf
-    return {"calls": CALLS, "lines": lines, "crossings": crossings}
+        if p.key in warm:
+            warm_crossings[p.key] = p.warm_s / gain_s if gain_s > 0 else math.inf
+    return {"calls": CALLS, "lines": lines, "crossings": crossings, "warm": warm,
+            "warm_crossings": warm_crossings}  # fmt: skip
 
 
 def speedup_info(d: StudyData) -> list[tuple[str, float, bool]]:
@@ -269,6 +276,10 @@ def hover(t: Trial | None) -> str:
             f"compile {m.compile_s:.2f} s · latency {m.latency.median_ms:.3f} ms "
             f"(p10 {m.latency.p10_ms:.3f}, p90 {m.latency.p90_ms:.3f})"
         )
+    if m.starts.get("warm") or m.starts.get("portable"):
+        costs = " · ".join(f"{k} {m.start_s(k):.2f} s" for k in ("warm", "portable")
+                           if m.start_s(k) is not None)  # fmt: skip
+        lines.append(f"later starts: {costs or 'not measured'}")
     if m.speedup:
         lines.append(f"speedup {m.speedup:.2f}x vs eager in the same process")
     if m.memory:

@@ -100,31 +100,31 @@ def pareto_figure(info: dict[str, Any]) -> Any:
     return fig
 
 
+def _breakeven_label(key: str, cross: float | None, start: str) -> str:
+    if cross is None:
+        return key
+    if not math.isfinite(cross):
+        return f"{key}{start} (never beats eager)"
+    return f"{key}{start} (beats eager after {cross:,.0f} calls)"
+
+
 def breakeven_figure(info: dict[str, Any]) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for key, totals in info["lines"].items():
-        cross = info["crossings"].get(key)
-        label = (
-            key
-            if cross is None
-            else (
-                f"{key} (beats eager after {cross:,.0f} calls)"
-                if math.isfinite(cross)
-                else f"{key} (never beats eager)"
-            )
-        )
-        dash = "dash" if key == "none" else "solid"
-        fig.add_trace(
-            go.Scatter(
-                x=info["calls"], y=totals, mode="lines+markers", name=label, line={"dash": dash}
-            )
-        )
+    curves = [(k, v, info["crossings"].get(k), "", "dash" if k == "none" else "solid")
+              for k, v in info["lines"].items()]  # fmt: skip
+    curves += [(k, v, info["warm_crossings"].get(k), ", warm start", "dot")
+               for k, v in info.get("warm", {}).items()]  # fmt: skip
+    for key, totals, cross, start, dash in curves:
+        fig.add_trace(go.Scatter(
+            x=info["calls"], y=totals, mode="lines+markers",
+            name=_breakeven_label(key, cross, start), line={"dash": dash},
+        ))  # fmt: skip
     fig.update_layout(
-        title="Break-even: after how many calls does compiling pay off?",
+        title="Break-even: after how many calls does compiling pay off? (cold, and warm start)",
         xaxis_title="calls after start-up",
-        yaxis_title="compile + calls × latency (s)",
+        yaxis_title="start + calls × latency (s)",
         xaxis_type="log",
         yaxis_type="log",
     )
