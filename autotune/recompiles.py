@@ -87,8 +87,11 @@ def fix(guard: str, hint: str) -> str:
 def describe(
     graphs: Graphs, model: torch.nn.Module, calls: dict[str, Callable[[], Any]]
 ) -> Graphs:
-    """Fill ``graphs.limit_*`` if dynamo hit a recompile limit, probing each of ``calls`` once
-    (e.g. ``{"prefill": ..., "decode": ...}``) for the repeated blocks of ``model`` it ran eager."""
+    """Fill ``graphs.limit_*`` if dynamo hit a recompile limit.
+
+    Each of ``calls`` (e.g. ``{"prefill": ..., "decode": ...}``) is then probed once for the
+    repeated blocks of ``model`` that it ran eager.
+    """
     hits = metrics.limit_hits()
     if not hits:
         return graphs

@@ -1,4 +1,4 @@
-"""What is measured: batch, sequence length, dtype, device, and the step (inference, train, generate)."""
+"""What is measured: batch, sequence length, dtype, device, and inference, train or generate."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class Workload:
         return self.seq_len + self.new_tokens
 
     def slug(self) -> str:
-        """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``, ``generate-b1-s32-n32-…``."""
+        """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``"""
         device = self.device.replace(":", "")
         tokens = f"-n{self.new_tokens}" if self.kind == "generate" else ""
         return f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}-{self.dtype}-{device}"

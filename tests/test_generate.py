@@ -128,7 +128,7 @@ def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
     gen = generate.Generation(model, cache, prompt, 6, "cpu")
     for _ in range(2):  # reset in place between generations
         assert torch.equal(gen.run(lambda fn: fn() or 0.0).tokens, first.tokens)
-    assert [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers] == addresses
+    assert [(lay.keys.data_ptr(), lay.values.data_ptr()) for lay in cache.layers] == addresses
     reference = model.generate(prompt, max_new_tokens=6, do_sample=False,
                                cache_implementation="static")  # fmt: skip
     assert torch.equal(reference[:, prompt.shape[1] :], first.tokens)
@@ -164,7 +164,7 @@ def _export(tmp_path: Path, strategy: Strategy) -> Path:
     store.add_study("x", {"model": TINY.to_dict(), "workload": GEN.to_dict()}, {})
     store.add_measurement("x", "none", 0, point(Strategy.create("none"), 0.0, 10.0))
     store.add_measurement("x", strategy.key, 1, point(strategy, 1.0, 2.0))
-    path, chosen, notes = export.export(
+    path, chosen, _ = export.export(
         store, "x", "fastest", "transformers", str(tmp_path / "best.json")
     )
     assert chosen.key == strategy.key
