@@ -219,3 +219,24 @@ def test_search_over_fast_backends_on_gpt2(in_tmp: Path, capsys: pytest.CaptureF
     assert len(measured) == 3 and all(m.ok for m in measured)
     assert all(m.ttft and m.tokens and m.tokens.passed and m.tokens.tokens == 4 for m in measured)
     assert "generation_config" in json.loads(Path(result["export"]).read_text())
+
+
+def test_summary_shows_ttft_decode_tokens_and_the_limit_hit() -> None:
+    from autotune import report
+    from autotune.measurement import Accuracy, Graphs
+
+    fast, slow = Latency.from_samples([0.01] * 4), Latency.from_samples([0.02] * 4)
+    m = Measurement(
+        Strategy.create("regional", "eager").to_dict(), TINY.to_dict(), GEN.to_dict(), "ok",
+        compile_s=1.0, latency=fast, eager_latency=slow, speedup=2.0, ttft=fast, eager_ttft=slow,
+        tokens_per_s=90.0, eager_tokens_per_s=45.0, tokens=TokenCheck(True, 6, 6),
+        accuracy=Accuracy(0.0, 0.0, True, 1e-5, 1e-3),
+        graphs=Graphs(limit_hit="recompile limit (8) hit: 8 of 16 blocks ran eager",
+                      limit_hint="make this integer dynamic"),
+    )  # fmt: skip
+    text = report.summary(m)
+    assert "TTFT       10.000 ms median prefill (eager 20.000 ms -> 2.00x)" in text
+    assert "decode     10.000 ms per token" in text and "over 4 steps" in text
+    assert "tokens/s   90.0 for the whole generation (eager 45.0)" in text
+    assert "6 of 6 greedy tokens as eager's" in text
+    assert "LIMIT    recompile limit (8) hit: 8 of 16 blocks ran eager" in text
