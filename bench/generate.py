@@ -57,6 +57,8 @@ def main() -> None:
                    "ok" if m.tokens and m.tokens.passed else "DIFFER",
                    m.graphs.recompiles if m.graphs else "?")  # fmt: skip
             print(" | ".join(map(str, row)), flush=True)
+            if m.limit_hit and m.graphs:
+                print(f"    {m.graphs.limit_hit}; fix: {m.graphs.limit_hint}", flush=True)
     for key, values in ratios.items():
         ttft = statistics.median(v[0] for v in values)
         decode = statistics.median(v[1] for v in values)
