@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from autotune import compile as _compile
 from autotune.errors import AutotuneError, ConfigError, NotApplicable
 from autotune.measurement import Measurement
-from autotune.runner import Settings, measure
+from autotune.runner import measure
 from autotune.strategy import Strategy
-from autotune.workload import Workload
+from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
     import torch

@@ -30,13 +30,19 @@ def _loss(output: Any) -> Any:
     return first.float().pow(2).mean()
 
 
-def make_step(model: Any, inputs: tuple, kind: str) -> Callable[[], Any]:
-    """One call of the workload: a no-grad forward, or forward + backward + optimizer step."""
+def make_step(model: Any, inputs: tuple, kind: str, mark_steps: bool = False) -> Callable[[], Any]:
+    """One call of the workload: a no-grad forward, or forward + backward + optimizer step.
+
+    With ``mark_steps`` (CUDA graphs), each call first tells torch that a new step begins, so
+    that the graphs of one call never read outputs that the next call overwrites (regional
+    compilation chains one graph per block)."""
     import torch
 
+    mark = torch.compiler.cudagraph_mark_step_begin if mark_steps else (lambda: None)
     if kind == "inference":
 
         def forward() -> Any:
+            mark()
             with torch.no_grad():
                 return model(*inputs)
 
@@ -44,6 +50,7 @@ def make_step(model: Any, inputs: tuple, kind: str) -> Callable[[], Any]:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
 
     def train_step() -> Any:
+        mark()
         optimizer.zero_grad(set_to_none=True)
         loss = _loss(model(*inputs))
         loss.backward()
@@ -51,6 +58,14 @@ def make_step(model: Any, inputs: tuple, kind: str) -> Callable[[], Any]:
         return loss.detach()
 
     return train_step
+
+
+def use_device(device: str) -> None:
+    """Make ``device`` the current CUDA device, where CUDA events and graphs are recorded."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
 
 
 def _grads(model: Any) -> list[Any]:
@@ -75,6 +90,7 @@ def measure(spec: dict[str, Any]) -> Measurement:
     workload = Workload.from_dict(spec["workload"])
     ref = catalog.ModelRef.from_dict(spec["model"])
     torch.manual_seed(spec.get("seed", 0))
+    use_device(workload.device)
     torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
     result = Measurement(
         strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
@@ -86,13 +102,18 @@ def measure(spec: dict[str, Any]) -> Measurement:
     eager_model = copy.deepcopy(model) if workload.kind == "train" else model
     compiled = compile.apply(model, strategy)
     result.regions = compile.count_regions(compiled)
+    graphs = strategy.uses_cuda_graphs()
     eager_step = make_step(eager_model, inputs, workload.kind)
-    compiled_step = make_step(compiled, inputs, workload.kind)
+    compiled_step = make_step(compiled, inputs, workload.kind, mark_steps=graphs)
 
     memory = metrics.PeakMemory(workload.device)
     result.eager_first_s, expected = wall(eager_step, workload.device)
     memory.reset()
     first_s, actual = wall(compiled_step, workload.device)
+    if graphs:  # CUDA graphs are recorded on the second call: that is compiling too
+        recording_s, actual = wall(compiled_step, workload.device)
+        first_s += recording_s
+        timings["cuda_graph_recording_s"] = recording_s
     result.compile_s = 0.0 if strategy.granularity == "none" else first_s
     compile_peak = memory.peak_mb()
     expected, actual = metrics.tensors(expected), metrics.tensors(actual)
@@ -167,9 +188,10 @@ def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list
     if alive is not None:  # the server outlives its children's copies of this pipe: drop ours,
         with contextlib.suppress(OSError):  # so the server ends with the search, and we with it
             os.close(alive)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the server that forked it
-    libc.prctl(15, b"autotune-trial")  # PR_SET_NAME: what ps, top and pgrep show
+    if sys.platform.startswith("linux"):  # elsewhere the process group and timeout suffice
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the server that forked it
+        libc.prctl(15, b"autotune-trial")  # PR_SET_NAME: what ps, top and pgrep show
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)

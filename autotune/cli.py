@@ -12,7 +12,6 @@ import json
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -176,7 +175,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from autotune import catalog, export, report
+    from autotune import catalog, export, report, selection
     from autotune.spec import StudySpec
     from autotune.study import Search
 
@@ -194,7 +193,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
     if args.workers > 1:
-        outcome = run_workers(search, args.workers, not args.no_progress)
+        outcome = search.run_workers(args.workers, not args.no_progress)
     else:
         outcome = search.run(progress=not args.no_progress)
     stored = len(search.measured())
@@ -213,8 +212,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         from autotune import dashboard
 
         page = dashboard.write(search.store, search.name, policy=spec.policy)
-    points = export.candidates(search.store, search.name, spec.max_memory_mb)
-    front = export.pareto(points, spec.objectives)
+    _, _, front = selection.choose(
+        search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb
+    )
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
@@ -236,53 +236,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     if page:
         print(f"wrote {page}")
     return 0
-
-
-def run_workers(search: Any, count: int, progress: bool) -> Any:
-    """Start ``count`` local worker processes on the study and follow them to the end."""
-    import os
-    import subprocess
-
-    from autotune.study import Outcome, Progress
-
-    if count < 1:
-        raise ConfigError("--workers must be at least 1")
-    if not search.spec.workload.is_cuda:
-        print("autotune: warning: parallel trials on a CPU share its cores, which skews both "
-              "compile time and latency", file=sys.stderr)  # fmt: skip
-    search.baseline()
-    devices = [search.spec.workload.device] * count
-    if search.spec.workload.is_cuda:
-        import torch
-
-        devices = [f"cuda:{i % torch.cuda.device_count()}" for i in range(count)]
-    env = {**os.environ, "AUTOTUNE_STORAGE": search.store.url}  # not argv: ps shows argv
-    argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", search.name]
-    procs = [
-        subprocess.Popen(
-            [*argv, "--device", d, "--no-progress"], stdin=subprocess.DEVNULL, env=env
-        )
-        for d in devices
-    ]
-    target = min(search.spec.trials, len(search.members))
-    bar = Progress(target, len(search.measured()), progress)
-    try:
-        while any(p.poll() is None for p in procs):
-            bar.advance(len(search.measured()), f"{count} workers", search.best_so_far())
-            time.sleep(2)
-    except KeyboardInterrupt:
-        for p in procs:
-            p.terminate()  # each worker stops as cleanly as on Ctrl-C
-        for p in procs:
-            p.wait()
-        return Outcome(search.name, 0, 0, "interrupted")
-    finally:
-        bar.close()
-    failed = [p.returncode for p in procs if p.returncode != 0]
-    if failed:
-        raise AutotuneError(f"{len(failed)} of {count} workers failed (exit {failed[0]})")
-    done = len(search.measured())
-    return Outcome(search.name, done, 0, "exhausted" if done >= len(search.members) else "budget")
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -339,13 +292,13 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune import export
+    from autotune import export, selection
     from autotune.spec import parse_memory
     from autotune.store import Store
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
-    export.parse_policy(args.policy)
+    selection.parse_policy(args.policy)
     store = Store(args.storage, create=False)
     path, chosen, notes = export.export(
         store, args.study, args.policy, args.format, args.out, parse_memory(args.max_memory)

@@ -1,174 +1,25 @@
-"""Export: pick one strategy from a study's measured trade-offs and write it as a config file.
+"""Export: write the strategy that :mod:`autotune.selection` chose as a config file.
 
-Policies (eager, ``none``, is a candidate in every one, with no compile time):
-- ``knee``: the Pareto point nearest the ideal point after normalising each objective (a tie
-  goes to the quicker compile);
-- ``fastest``: the lowest latency;
-- ``quickest``: the lowest compile time among compiled strategies that are at least as fast as
-  eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
-  nothing is never "quick";
-- ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
-- ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
+Formats: ``accelerate`` (JSON: ``TorchDynamoPlugin``'s fields plus an ``autotune`` block),
+``accelerate-yaml`` (the ``dynamo_config`` section of an Accelerate config file) and ``torch``
+(``torch.compile`` keyword arguments plus the granularity). Every export is also recorded in
+the store. ``read`` loads an exported JSON file back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError, ConfigError
-from autotune.measurement import Measurement
+from autotune.errors import ConfigError
+from autotune.selection import Point, choose
 from autotune.store import Store, mask
 from autotune.strategy import Strategy
 
 FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
 ACCELERATE_YAML_MODES = ("default", "reduce-overhead", "max-autotune")
-_POLICIES = ("knee", "fastest", "quickest", "amortized", "latency-budget")
-
-
-def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
-    """A trial's latency on the study's common scale: the eager baseline over its gain.
-
-    Trials run in different processes, whose speeds drift; each trial's speedup is measured
-    against eager interleaved in its own process. Scaling one baseline by that speedup keeps
-    cross-process noise out of the ranking, and a speedup the rounds do not show counts as none.
-    """
-    assert m.latency is not None
-    if baseline_ms is None:
-        return m.latency.median_ms
-    if Strategy.from_dict(m.strategy).granularity == "none":
-        return baseline_ms
-    return baseline_ms / m.gain()
-
-
-@dataclass(frozen=True)
-class Point:
-    """A feasible measured strategy, as the policies see it."""
-
-    key: str
-    strategy: dict[str, Any]
-    compile_s: float
-    latency_ms: float  # on the study's common scale, see latency_on_baseline
-    memory_mb: float | None
-    speedup: float  # as measured, interleaved with eager in the trial's own process
-    trial_number: int | None
-    raw_latency_ms: float = 0.0
-    significant: bool = False
-
-    @classmethod
-    def of(cls, m: Measurement, trial_number: int | None, baseline_ms: float | None) -> Point:
-        assert m.latency is not None and m.compile_s is not None and m.speedup is not None
-        memory = m.memory.compiled_peak_mb if m.memory else None
-        key = Strategy.from_dict(m.strategy).key
-        speedup = 1.0 if key == "none" else m.speedup
-        return cls(
-            key, m.strategy, m.compile_s, latency_on_baseline(m, baseline_ms), memory, speedup,
-            trial_number, m.latency.median_ms, key != "none" and m.gain() != 1.0,
-        )  # fmt: skip
-
-    def total_s(self, calls: float) -> float:
-        """Compile once, then ``calls`` calls: the time a job of that length spends."""
-        return self.compile_s + calls * self.latency_ms / 1e3
-
-
-def parse_policy(policy: str) -> tuple[str, float | None]:
-    """``knee`` -> ("knee", None); ``amortized:1000`` -> ("amortized", 1000.0)."""
-    name, _, arg = policy.partition(":")
-    if name not in _POLICIES:
-        raise ConfigError(f"bad policy {policy!r}: use {', '.join(_POLICIES[:3])}, "
-                          "amortized:CALLS or latency-budget:MS")  # fmt: skip
-    needs_arg = name in ("amortized", "latency-budget")
-    if needs_arg != bool(arg):
-        raise ConfigError(f"bad policy {policy!r}: amortized:CALLS and latency-budget:MS take "
-                          "a number, the others none")  # fmt: skip
-    try:
-        value = float(arg) if arg else None
-    except ValueError:
-        raise ConfigError(f"bad policy {policy!r}: {arg!r} is not a number") from None
-    if value is not None and value <= 0:
-        raise ConfigError(f"bad policy {policy!r}: the number must be positive")
-    return name, value
-
-
-def candidates(store: Store, study: str, max_memory_mb: float | None = None) -> list[Point]:
-    """Every feasible measured strategy of the study, eager included."""
-    points = []
-    rows = store.measurements(study)
-    base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
-    baseline_ms = base.latency.median_ms if base and base.ok and base.latency else None
-    for row in rows:
-        m = Measurement.from_dict(row.payload)
-        if not m.feasible and not (row.key == "none" and m.ok):
-            continue
-        point = Point.of(m, row.trial_number, baseline_ms)
-        if max_memory_mb is not None and (point.memory_mb or 0) > max_memory_mb:
-            continue
-        points.append(point)
-    return points
-
-
-def _objectives(p: Point, objectives: tuple[str, ...]) -> tuple[float, ...]:
-    values = {"compile": p.compile_s, "latency": p.latency_ms, "memory": p.memory_mb or 0.0}
-    return tuple(values[o] for o in objectives)
-
-
-def pareto(
-    points: list[Point], objectives: tuple[str, ...] = ("compile", "latency")
-) -> list[Point]:
-    """The non-dominated points, sorted by compile time."""
-    vals = [_objectives(p, objectives) for p in points]
-    front = [
-        p
-        for p, v in zip(points, vals, strict=True)
-        if not any(all(a <= b for a, b in zip(w, v, strict=True)) and w != v for w in vals)
-    ]
-    return sorted(front, key=lambda p: (p.compile_s, p.latency_ms))
-
-
-def pick(
-    points: list[Point], policy: str, objectives: tuple[str, ...] = ("compile", "latency")
-) -> Point:
-    """The point a policy chooses; ``AutotuneError`` if none qualifies."""
-    name, arg = parse_policy(policy)
-    if not points:
-        raise AutotuneError("the study has no feasible trial to export")
-    if name == "fastest":
-        return min(points, key=lambda p: (p.latency_ms, p.compile_s))
-    if name == "quickest":
-        fast = [p for p in points if p.key != "none" and p.significant and p.speedup >= 1.0]
-        eager = [p for p in points if p.key == "none"]
-        return min(fast or eager or points, key=lambda p: (p.compile_s, p.latency_ms))
-    if name == "amortized":
-        assert arg is not None
-        return min(points, key=lambda p: (p.total_s(arg), p.latency_ms))
-    if name == "latency-budget":
-        within = [p for p in points if p.latency_ms <= (arg or 0)]
-        if not within:
-            best = min(p.latency_ms for p in points)
-            raise AutotuneError(
-                f"no strategy meets the latency budget of {arg:g} ms; the fastest takes "
-                f"{best:.3g} ms"
-            )
-        return min(within, key=lambda p: (p.compile_s, p.latency_ms))
-    front = pareto(points, objectives)
-    values = {id(p): _objectives(p, objectives) for p in front}
-    lo = [min(v[i] for v in values.values()) for i in range(len(objectives))]
-    hi = [max(v[i] for v in values.values()) for i in range(len(objectives))]
-
-    def distance(p: Point) -> float:
-        norm = [
-            (v - lo[i]) / (hi[i] - lo[i]) if hi[i] > lo[i] else 0.0
-            for i, v in enumerate(values[id(p)])
-        ]
-        return math.hypot(*norm)
-
-    # a tie (a front of two points always ties) goes to the quicker compile: the same distance
-    # from the ideal buys nothing for the extra compile time
-    return min(front, key=lambda p: (round(distance(p), 9), p.compile_s, p.latency_ms))
 
 
 def accelerate_fields(strategy: Strategy) -> dict[str, Any]:
@@ -203,9 +54,8 @@ def document(
     row = store.study(study)
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
-    points = candidates(store, study, max_memory_mb)
     objectives = tuple(row.spec.get("objectives") or ("compile", "latency"))
-    chosen = pick(points, policy, objectives)
+    chosen, points, front = choose(store, study, policy, objectives, max_memory_mb)
     strategy = Strategy.from_dict(chosen.strategy)
     notes = caveats(strategy, fmt)
     baseline = next((p for p in points if p.key == "none"), None)
@@ -222,7 +72,7 @@ def document(
         "model": row.spec.get("model"),
         "workload": row.spec.get("workload"),
         "objectives": list(objectives),
-        "pareto_front": [dataclasses.asdict(p) for p in pareto(points, objectives)],
+        "pareto_front": [dataclasses.asdict(p) for p in front],
         "caveats": notes,
     }
     if fmt == "accelerate":

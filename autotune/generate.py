@@ -169,12 +169,14 @@ def measure(spec: dict[str, Any]) -> Measurement:
     import torch._dynamo.utils
 
     from autotune import catalog, compile
+    from autotune.child import use_device
     from autotune.environment import fingerprint
 
     start = time.perf_counter()
     timings = {"startup_s": time.time() - spec.get("launched", time.time())}
     strategy = Strategy.from_dict(spec["strategy"])
     workload = Workload.from_dict(spec["workload"])
+    use_device(workload.device)
     ref = catalog.ModelRef.from_dict(spec["model"])
     seed = spec.get("seed", 0)
     torch.manual_seed(seed)

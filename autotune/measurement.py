@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,25 +42,11 @@ class Latency:
         )
 
 
-def sign_test(eager_ms: list[float], compiled_ms: list[float]) -> float:
-    """Two-sided sign-test p-value that compiled and eager differ, over interleaved rounds.
-
-    Round i timed both, back to back, so the pairs share the machine's state at that moment;
-    the test asks how often compiled won, which drift and outliers cannot fake.
-    """
-    diffs = [e - c for e, c in zip(eager_ms, compiled_ms, strict=False) if e != c]
-    n = len(diffs)
-    if n == 0:
-        return 1.0
-    wins = sum(d > 0 for d in diffs)
-    k = min(wins, n - wins)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
 @dataclass
 class Accuracy:
-    """Compiled vs eager outputs. ``max_rel`` is the max abs error over the output's scale."""
+    """Compiled vs eager outputs, element by element (``|a - e| <= atol + rtol * |e|``).
+    ``max_rel`` is the max abs error over the output's scale; ``mismatched`` the fraction of
+    elements out of tolerance."""
 
     max_abs: float
     max_rel: float
@@ -69,6 +54,7 @@ class Accuracy:
     atol: float
     rtol: float
     detail: str = ""
+    mismatched: float = 0.0
 
 
 @dataclass
@@ -144,13 +130,6 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    def gain(self, alpha: float = 0.05) -> float:
-        """The speedup over eager if the interleaved rounds show it (sign test), else 1.0."""
-        if self.speedup is None or not (self.latency and self.eager_latency):
-            return 1.0
-        p = sign_test(self.eager_latency.samples_ms, self.latency.samples_ms)
-        return self.speedup if p < alpha else 1.0
 
     @property
     def limit_hit(self) -> bool:

@@ -19,36 +19,19 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import child
-from autotune.errors import ConfigError, NotApplicable
+from autotune.errors import NotApplicable
 from autotune.measurement import Measurement
 from autotune.strategy import Strategy
-from autotune.workload import Workload
+from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
     from autotune.catalog import ModelRef
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How a trial is timed: timed calls, warm-up calls, the child's timeout, the RNG seed."""
-
-    iters: int = 20
-    warmup: int = 3
-    timeout_s: float = 1200.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.iters < 1 or self.warmup < 0:
-            raise ConfigError("--iters must be at least 1 and --warmup at least 0")
-        if self.timeout_s <= 0:
-            raise ConfigError("--timeout must be positive")
 
 
 PRELOAD = ["torch", "torch._dynamo", "autotune.child"]
@@ -109,12 +92,13 @@ def _ended(returncode: int) -> str:
 
 
 def measure(
-    model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings = Settings()
+    model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None
 ) -> Measurement:
     """Measure ``strategy`` on ``model`` and ``workload`` cold, in a fresh process.
 
     Bad input raises ``ConfigError``; everything that goes wrong in the child is a status.
     """
+    settings = settings or Settings()
     strategy = strategy.canonical()
     base = (strategy.to_dict(), model.to_dict(), workload.to_dict())
     try:

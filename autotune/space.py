@@ -117,28 +117,31 @@ class Space:
                             seen.setdefault(s.key, s)
         return list(seen.values())
 
-    def suggest(self, trial: optuna.trial.Trial) -> Strategy:
-        """Ask the trial for a strategy; conditional, so mode is only asked for inductor."""
-        g = trial.suggest_categorical("granularity", list(self.granularity))
-        if g == "none":
-            return Strategy.create("none")
-        b = trial.suggest_categorical("backend", list(self.backend))
-        m = trial.suggest_categorical("mode", list(self.mode)) if b == "inductor" else None
-        d = trial.suggest_categorical("dynamic", list(self.dynamic))
-        f = trial.suggest_categorical("fullgraph", list(self.fullgraph))
-        return Strategy.create(g, b, m, d, f)
+    def distributions(self) -> dict[str, Any]:
+        """Optuna's distribution of each field: every trial suggests all five."""
+        from optuna.distributions import CategoricalDistribution
 
-    @staticmethod
-    def params(strategy: Strategy) -> dict[str, Any]:
-        """The trial parameters that make :meth:`suggest` return ``strategy`` (for enqueueing)."""
+        return {name: CategoricalDistribution(list(getattr(self, name))) for name in DIMENSIONS}
+
+    def suggest(self, trial: optuna.trial.Trial) -> Strategy:
+        """Ask the trial for every field; the fields that do not apply are ignored."""
+        values = {n: trial.suggest_categorical(n, list(getattr(self, n))) for n in DIMENSIONS}
+        return Strategy.create(**values)
+
+    def params(self, strategy: Strategy) -> dict[str, Any]:
+        """The trial parameters of ``strategy``: each field that does not apply (mode outside
+        inductor, everything but granularity for eager) takes the space's first value."""
         s = strategy.canonical()
+        fixed = {name: getattr(self, name)[0] for name in DIMENSIONS}
         if s.granularity == "none":
-            return {"granularity": "none"}
-        params: dict[str, Any] = {"granularity": s.granularity, "backend": s.backend}
-        if s.backend == "inductor":
-            params["mode"] = s.mode
-        params.update(dynamic=s.dynamic, fullgraph=s.fullgraph)
-        return params
+            return {**fixed, "granularity": "none"}
+        mode = s.mode if s.backend == "inductor" else fixed["mode"]
+        return {"granularity": s.granularity, "backend": s.backend, "mode": mode,
+                "dynamic": s.dynamic, "fullgraph": s.fullgraph}  # fmt: skip
+
+    def contains(self, other: Space) -> bool:
+        """Whether every value of ``other`` is one of this space's."""
+        return all(set(getattr(other, n)) <= set(getattr(self, n)) for n in DIMENSIONS)
 
     def to_dict(self) -> dict[str, list]:
         return {name: list(getattr(self, name)) for name in DIMENSIONS}

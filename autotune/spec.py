@@ -15,12 +15,11 @@ from typing import Any
 
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
-from autotune.runner import Settings
+from autotune.selection import OBJECTIVES, parse_policy
 from autotune.space import Space
-from autotune.workload import Workload
+from autotune.workload import Settings, Workload
 
 SAMPLERS = ("tpe", "nsga2", "random", "grid")
-OBJECTIVES = ("compile", "latency", "memory")
 SEARCH_KEYS = (
     "trials", "time_budget", "sampler", "objectives", "max_memory", "policy", "iters", "warmup",
     "timeout", "seed", "study",
@@ -103,8 +102,6 @@ class StudySpec:
                 f"bad objectives {','.join(self.objectives)!r}: compile and latency, "
                 "optionally memory"
             )
-        from autotune.export import parse_policy
-
         parse_policy(self.policy)
 
     @classmethod

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from sqlalchemy import (
     JSON,
     DateTime,
+    Float,
     ForeignKey,
     Integer,
     String,
@@ -29,10 +30,8 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
-    literal,
     select,
-    union_all,
-    update,
+    text,
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import (
@@ -46,7 +45,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapp
 
 from autotune.errors import StorageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: claims' heartbeat, measurements' worker
 DEFAULT_URL = "sqlite:///studies/autotune.db"
 
 
@@ -180,20 +179,26 @@ class OfStrategy(OfStudy):
 
 
 class MeasurementRow(OfStrategy, Base):
-    """A measured canonical strategy: unique per study, so nothing is measured twice."""
+    """A measured canonical strategy: unique per study, so nothing is measured twice. Its
+    ``trial_number`` is None until a trial adopts it (the baseline, or a measurement whose
+    worker's trial was failed while the worker was away)."""
 
     __tablename__ = "autotune_measurements"
     status: Mapped[str] = mapped_column(String(32))
     payload: Mapped[dict[str, Any]]
+    worker: Mapped[str | None] = mapped_column(String(256), default=None)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
 class ClaimRow(OfStrategy, Base):
-    """A strategy taken by one worker: unique per study, so no two workers measure it."""
+    """A strategy taken by one worker: unique per study, so no two workers measure it. While
+    its measurement is in flight, ``heartbeat`` holds the database clock's last beat of its
+    worker (seconds since the epoch); None once the trial is told."""
 
     __tablename__ = "autotune_claims"
     worker: Mapped[str] = mapped_column(String(256))
     claimed_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+    heartbeat: Mapped[float | None] = mapped_column(Float, default=None)
 
 
 class ExportRow(OfStudy, Base):
@@ -257,6 +262,10 @@ class Store:
                     f"storage {mask(self.url)} has autotune schema {row.value}, newer than "
                     f"this autotune's {SCHEMA_VERSION}: upgrade autotune"
                 )
+            elif int(row.value) < 2:  # the columns that version 2 added to existing tables
+                s.execute(text("ALTER TABLE autotune_claims ADD COLUMN heartbeat FLOAT"))
+                s.execute(text("ALTER TABLE autotune_measurements ADD COLUMN worker VARCHAR(256)"))
+                row.value = str(SCHEMA_VERSION)
 
     def schema_version(self) -> int:
         with self.session() as s:
@@ -330,86 +339,19 @@ class Store:
             return set(s.scalars(query))
 
     @resilient
-    def progress(self, study: str) -> tuple[set[str], set[str]]:
-        """The keys measured, and the keys claimed (measured or being measured): one query."""
-        measured = select(MeasurementRow.key, literal("m")).where(MeasurementRow.study == study)
-        claimed = select(ClaimRow.key, literal("c")).where(ClaimRow.study == study)
-        with self.session() as s:
-            rows = s.execute(union_all(measured, claimed)).all()
-        return {key for key, kind in rows if kind == "m"}, {key for key, _ in rows}
-
-    @resilient
     def add_measurement(
         self, study: str, key: str, trial_number: int | None, payload: dict[str, Any]
     ) -> None:
-        row = MeasurementRow(study=study, key=key, trial_number=trial_number,
-                             status=payload["status"], payload=payload)  # fmt: skip
-        try:
-            with self.session() as s:
-                s.add(row)
-        except IntegrityError:  # a retry of a commit whose answer was lost: is it ours?
-            with self.session() as s:
-                stored = _measurement(s, study, key)
-            if stored is None or stored.trial_number != trial_number:
-                raise
-
-    @resilient
-    def adopt(self, study: str, key: str, trial_number: int) -> bool:
-        """Make a measurement taken before any trial (the baseline) this trial's, atomically:
-        of several workers asking at once, exactly one gets True."""
+        """Store a measurement outside any coordination (tests, imports); workers record
+        theirs through :class:`autotune.coordination.Coordinator`."""
         with self.session() as s:
-            done = s.execute(
-                update(MeasurementRow)
-                .where(MeasurementRow.study == study, MeasurementRow.key == key,
-                       MeasurementRow.trial_number.is_(None))
-                .values(trial_number=trial_number)
-            )  # fmt: skip
-            return done.rowcount == 1
-
-    # claims: how workers share a study
-    @resilient
-    def claim(
-        self, study: str, key: str, trial_number: int | None, worker: str,
-        budget: int, counted: set[str],
-    ) -> str:  # fmt: skip
-        """Take ``key`` for this worker: ``claimed``, ``taken`` (by another) or ``budget``.
-
-        The first statement writes the study's row, which serialises every claim of one study
-        (a row lock on PostgreSQL, the database write lock on SQLite) until this commits, so
-        the check of the budget and the insert are one atomic step.
-        """
-        with self.session() as s:
-            s.execute(update(StudyRow).where(StudyRow.name == study).values(name=StudyRow.name))
-            held = set(s.scalars(select(ClaimRow.key).where(ClaimRow.study == study)))
-            if key in held:
-                return "taken"
-            if len(held & counted) >= budget and key in counted:
-                return "budget"
-            s.add(ClaimRow(study=study, key=key, trial_number=trial_number, worker=worker))
-        return "claimed"
-
-    @resilient
-    def release_key(self, study: str, key: str) -> None:
-        """Give back a claim whose worker is gone (the baseline's, which has no trial)."""
-        with self.session() as s:
-            claim = s.scalars(select(ClaimRow).where(ClaimRow.study == study, ClaimRow.key == key))
-            for row in claim:
-                if _measurement(s, study, key) is None:
-                    s.delete(row)
+            s.add(MeasurementRow(study=study, key=key, trial_number=trial_number,
+                                 status=payload["status"], payload=payload))  # fmt: skip
 
     @resilient
     def claims(self, study: str) -> list[ClaimRow]:
         with self.session() as s:
             return list(s.scalars(select(ClaimRow).where(ClaimRow.study == study)))
-
-    @resilient
-    def release(self, study: str, trial_number: int) -> None:
-        """Give back the claim of a trial that died before its measurement was stored."""
-        with self.session() as s:
-            mine = (ClaimRow.study == study, ClaimRow.trial_number == trial_number)
-            claim = s.scalars(select(ClaimRow).where(*mine)).first()
-            if claim is not None and _measurement(s, study, claim.key) is None:
-                s.delete(claim)
 
     # exports
     @resilient
@@ -422,11 +364,6 @@ class Store:
         with self.session() as s:
             query = select(ExportRow).where(ExportRow.study == study).order_by(ExportRow.id)
             return list(s.scalars(query))
-
-
-def _measurement(s: Session, study: str, key: str) -> MeasurementRow | None:
-    query = select(MeasurementRow).where(MeasurementRow.study == study, MeasurementRow.key == key)
-    return s.scalars(query).first()
 
 
 def _engine(url: str) -> Engine:

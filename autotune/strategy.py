@@ -142,6 +142,11 @@ class Strategy:
             return f"mode {s.mode!r} uses CUDA graphs, which need a CUDA device"
         return None
 
+    def uses_cuda_graphs(self) -> bool:
+        """Whether compiled calls replay CUDA graphs (the cudagraphs backend, or a mode that
+        turns on Inductor's ``triton.cudagraphs``)."""
+        return self.needs_cuda() is not None
+
     def check_applicable(self, device: str) -> None:
         """Validate, then raise ``NotApplicable`` (with the reason) if it cannot run on device."""
         self.validate()

@@ -8,40 +8,38 @@ sampler's repeat reuses the stored values and is recorded as a repeat.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import random
 import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from autotune import runner
+from autotune import runner, trials
+from autotune.coordination import (
+    REAP_S,
+    Coordinator,
+    LocalWorkers,
+    Tally,
+    check_environment,
+)
 from autotune.environment import fingerprint
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measurement import Measurement
+from autotune.selection import METRICS, choose, objective_values
 from autotune.spec import StudySpec
-from autotune.store import MeasurementRow, Store, mask, retrying
+from autotune.store import Store, mask, retrying
 from autotune.strategy import Strategy
-from autotune.trials import (
-    GRACE_S,
-    HEARTBEAT_S,
-    Heartbeat,
-    TrialStorage,
-    live_workers,
-)
 
 if TYPE_CHECKING:
     import optuna
 
 T = TypeVar("T")
-METRICS = {"compile": "compile_s", "latency": "latency_ms", "memory": "memory_mb"}
-MAX_REPEATS_IN_A_ROW = 8
 POLL_S = 2.0  # how often a worker with nothing to claim looks again
-# The fields of the environment that make measurements comparable.
-COMPARABLE = ("torch", "cuda", "device", "device_name")
 
 
 @dataclass
@@ -51,315 +49,301 @@ class Outcome:
     study: str
     measured: int
     repeats: int
-    stopped: str  # budget | time | exhausted | interrupted
+    stopped: str  # budget | time | exhausted | interrupted | worker limit
 
 
-def objective_values(
-    m: Measurement, objectives: tuple[str, ...], baseline_ms: float | None
-) -> list[float]:
-    """The values Optuna minimises for a measurement that ran (latency on the common scale)."""
-    from autotune.export import latency_on_baseline
-
-    assert m.latency is not None and m.compile_s is not None
-    values = {"compile": m.compile_s, "latency": latency_on_baseline(m, baseline_ms)}
-    if m.memory is not None:
-        values["memory"] = m.memory.compiled_peak_mb
-    return [values[o] for o in objectives]
-
-
-def make_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler:
-    """The sampler for a space of ``size`` strategies (grid enqueues, then samples nothing)."""
-    import optuna
-
-    startup = max(4, min(10, size // 6))
-    if name == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=startup
-        )
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, startup))
-    return optuna.samplers.RandomSampler(seed=seed)
-
-
-def open_study(storage: TrialStorage, name: str, spec: StudySpec, size: int) -> optuna.Study:
-    """Create or load the Optuna study in the same database as autotune's tables."""
-    import optuna
-
-    study = optuna.create_study(
-        storage=storage, study_name=name, load_if_exists=True,
-        sampler=make_sampler(spec.sampler, spec.settings.seed, size),
-        directions=["minimize"] * len(spec.objectives),
-    )  # fmt: skip
-    study.set_metric_names([METRICS[o] for o in spec.objectives])
-    return study
-
-
-def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
-    """Refuse to mix measurements from another GPU, CPU or torch, unless forced."""
-    differ = [k for k in COMPARABLE if stored.get(k) != here.get(k)]
-    if differ and not force:
-        detail = ", ".join(f"{k}: study {stored.get(k)!r} vs here {here.get(k)!r}" for k in differ)
-        raise ConfigError(
-            f"this machine differs from the study's ({detail}); mixed measurements would be "
-            "meaningless (use --force to join anyway)"
-        )
+def resumable(stored: StudySpec | None, spec: StudySpec, name: str) -> StudySpec:
+    """The spec this run stores: the new one, keeping the study's space when the new space is
+    within it (the run is narrowed to it); a space that adds values is refused."""
+    if stored is None or stored.space == spec.space:
+        return spec
+    if stored.space.contains(spec.space):
+        return dataclasses.replace(spec, space=stored.space)
+    wider = {
+        n: [v for v in getattr(spec.space, n) if v not in getattr(stored.space, n)]
+        for n in ("granularity", "backend", "mode", "dynamic", "fullgraph")
+    }
+    added = "; ".join(f"{n} {', '.join(map(str, v))}" for n, v in wider.items() if v)
+    raise ConfigError(
+        f"study {name!r} was searched over another space, and this one adds {added}: resume "
+        "it with the same space (or a narrower one), or start another study with --study NAME"
+    )
 
 
 class Search:
     """One process's part in a study: it claims and measures strategies until the study's
-    budget, time or space runs out. Any number of these share a study through its storage."""
+    budget, time or space runs out. Any number of these share a study through its storage:
+    ask → de-duplicate → measure → tell, with :mod:`autotune.coordination` keeping them apart."""
 
     def __init__(
         self, spec: StudySpec, storage: str | None, *, force: bool = False,
         name: str | None = None, save_spec: bool = True,
     ) -> None:  # fmt: skip
-        self.spec = spec
-        self.members = spec.space.validate(spec.workload.device)
+        self.members = spec.space.validate(spec.workload.device)  # bad input: before any file
         self.keys = {s.key for s in self.members}
         self.environment = fingerprint(spec.workload.device)
         self.name = name or spec.study_name(self.environment)
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.store = Store(storage)
-        stored = self.store.study(self.name)
-        if stored is not None and stored.environment:
-            check_environment(stored.environment, self.environment, force)
-        if save_spec or stored is None:
-            self.store.add_study(self.name, spec.to_dict(), self.environment)
-        if stored is not None and not stored.environment:  # submitted: the first joiner's
+        row = self.store.study(self.name)
+        stored = StudySpec.from_dict(row.spec) if row is not None and row.spec else None
+        if row is not None and row.environment:
+            check_environment(row.environment, self.environment, force)
+        saved = resumable(stored, spec, self.name)
+        self.spec = spec  # this run's space may be narrower than the study's (saved.space)
+        if save_spec or row is None:
+            self.store.add_study(self.name, saved.to_dict(), self.environment)
+        if row is not None and not row.environment:  # submitted: the first joiner's
             self.store.set_environment(self.name, self.environment)
         self.store.add_run(self.name, self.environment)
-        self.trials = TrialStorage(self.store.url, self._release)
-        self.study = open_study(self.trials, self.name, spec, len(self.members))
-        self.rng = random.Random(spec.settings.seed)
+        self.coord = Coordinator(self.store, self.name, self.worker)
+        # a lone search is reproducible; workers that join a study each sample differently,
+        # or they would all propose the same strategy at the same moment
+        seed = spec.settings.seed if save_spec else hash((spec.settings.seed, self.worker))
+        self.study, self.sampler = trials.open_study(
+            self.store.url, self.name, saved.space, spec.sampler, seed % 2**31,
+            len(self.members), len(spec.objectives), [METRICS[o] for o in spec.objectives],
+        )  # fmt: skip
         self._baseline: Measurement | None = None  # stored once, never changes: read once
-        self._measurements: dict[str, MeasurementRow] = {}
-        self._seen: set[str] | None = None  # the keys measured, as progress last saw them
+        self._current: int | None = None  # the trial this worker is on
         self.store.retry = True  # from here on, a lost connection is waited out, not fatal
+        self.coord.retry = True
 
     def _db(self, fn: Callable[[], T], what: str) -> T:
         """An Optuna storage call that outlasts a database restart (see store.retrying)."""
         return retrying(fn, what, self.store.url)
 
-    def _release(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        """Optuna's stale-trial callback: a dead worker's strategy goes back to the pool."""
-        self.store.release(self.name, trial.number)
-
     @property
     def storage_shown(self) -> str:
         return mask(self.store.url)
 
+    @property
+    def target(self) -> int:
+        """The study's budget: strategies to measure."""
+        return min(self.spec.trials, len(self.members))
+
     def measured(self) -> set[str]:
         """Keys of the space's strategies measured so far (the study's progress)."""
         return self.store.measured_keys(self.name) & self.keys
-
-    def progress(self) -> tuple[set[str], set[str]]:
-        """Keys of the space's strategies measured, and measured or being measured (claimed)."""
-        measured, claimed = self.store.progress(self.name)
-        self._seen = measured
-        return measured & self.keys, claimed & self.keys
-
-    def measurement(self, key: str) -> MeasurementRow | None:
-        """The stored measurement of a strategy. A trial's never changes: it is read once.
-        A key the last ``progress`` did not list is taken as unmeasured (the claim checks)."""
-        if key not in self._measurements and self._seen is not None and key not in self._seen:
-            return None
-        row = self._measurements.get(key) or self.store.measurement(self.name, key)
-        if row is not None and row.trial_number is not None:
-            self._measurements[key] = row
-        return row
 
     def measure(self, strategy: Strategy) -> Measurement:
         spec = self.spec
         return runner.measure(spec.model, spec.workload, strategy, spec.settings)
 
     def baseline(self) -> Measurement:
-        """The eager baseline, measured once per study (by whichever worker claims it)."""
+        """The eager baseline, measured once per study (by whichever worker claims it). One
+        that failed (a timeout, OOM or crash) is measured again on resume."""
         if self._baseline is not None:
             return self._baseline
-        deadline = time.monotonic() + self.spec.settings.timeout_s + 2 * GRACE_S
-        while (row := self.store.measurement(self.name, "none")) is None:
-            verdict = self.store.claim(self.name, "none", None, self.worker, 1, set())
-            if verdict == "claimed":
-                m = self.measure(Strategy.create("none"))
-                self.store.add_measurement(self.name, "none", None, m.to_dict())
-                continue
-            if time.monotonic() > deadline:  # its worker died: take it over
-                self.store.release_key(self.name, "none")
-            time.sleep(POLL_S)
+        if reason := self.coord.forget_failed_baseline():
+            print(f"autotune: the eager baseline failed before ({reason[:200]}); measuring it "
+                  "again", file=sys.stderr, flush=True)  # fmt: skip
+        with self.coord.pulse:
+            while (row := self.store.measurement(self.name, "none")) is None:
+                if self.coord.claim("none", None, 1, set()) == "claimed":
+                    m = self.measure(Strategy.create("none"))
+                    self.coord.record("none", None, m.to_dict())
+                    self.coord.done("none")
+                    continue
+                self._db(lambda: self.coord.reap(self.study), "reap")  # its worker may be dead
+                time.sleep(POLL_S)
         m = Measurement.from_dict(row.payload)
         if not m.ok:
             raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
         self._baseline = m
         return m
 
-    def tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
-        """Tell Optuna, retried until it is stored (a finished measurement is never lost)."""
-        self._end(lambda: self._tell(trial, m, repeat_of))
-
-    def _end(self, tell: Callable[[], None]) -> None:
+    def _tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> bool:
+        """Tell Optuna, retried until it is stored. False when the trial had been failed by a
+        peer (its worker was silent too long): then it holds none of this."""
         import optuna
 
-        # ended already: a retried commit that had landed, or failed as stale by a peer
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            self._db(tell, "tell")
-
-    def _tell(self, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> None:
-        import optuna
-
-        # few attributes: Optuna writes each one in a transaction of its own
-        trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
-        details = {"strategy": m.strategy, "status": m.status, "worker": self.worker}
-        if repeat_of is not None:
-            trial.set_user_attr("repeat_of", repeat_of)
-        if not m.ok:
-            trial.set_user_attr("reason", m.reason[:2000])
+        def tell() -> optuna.trial.FrozenTrial:
+            trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
+            details = {"strategy": m.strategy, "status": m.status, "worker": self.worker}
+            if repeat_of is not None:
+                trial.set_user_attr("repeat_of", repeat_of)
+            if not m.ok:
+                trial.set_user_attr("reason", m.reason[:2000])
+                trial.set_user_attr("autotune", details)
+                return self.study.tell(trial, state=optuna.trial.TrialState.FAIL,
+                                       skip_if_finished=True)  # fmt: skip
+            measured_ms = m.latency and m.latency.median_ms
+            details.update(speedup=m.speedup, latency_ms_measured=measured_ms)
             trial.set_user_attr("autotune", details)
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            return
-        details.update(speedup=m.speedup, latency_ms_measured=m.latency and m.latency.median_ms)
-        trial.set_user_attr("autotune", details)
-        trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
-        if self.spec.max_memory_mb is not None and m.memory is not None:
-            trial.set_constraint("memory", m.memory.compiled_peak_mb - self.spec.max_memory_mb)
-        base = self.baseline()
-        baseline_ms = base.latency.median_ms if base.latency else None
-        values = objective_values(m, self.spec.objectives, baseline_ms)
-        self.study.tell(trial, values, skip_if_finished=True)
+            trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
+            if self.spec.max_memory_mb is not None and m.memory is not None:
+                trial.set_constraint("memory", m.memory.compiled_peak_mb - self.spec.max_memory_mb)
+            base = self.baseline()
+            baseline_ms = base.latency.median_ms if base.latency else None
+            values = objective_values(m, self.spec.objectives, baseline_ms)
+            return self.study.tell(trial, values, skip_if_finished=True)
 
-    def step(self, on_strategy: Callable[[str], None] = print) -> tuple[Strategy, str]:
-        """Ask for one trial and answer it. Returns the strategy and what happened:
-        ``measured``, ``repeat`` (stored values reused), or ``taken`` (another worker's)."""
+        ended = self._db(lambda: trials.finished_as(self.study, tell), "tell")
+        expected = "COMPLETE" if m.ok else "FAIL"
+        return ended is not None and ended.state.name == expected
+
+    def _skip(self, trial: optuna.trial.Trial, key: str, why: str) -> None:
+        """End a trial that measured nothing as FAIL, which no sampler learns from (a PRUNED
+        one would teach TPE that a peer's strategy is bad)."""
         import optuna
 
-        with self.trials.one_read():  # Optuna and the sampler read the trials once
-            trial = self._db(self.study.ask, "ask")
-            try:
-                strategy = self._db(lambda: self.spec.space.suggest(trial), "suggest")
-            except BaseException:
-                self._abandon(trial)
-                raise
-        beat = None
+        def tell() -> optuna.trial.FrozenTrial:
+            trial.set_user_attr("key", key)
+            trial.set_user_attr("skipped", why)
+            return self.study.tell(trial, state=optuna.trial.TrialState.FAIL,
+                                   skip_if_finished=True)  # fmt: skip
+
+        self._db(lambda: trials.finished_as(self.study, tell), "tell")
+
+    def step(self, tally: Tally, on_strategy: Callable[[str], None] = print) -> tuple[str, str]:
+        """Ask for one trial and answer it. Returns the strategy's key and what happened:
+        ``measured``, ``adopted`` (a stored measurement became this trial's), ``repeat``,
+        ``taken`` (by another worker in the meantime) or ``dropped``."""
+        free = [s for s in self.members if s.key not in tally.claimed]
+        forced = next((s for s in self.members if s.key in tally.unadopted), None)
+        self.sampler.plan(free, forced)
+        trial = self._db(self.study.ask, "ask")
+        self._current = trial.number
+        key = ""
         try:
-            row = self.measurement(strategy.key)
-            if row is not None and row.trial_number is not None:
-                on_strategy(f"repeat {strategy.key}")
-                self.tell(trial, Measurement.from_dict(row.payload), row.trial_number)
-                return strategy, "repeat"
-            if row is not None:  # the baseline, measured before any trial: this trial is it
-                m = Measurement.from_dict(row.payload)
-                if self.store.adopt(self.name, strategy.key, trial.number):
-                    self.tell(trial, m, None)
-                    return strategy, "measured"
-                first = self.store.measurement(self.name, strategy.key)  # another worker's
-                self.tell(trial, m, first.trial_number if first else None)
-                return strategy, "repeat"
-            beat = self._db(lambda: Heartbeat(self.study, trial), "heartbeat")  # + its params
-            target = min(self.spec.trials, len(self.members))
-            verdict = self.store.claim(
-                self.name, strategy.key, trial.number, self.worker, target, self.keys
-            )
+            strategy = self.spec.space.suggest(trial)  # parameters wait in Optuna's cache
+            key = strategy.key
+            if key in tally.measured or key not in {s.key for s in free}:
+                return key, self._reuse(trial, key)
+            verdict = self.coord.claim(key, trial.number, self.target, self.keys)
             if verdict != "claimed":
                 why = "taken by another worker" if verdict == "taken" else "the budget is spent"
-
-                def skip() -> None:
-                    trial.set_user_attr("key", strategy.key)
-                    trial.set_user_attr("skipped", why)
-                    self.study.tell(trial, state=optuna.trial.TrialState.PRUNED,
-                                    skip_if_finished=True)  # fmt: skip
-
-                self._end(skip)
-                return strategy, "taken"
-            on_strategy(f"measuring {strategy.key}")
+                self._skip(trial, key, why)
+                return key, "taken"
+            on_strategy(f"measuring {key}")
             m = self.measure(strategy)
-            self.store.add_measurement(self.name, strategy.key, trial.number, m.to_dict())
-            self.tell(trial, m, None)
-            return strategy, "measured"
+            return key, self._finish(trial, key, m)
         except BaseException:
-            self._abandon(trial)
+            self._abandon(trial, key)
             raise
         finally:
-            if beat is not None:
-                beat.stop()
+            self._current = None
 
-    def _abandon(self, trial: optuna.trial.Trial) -> None:
-        """Fail a trial interrupted before its measurement was stored, and free its strategy
-        (best effort: the heartbeat covers the rest)."""
+    def _reuse(self, trial: optuna.trial.Trial, key: str) -> str:
+        """A proposal of a measured strategy: adopt its measurement if no trial has, else tell
+        the stored values again as a repeat; a strategy in flight elsewhere is skipped."""
+        row = self.store.measurement(self.name, key)
+        if row is None:
+            self._skip(trial, key, "taken by another worker")
+            return "taken"
+        m = Measurement.from_dict(row.payload)
+        if row.trial_number is None and self.coord.adopt(key, trial.number):
+            if not self._tell(trial, m, None):
+                self.coord.unadopt(key, trial.number)
+            return "adopted"
+        self._tell(trial, m, row.trial_number)
+        return "repeat"
+
+    def _finish(self, trial: optuna.trial.Trial, key: str, m: Measurement) -> str:
+        """Store a measurement, then tell it; what became of it."""
+        stored = self.coord.record(key, trial.number, m.to_dict())
+        if stored == "duplicate":
+            print(f"autotune: {key} was measured by another worker meanwhile; this worker's "
+                  "copy is dropped", file=sys.stderr, flush=True)  # fmt: skip
+            self.coord.done(key)
+            self._reuse(trial, key)
+            return "dropped"
+        if stored == "unadopted" or not self._tell(trial, m, None):
+            print(f"autotune: trial {trial.number} was failed by another worker while this one "
+                  f"was silent; its measurement of {key} is kept for the next trial",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            self.coord.unadopt(key, trial.number)
+        self.coord.done(key)
+        return "measured"
+
+    def _abandon(self, trial: optuna.trial.Trial, key: str) -> None:
+        """Fail a trial interrupted before its measurement was stored and free its strategy
+        (best effort: a claim left behind keeps no heartbeat, and is reaped)."""
         import optuna
 
         with contextlib.suppress(Exception):
             trial.set_user_attr("reason", "interrupted before it was measured")
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            self.store.release(self.name, trial.number)
+        if key:
+            with contextlib.suppress(Exception):
+                self.coord.release(key)
 
-    def enqueue_unclaimed(self, all_of_them: bool = False) -> None:
-        """Queue strategies nobody has taken: all (grid), or one at random (sampler stuck)."""
-        from autotune.space import Space
-
-        _, taken = self.progress()
-        left = [s for s in self.members if s.key not in taken]
-        for s in left if all_of_them else self.rng.sample(left, min(1, len(left))):
-            params = Space.params(s)
-            self._db(lambda p=params: self.study.enqueue_trial(p, skip_if_exists=True), "enqueue")
+    def _reap(self) -> None:
+        own = {self._current} if self._current is not None else set()
+        self._db(lambda: self.coord.reap(self.study, own), "reap")
 
     def run(self, progress: bool = True, max_measure: int | None = None) -> Outcome:
         """Measure the baseline, then trials until the budget, time or space runs out (or,
         with ``max_measure``, until this process has measured that many)."""
-        import optuna
-
         start = time.monotonic()
         self.baseline()
-        if "none" in self.keys and self.store.measurement(self.name, "none").trial_number is None:
-            none = {"granularity": "none"}
-            self._db(lambda: self.study.enqueue_trial(none, skip_if_exists=True), "enqueue")
-        if self.spec.sampler == "grid":
-            self.enqueue_unclaimed(all_of_them=True)
-        target = min(self.spec.trials, len(self.members))
-        bar = Progress(target, len(self.measured()), progress)
-        measured = repeats = in_a_row = 0
+        bar = Progress(self.target, len(self.measured()), progress)
+        measured = repeats = 0
         stopped = "budget"
-        checked = 0.0
+        reaped = 0.0
         try:
-            while True:
-                if time.monotonic() - checked >= HEARTBEAT_S:  # dead workers' trials
-                    self._db(lambda: optuna.storages.fail_stale_trials(self.study), "stale check")
-                    checked = time.monotonic()
-                measured_keys, claimed_keys = self.progress()
-                done = len(measured_keys)
-                if done >= target:
-                    stopped = "exhausted" if done >= len(self.members) else "budget"
-                    break
-                if max_measure is not None and measured >= max_measure:
-                    stopped = "worker limit"
-                    break
-                limit = self.spec.time_budget_s
-                if limit is not None and time.monotonic() - start >= limit:
-                    stopped = "time"
-                    break
-                if len(claimed_keys) >= target:  # the rest is in other workers' hands
-                    bar.now("waiting for other workers")
-                    time.sleep(POLL_S)
-                    continue
-                if in_a_row >= MAX_REPEATS_IN_A_ROW:
-                    self.enqueue_unclaimed()
-                    in_a_row = 0
-                strategy, what = self.step(bar.now)
-                repeats += what == "repeat"
-                measured += what == "measured"
-                in_a_row = 0 if what == "measured" else in_a_row + 1
-                if what == "measured" and progress:  # the best so far costs a full read
-                    bar.advance(len(self.measured()), strategy.key, self.best_so_far())
+            with self.coord.pulse:
+                while True:
+                    if time.monotonic() - reaped >= REAP_S:  # dead workers' trials
+                        self._reap()
+                        reaped = time.monotonic()
+                    tally = self.coord.tally(self.keys)
+                    if not tally.unadopted:  # a stored measurement is never left without a trial
+                        if stop := self._stop(tally, start, measured, max_measure):
+                            stopped = stop
+                            break
+                        if len(tally.claimed) >= self.target or tally.claimed >= self.keys:
+                            bar.now("waiting for other workers")  # the rest is in their hands
+                            time.sleep(POLL_S)
+                            continue
+                    key, what = self.step(tally, bar.now)
+                    repeats += what == "repeat"
+                    measured += what == "measured"
+                    if what == "measured" and progress:  # the best so far costs a full read
+                        bar.advance(len(self.measured()), key, self.best_so_far())
         except KeyboardInterrupt:
             stopped = "interrupted"
         finally:
             bar.close()
         return Outcome(self.name, measured, repeats, stopped)
 
-    def best_so_far(self) -> str:
-        from autotune.export import candidates, pick
+    def _stop(self, tally: Tally, start: float, measured: int, limit: int | None) -> str | None:
+        if len(tally.measured) >= self.target:
+            return "exhausted" if len(tally.measured) >= len(self.members) else "budget"
+        if limit is not None and measured >= limit:
+            return "worker limit"
+        budget = self.spec.time_budget_s
+        if budget is not None and time.monotonic() - start >= budget:
+            return "time"
+        return None
 
-        points = candidates(self.store, self.name)
+    def run_workers(self, count: int, progress: bool) -> Outcome:
+        """Start ``count`` local worker processes on this study and follow them to the end."""
+        devices = LocalWorkers.devices(self.spec.workload.device, count)
+        if not self.spec.workload.is_cuda:
+            print("autotune: warning: parallel trials on a CPU share its cores, which skews "
+                  "both compile time and latency", file=sys.stderr)  # fmt: skip
+        self.baseline()
+        workers = LocalWorkers(self.name, self.store.url, devices)
+        bar = Progress(self.target, len(self.measured()), progress)
         try:
-            best = pick(points, self.spec.policy, self.spec.objectives)
+            while workers.running():
+                bar.advance(len(self.measured()), f"{count} workers", self.best_so_far())
+                time.sleep(2)
+        except KeyboardInterrupt:
+            workers.stop()
+            return Outcome(self.name, 0, 0, "interrupted")
+        finally:
+            bar.close()
+        if failed := workers.failures():
+            raise AutotuneError(f"{len(failed)} of {count} workers failed (exit {failed[0]})")
+        done = len(self.measured())
+        return Outcome(self.name, done, 0, "exhausted" if done >= len(self.members) else "budget")
+
+    def best_so_far(self) -> str:
+        try:
+            best, _, _ = choose(self.store, self.name, self.spec.policy, self.spec.objectives)
         except AutotuneError:
             return "—"
         return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"
@@ -414,7 +398,7 @@ def overview(store: Store) -> list[dict[str, Any]]:
             "ok": statuses.count("ok"),
             "failed": len(statuses) - statuses.count("ok"),
             "runs": len(store.runs(study.name)),
-            "live workers": live_workers(store.url, study.name),
+            "live workers": Coordinator(store, study.name, "").live_workers(),
             "last": last.isoformat(timespec="seconds") if last else "",
         })  # fmt: skip
     return rows
@@ -432,7 +416,9 @@ def submit(spec: StudySpec, storage: str | None) -> str:
         raise ConfigError(f"a study named {name!r} exists already in {mask(store.url)}")
     members = spec.space.validate(spec.workload.device)
     store.add_study(name, spec.to_dict(), {})
-    open_study(TrialStorage(store.url), name, spec, len(members))
+    metrics = [METRICS[o] for o in spec.objectives]
+    trials.open_study(store.url, name, spec.space, spec.sampler, spec.settings.seed,
+                      len(members), len(spec.objectives), metrics)  # fmt: skip
     return name
 
 
@@ -440,8 +426,6 @@ def join(
     name: str, storage: str | None, *, device: str | None = None, force: bool = False
 ) -> Search:
     """A worker's search on an existing study: everything comes from the storage."""
-    import dataclasses
-
     from autotune.workload import Workload
 
     store = Store(storage, create=False)

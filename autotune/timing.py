@@ -31,10 +31,11 @@ def timed(fn: Callable[[], Any], device: str) -> float:
         return wall(fn, device)[0]
     import torch
 
+    stream = torch.cuda.current_stream(torch.device(device))  # the device's, not the current one's
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    start.record(stream)
     fn()
-    end.record()
+    end.record(stream)
     end.synchronize()
     return start.elapsed_time(end) / 1e3
 

@@ -1,4 +1,5 @@
-"""What is measured: batch, sequence length, dtype, device, and inference, train or generate."""
+"""What is measured (batch, sequence length, dtype, device, and inference, train or generate)
+and how each trial times it (``Settings``)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,19 @@ class Workload:
         device = self.device.replace(":", "")
         tokens = f"-n{self.new_tokens}" if self.kind == "generate" else ""
         return f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}-{self.dtype}-{device}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a trial is timed: timed calls, warm-up calls, the child's timeout, the RNG seed."""
+
+    iters: int = 20
+    warmup: int = 3
+    timeout_s: float = 1200.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.iters < 1 or self.warmup < 0:
+            raise ConfigError("--iters must be at least 1 and --warmup at least 0")
+        if self.timeout_s <= 0:
+            raise ConfigError("--timeout must be positive")

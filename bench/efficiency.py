@@ -22,8 +22,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from autotune.export import Point, candidates, pareto
 from autotune.measurement import Measurement
+from autotune.selection import Point, candidates, pareto
 from autotune.spec import StudySpec
 from autotune.store import Store
 from autotune.strategy import Strategy

@@ -12,9 +12,9 @@ import argparse
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.runner import Settings, measure
+from autotune.runner import measure
 from autotune.strategy import Strategy
-from autotune.workload import Workload
+from autotune.workload import Settings, Workload
 
 
 def main() -> None:

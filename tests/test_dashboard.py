@@ -11,11 +11,12 @@ import tempfile
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
+import optuna
 import pytest
 
 from autotune import dashboard
 from autotune.cli import main
-from autotune.export import candidates, pareto, pick
+from autotune.dashboard import data, figures
 from autotune.store import Store
 from autotune.strategy import Strategy
 from autotune.study import Search
@@ -28,28 +29,56 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 def test_data_from_a_real_study(toy_study: Search) -> None:
     d = dashboard.load(toy_study.store, toy_study.name)
-    points = candidates(toy_study.store, toy_study.name)
-    front = pareto(points)
-    info = dashboard.pareto_info(d)
-    assert [f[2] for f in info["front"]] == [p.key for p in front]
-    assert info["chosen"][2] == pick(points, "knee").key == d.chosen.key  # type: ignore[union-attr]
+    info = data.pareto_info(d)
+    assert info["front"] and info["chosen"] and info["chosen"][2] == d.chosen.key  # type: ignore[union-attr]
     assert info["eager"] is not None and info["eager"][0] == 0.0
     assert all(p["key"] in p["hover"] and "latency" in p["hover"] for p in info["points"])
-    header = dashboard.header_info(d)
+    header = data.header_info(d)
     assert sum(header["counts"].values()) == len(toy_study.store.measurements(toy_study.name))
     assert header["eager_ms"] and header["torch"] and header["model"] == "toy-64"
-    samples = dict(dashboard.latency_info(d))
+    samples = dict(data.latency_info(d))
     assert all(len(v) == 3 for v in samples.values())
-    speedups = [s for _, s, _ in dashboard.speedup_info(d)]
+    speedups = [s for _, s, _ in data.speedup_info(d)]
     assert speedups == sorted(speedups, reverse=True)
-    assert dashboard.phases_info(d) and all(r["dynamo_s"] > 0 for r in dashboard.phases_info(d))
-    par = dashboard.parallel_info(d)
+    assert data.phases_info(d) and all(r["dynamo_s"] > 0 for r in data.phases_info(d))
+    par = data.parallel_info(d)
     assert len(par["compile_s"]) == len(par["granularity"]) >= 10
+
+
+def test_pareto_data_on_a_hand_built_study(tmp_path: Path) -> None:
+    """none (0 s, 10 ms), A (1 s, 5 ms) and B (10 s, 2 ms) form the front; C is slower than
+    eager and E is dominated by A; D gives wrong answers; the knee is A."""
+    d = dashboard.load(hand_built(tmp_path), "hand", "knee")
+    info = data.pareto_info(d)
+    a, b = S["A"].key, S["B"].key
+    assert info["front"] == [(0.0, 10.0, "none"), (1.0, 5.0, a), (10.0, 2.0, b)]
+    assert info["chosen"] == (1.0, 5.0, a) and info["eager"] == (0.0, 10.0)
+    shown = {p["key"]: p["on_front"] for p in info["points"]}
+    assert shown == {"none": True, a: True, b: True, S["C"].key: False, S["E"].key: False}
+
+
+def test_importances_read_the_latency_objective_wherever_it_stands(in_tmp: Path) -> None:
+    """With --objectives latency,compile the latency is values[0], not values[1]."""
+    import warnings
+
+    from tests.conftest import fast_spec
+
+    spec = fast_spec(trials=8, sampler="random", objectives="latency,compile",
+                     granularity="none,full,regional,nested")  # fmt: skip
+    search = Search(spec, None)
+    search.run(progress=False)
+    got = data.importance_info(search.store, search.name, ("latency", "compile"))
+    study = optuna.load_study(study_name=search.name, storage=search.store.url)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        latency = optuna.importance.get_param_importances(study, target=lambda t: t.values[0])
+        compile_ = optuna.importance.get_param_importances(study, target=lambda t: t.values[1])
+    assert got and got == latency and latency != compile_
 
 
 def test_break_even_crossings_on_a_hand_built_study(tmp_path: Path) -> None:
     d = dashboard.load(hand_built(tmp_path), "hand", "knee")
-    info = dashboard.breakeven_info(d)
+    info = data.breakeven_info(d)
     # eager 10 ms; A: 1 s to save 5 ms a call; B: 10 s to save 8 ms a call
     assert info["crossings"][S["A"].key] == pytest.approx(200)
     assert info["crossings"][S["B"].key] == pytest.approx(1250)
@@ -61,7 +90,7 @@ def test_break_even_crossings_on_a_hand_built_study(tmp_path: Path) -> None:
 
 def test_issues_table_shows_failures_breaks_and_wrong_answers(tmp_path: Path) -> None:
     d = dashboard.load(hand_built(tmp_path), "hand")
-    rows = {r["key"]: r for r in dashboard.issues_info(d)}
+    rows = {r["key"]: r for r in data.issues_info(d)}
     assert rows[S["D"].key]["status"] == "wrong answers"
 
 
@@ -166,6 +195,6 @@ def test_optuna_dashboard_serves_the_study(toy_study: Search) -> None:
 def test_large_studies_keep_per_trial_charts_readable(tmp_path: Path) -> None:
     _, many = _one_and_many(tmp_path)
     d = dashboard.load(many, "many")
-    fig = dashboard.speedup_figure(dashboard.speedup_info(d))
-    assert len(fig.data[0].y) == dashboard.MAX_ROWS
-    assert f"{dashboard.MAX_ROWS} of {len(dashboard.speedup_info(d))}" in fig.layout.title.text
+    fig = figures.speedup_figure(data.speedup_info(d))
+    assert len(fig.data[0].y) == figures.MAX_ROWS
+    assert f"{figures.MAX_ROWS} of {len(data.speedup_info(d))}" in fig.layout.title.text

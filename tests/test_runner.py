@@ -6,9 +6,9 @@ import pytest
 
 from autotune.catalog import ModelRef
 from autotune.measurement import Measurement
-from autotune.runner import Settings, measure
+from autotune.runner import measure
 from autotune.strategy import Strategy
-from autotune.workload import Workload
+from autotune.workload import Settings, Workload
 
 CPU = Workload(device="cpu")
 QUICK = Settings(iters=5, warmup=1, timeout_s=120)

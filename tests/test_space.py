@@ -44,7 +44,7 @@ def test_suggest_and_params_agree() -> None:
     space = Space.default("cpu")
     study = optuna.create_study(directions=["minimize", "minimize"])
     for s in space.strategies():
-        study.enqueue_trial(Space.params(s))
+        study.enqueue_trial(space.params(s))
     for s in space.strategies():
         trial = study.ask()
         assert space.suggest(trial) == s
@@ -67,7 +67,14 @@ def test_spec_file_and_flags(tmp_path: Path) -> None:
     assert name == "toy-64-l8-s3-inference-b1-s32-float32-cpu-amd-epyc-7b13-torch2.13.0-cpu"
 
 
-@pytest.mark.parametrize("path", sorted(Path("studies").glob("*.toml")))
+SPECS = sorted((Path(__file__).resolve().parent.parent / "studies").glob("*.toml"))
+
+
+def test_the_committed_specs_are_found() -> None:
+    assert len(SPECS) >= 2  # collected wherever pytest runs from, not from the working folder
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_committed_specs_load(path: Path) -> None:
     spec = StudySpec.from_sources(str(path), device="cpu")
     assert spec.space.validate("cpu")

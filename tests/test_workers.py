@@ -35,8 +35,9 @@ study = "{study}"
 """
 
 
-def _submit(tmp: Path, url: str, study: str, trials: int) -> None:
-    (tmp / "s.toml").write_text(SPEC.format(trials=trials, study=study))
+def _submit(tmp: Path, url: str, study: str, trials: int, spec: str | None = None) -> None:
+    """Submit a study: SPEC with its budget and name, or the given spec file's text."""
+    (tmp / "s.toml").write_text(spec or SPEC.format(trials=trials, study=study))
     out = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "submit", "--space", str(tmp / "s.toml"),
          "--storage", url], capture_output=True, text=True, cwd=tmp,
@@ -54,13 +55,29 @@ def _worker(tmp: Path, url: str, study: str, *extra: str) -> subprocess.Popen:
 
 
 def _measured_once(url: str, study: str) -> collections.Counter:
+    """How often each strategy is a trial's own measurement (repeats and skips left out)."""
     s = optuna.load_study(study_name=study, storage=url)
     measured = [
         t.user_attrs["key"] for t in s.trials
-        if t.state.name in ("COMPLETE", "FAIL") and "repeat_of" not in t.user_attrs
-        and "key" in t.user_attrs
+        if t.state.name in ("COMPLETE", "FAIL") and "key" in t.user_attrs
+        and "repeat_of" not in t.user_attrs and "skipped" not in t.user_attrs
     ]  # fmt: skip
     return collections.Counter(measured)
+
+
+def _consistent(url: str, study: str, budget: int) -> None:
+    """What a fault must never break: the budget measured, each strategy once, every stored
+    measurement one COMPLETE trial's (or FAIL's, for a failed one), nothing left RUNNING."""
+    rows = Store(url).measurements(study)
+    assert len(rows) == budget and len({r.key for r in rows}) == budget
+    s = optuna.load_study(study_name=study, storage=url)
+    assert not [t.number for t in s.trials if t.state.name == "RUNNING"]
+    for r in rows:
+        assert r.trial_number is not None, f"{r.key} is no trial's"
+        t = s.trials[r.trial_number]
+        assert t.user_attrs.get("key") == r.key and "repeat_of" not in t.user_attrs
+        assert t.state.name == ("COMPLETE" if r.status == "ok" else "FAIL"), (r.key, t.state)
+    assert max(_measured_once(url, study).values()) == 1
 
 
 def test_three_concurrent_workers_measure_each_strategy_once(postgres, tmp_path: Path) -> None:
@@ -115,17 +132,13 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
     import psutil
 
     url = postgres.url
-    (tmp_path / "s.toml").write_text(SLOW)
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
-                          str(tmp_path / "s.toml"), "--storage", url],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    _submit(tmp_path, url, "", 0, SLOW)
     fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "4"}
     os.environ.update(fast)
     try:
         doomed = _worker(tmp_path, url, "killed")
         slow_key = "full/tests.models:slow_backend/-/dynamic=auto/breaks-ok"
-        deadline = time.time() + 120
+        deadline = time.time() + 300
         while time.time() < deadline:  # until it is measuring the strategy that never ends
             time.sleep(0.5)
             claims = {c.key: c for c in Store(url).claims("killed")}
@@ -134,9 +147,9 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
         else:
             raise AssertionError("the first worker never reached the slow strategy")
         time.sleep(2)
-        from autotune.trials import live_workers
+        from autotune.coordination import Coordinator
 
-        assert live_workers(url, "killed") == 1
+        assert Coordinator(Store(url), "killed", "").live_workers() == 1
         children = psutil.Process(doomed.pid).children(recursive=True)
         doomed.kill()  # SIGKILL, mid-trial
         doomed.wait()
@@ -158,36 +171,95 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
     assert max(_measured_once(url, "killed").values()) == 1
 
 
-def test_workers_outlast_a_database_restart(postgres, tmp_path: Path) -> None:
+def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) -> None:
+    """Longer than the grace period (30 s): every claim looks silent when the server is back,
+    and no worker may reap a live peer for it."""
     import time
 
     url = postgres.url
-    (tmp_path / "s.toml").write_text(
-        SPEC.format(trials=10, study="restart").replace("iters = 3", "iters = 30")
+    _submit(
+        tmp_path,
+        url,
+        "",
+        0,
+        SPEC.format(trials=10, study="outage").replace("iters = 3", "iters = 30"),
     )
-    out = subprocess.run([sys.executable, "-m", "autotune.cli", "submit", "--space",
-                          str(tmp_path / "s.toml"), "--storage", url],
-                         capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    workers = [_worker(tmp_path, url, "restart") for _ in range(2)]
+    workers = [_worker(tmp_path, url, "outage") for _ in range(3)]
     deadline = time.time() + 180
-    while len(Store(url).measurements("restart")) < 3 and time.time() < deadline:
+    while len(Store(url).measurements("outage")) < 3 and time.time() < deadline:
         time.sleep(0.5)
     postgres.pg_ctl("stop", "-m", "fast")  # every connection drops
-    time.sleep(6)
+    time.sleep(60)
     postgres.pg_ctl("start")
     outs = [w.communicate(timeout=600) for w in workers]
     errs = "".join(err for _, err in outs)
     assert all(w.returncode == 0 for w in workers), errs[-3000:]
     assert "unreachable" in errs and "retrying" in errs  # the retry path was taken
     assert "Traceback" not in errs and PASSWORD not in errs
-    rows = Store(url).measurements("restart")
-    assert len(rows) == 10 and len({r.key for r in rows}) == 10  # nothing lost or doubled
-    study = optuna.load_study(study_name="restart", storage=url)
-    assert not [t for t in study.trials if t.state.name == "RUNNING"]
-    assert max(_measured_once(url, "restart").values()) == 1
-    told = {t.user_attrs["key"] for t in study.trials if t.state.name == "COMPLETE"}
-    assert {r.key for r in rows if r.status == "ok"} <= told  # every measurement reached Optuna
+    assert "failed by another worker" not in errs  # nobody was reaped for the outage
+    _consistent(url, "outage", 10)
+
+
+FROZEN = """
+[model]
+name = "tests.models:tiny_toy"
+[workload]
+device = "cpu"
+[space]
+granularity = ["none", "full", "regional", "nested"]
+backend = ["tests.models:sleepy_backend", "eager"]
+dynamic = ["none", false]
+fullgraph = [false]
+[search]
+trials = 8
+iters = 3
+warmup = 1
+timeout = 60
+study = "frozen"
+"""
+
+
+def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None:
+    """SIGSTOP a worker with its trial child for 2.5 grace periods: its peer fails its trial
+    and goes on; when it comes back, its measurement is kept (told in a new trial) unless the
+    peer has one, nothing is measured twice and nobody crashes."""
+    import signal
+    import time
+
+    import psutil
+
+    url = postgres.url
+    _submit(tmp_path, url, "", 0, FROZEN)
+    fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "10"}
+    os.environ.update(fast)
+    try:
+        frozen, peer = _worker(tmp_path, url, "frozen"), _worker(tmp_path, url, "frozen")
+        deadline, tag = time.time() + 120, f":{frozen.pid}:"
+        while time.time() < deadline:  # until the first worker is mid-trial on a slow one
+            time.sleep(0.2)
+            busy = [c for c in Store(url).claims("frozen") if tag in c.worker
+                    and c.heartbeat is not None and "sleepy" in c.key]  # fmt: skip
+            if busy:
+                break
+        else:
+            raise AssertionError("the worker never started a slow trial")
+        group = [psutil.Process(frozen.pid), *psutil.Process(frozen.pid).children(True)]
+        for p in group:
+            p.send_signal(signal.SIGSTOP)
+        time.sleep(25)
+        for p in group:
+            p.send_signal(signal.SIGCONT)
+        outs = [w.communicate(timeout=300) for w in (frozen, peer)]
+    finally:
+        for key in fast:
+            os.environ.pop(key, None)
+    errs = "".join(err for _, err in outs)
+    assert frozen.returncode == 0 and peer.returncode == 0, errs[-3000:]
+    assert "Traceback" not in errs and "IntegrityError" not in errs
+    assert ("failed by another worker" in outs[0][1]) or ("copy is dropped" in outs[0][1])
+    _consistent(url, "frozen", 8)
+    study = optuna.load_study(study_name="frozen", storage=url)
+    assert study.trials[busy[0].trial_number].state.name == "FAIL"  # reaped by the peer
 
 
 def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
@@ -259,14 +331,3 @@ def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     assert len(after) == 7 and all(after[k] == v for k, v in before.items())
     study = optuna.load_study(study_name="resume", storage=db)
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
-
-
-def test_the_baseline_is_adopted_by_exactly_one_trial(tmp_path: Path) -> None:
-    """Several workers may each enqueue the eager trial; only one may call it its own."""
-    from autotune.measurement import Measurement
-
-    store = Store(f"sqlite:///{tmp_path}/a.db")
-    store.add_study("a", {}, {})
-    store.add_measurement("a", "none", None, Measurement({}, {}, {}, "ok").to_dict())
-    assert [store.adopt("a", "none", n) for n in (3, 4, 5)] == [True, False, False]
-    assert store.measurement("a", "none").trial_number == 3

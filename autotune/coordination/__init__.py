@@ -1,0 +1,36 @@
+"""Coordination: what the processes that share a study agree on through its database.
+
+- **Claims.** A worker takes a strategy before measuring it, in one transaction with the check
+  of the study's budget; a retried commit recognises its own claim.
+- **Liveness.** A claim in flight carries a heartbeat, the database clock's time of its
+  worker's last beat (:class:`Pulse`, every ``HEARTBEAT_S``).
+- **Reaping.** A claim silent for ``GRACE_S`` belongs to a dead, frozen or cut-off worker: a
+  live worker fails its trial through Optuna's public ``tell`` and hands the strategy back. A
+  worker reaps only after it has itself reached the database for ``GRACE_S`` in a row, so a
+  database outage, which silences everyone, reaps no one.
+- **Adoption.** A measurement stored without a live trial (the eager baseline, measured before
+  any trial, or the result of a worker that came back after its trial was failed) is adopted
+  by exactly one later trial, so every measurement ends as one COMPLETE trial.
+- **Local workers** for ``search --workers K``.
+
+Modules: :mod:`.claims` (claims, adoption, reaping), :mod:`.liveness` (heartbeats),
+:mod:`.workers` (local workers, and whether a machine may join a study).
+"""
+
+from __future__ import annotations
+
+from autotune.coordination.claims import Coordinator, Tally
+from autotune.coordination.liveness import GRACE_S, HEARTBEAT_S, REAP_S, Pulse
+from autotune.coordination.workers import LocalWorkers, check_environment, comparable
+
+__all__ = [
+    "GRACE_S",
+    "HEARTBEAT_S",
+    "REAP_S",
+    "Coordinator",
+    "LocalWorkers",
+    "Pulse",
+    "Tally",
+    "check_environment",
+    "comparable",
+]

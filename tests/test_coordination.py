@@ -1,0 +1,142 @@
+"""Coordination on real SQLite and PostgreSQL: claims that recognise their worker, reaping past
+the grace period, adoption, and a failed baseline retried on resume."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune import trials
+from autotune.coordination import Coordinator, liveness
+from autotune.measurement import Measurement
+from autotune.space import Space
+from autotune.store import Store
+from autotune.strategy import Strategy
+
+KEYS = {"a", "b", "c"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    url = f"sqlite:///{tmp_path}/c.db"
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres").url
+    s = Store(url)
+    s.add_study(request.node.name[:60], {}, {})
+    return s
+
+
+def _payload(status: str = "ok") -> dict:
+    return Measurement({}, {}, {}, status, reason="" if status == "ok" else "killed").to_dict()
+
+
+def _pair(store: Store) -> tuple[Coordinator, Coordinator, str]:
+    name = store.studies()[-1].name
+    return Coordinator(store, name, "w1"), Coordinator(store, name, "w2"), name
+
+
+def test_a_retried_claim_is_its_own_worker_s(store: Store) -> None:
+    """The commit landed but its answer was lost: the retry must not read it as 'taken'."""
+    w1, w2, _ = _pair(store)
+    assert w1.claim("a", 3, 10, KEYS) == "claimed"
+    assert w1.claim("a", 3, 10, KEYS) == "claimed"  # the retry
+    assert w2.claim("a", 4, 10, KEYS) == "taken"
+    assert w2.claim("b", 4, 1, KEYS) == "budget"  # one strategy was the whole budget
+
+
+def test_record_outcomes(store: Store) -> None:
+    w1, w2, _ = _pair(store)
+    w1.claim("a", 1, 10, KEYS)
+    assert w1.record("a", 1, _payload()) == "stored"
+    assert w1.record("a", 1, _payload()) == "stored"  # a retried commit that had landed
+    assert w2.record("a", 2, _payload()) == "duplicate"
+    # w2's claim on b was reaped while it was away: its measurement waits for adoption
+    assert w2.record("b", 5, _payload()) == "unadopted"
+    assert w1.tally(KEYS).unadopted == {"b"} and w1.tally(KEYS).claimed == {"a", "b"}
+    assert [w1.adopt("b", 7), w2.adopt("b", 8)] == [True, False]
+    assert w1.tally(KEYS).unadopted == frozenset()
+
+
+def test_a_silent_worker_is_reaped_only_past_the_grace_period(store, monkeypatch) -> None:
+    monkeypatch.setattr(liveness, "GRACE_S", 1.0)
+    w1, w2, name = _pair(store)
+    study = optuna.create_study(study_name=name, storage=trials.storage(store.url),
+                                directions=["minimize"])  # fmt: skip
+    t1, t2 = study.ask(), study.ask()  # w1's trial claims; w2's crashed before claiming
+    assert w1.claim("a", t1.number, 10, KEYS) == "claimed"
+    w2.pulse.since = time.monotonic() - 5  # w2 has reached the database for 5 s
+    assert w2.reap(study) == 0  # w1 beat just now (and t2 is a new suspect)
+    assert w2.live_workers() == 1
+    time.sleep(1.5)
+    assert w2.reap(study) == 2  # w1's trial, and t2 that never claimed
+    states = {t.number: t.state.name for t in study.trials}
+    assert states == {t1.number: "FAIL", t2.number: "FAIL"}
+    assert w2.tally(KEYS).claimed == frozenset()  # a goes back to the others
+    assert w1.record("a", t1.number, _payload()) == "unadopted"  # w1 comes back
+
+
+def test_no_one_is_reaped_until_the_reaper_has_been_connected_for_the_grace_period(
+    store, monkeypatch
+) -> None:
+    """After an outage every claim looks silent; a worker that only just got back must not
+    reap peers that are about to beat again."""
+    monkeypatch.setattr(liveness, "GRACE_S", 1.0)
+    w1, w2, name = _pair(store)
+    study = optuna.create_study(study_name=name, storage=trials.storage(store.url),
+                                directions=["minimize"])  # fmt: skip
+    t1 = study.ask()
+    w1.claim("a", t1.number, 10, KEYS)
+    time.sleep(1.5)
+    w2.pulse.since = None  # w2's last beat failed: the database was away
+    w2.pulse.beat()  # and now it is back
+    assert not w2.pulse.steady() and w2.reap(study) == 0
+    assert study.trials[0].state.name == "RUNNING"
+
+
+def test_a_failed_baseline_is_forgotten_once_and_a_good_one_kept(store: Store) -> None:
+    w1, _, name = _pair(store)
+    w1.claim("none", None, 1, set())
+    w1.record("none", None, _payload("timeout"))
+    assert "timeout" in (w1.forget_failed_baseline() or "")
+    assert store.measurement(name, "none") is None and store.claims(name) == []
+    w1.claim("none", None, 1, set())
+    w1.record("none", None, _payload())
+    assert w1.forget_failed_baseline() is None and store.measurement(name, "none")
+
+
+def test_search_retries_a_failed_baseline_on_resume(in_tmp: Path, capsys) -> None:
+    from autotune.study import Search
+    from tests.conftest import fast_spec
+
+    spec = fast_spec(trials=3, granularity="none,full", backend="eager")
+    first = Search(spec, None)
+    bad = Measurement(Strategy.create("none").to_dict(), {}, {}, "timeout", reason="no result")
+    first.coord.claim("none", None, 1, set())
+    first.coord.record("none", None, bad.to_dict())  # as a baseline that timed out
+    first.coord.done("none")
+    again = Search(spec, None)
+    assert again.run(progress=False).stopped in ("budget", "exhausted")
+    assert "the eager baseline failed before (timeout: no result); measuring it again" in (
+        capsys.readouterr().err
+    )
+    assert again.store.measurement(again.name, "none").status == "ok"
+
+
+def test_resuming_with_another_space_is_refused_and_a_narrower_one_kept(in_tmp: Path) -> None:
+    from autotune.errors import ConfigError
+    from autotune.study import Search
+    from tests.conftest import fast_spec
+
+    first = Search(fast_spec(trials=2, backend="eager,aot_eager"), None)
+    with pytest.raises(ConfigError, match="adds backend inductor"):
+        Search(fast_spec(trials=2, backend="eager,inductor"), None)
+    narrow = Search(fast_spec(trials=2, backend="eager"), None)
+    assert {s.backend for s in narrow.members} <= {"eager", "none"}
+    stored = first.store.study(first.name).spec["space"]["backend"]
+    assert stored == ["eager", "aot_eager"]  # the study's space, which its trials' use
+    assert Space.from_dict(narrow.store.study(narrow.name).spec["space"]).contains(
+        narrow.spec.space
+    )

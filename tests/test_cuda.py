@@ -1,0 +1,80 @@
+"""CUDA logic that a CPU can check (the order of calls, device strings, fingerprints), and the
+same paths on a real GPU where there is one (marked ``gpu``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import child, timing
+from autotune.coordination import check_environment
+from autotune.errors import ConfigError
+from autotune.strategy import Strategy
+
+H100 = {"torch": "2.13.0", "cuda": "12.8", "device_name": "NVIDIA H100 80GB HBM3"}
+
+
+def test_a_worker_on_cuda_1_joins_a_study_made_on_cuda() -> None:
+    check_environment({**H100, "device": "cuda"}, {**H100, "device": "cuda:1"}, force=False)
+    check_environment({**H100, "device": "cuda:0"}, {**H100, "device": "cuda:3"}, force=False)
+    with pytest.raises(ConfigError, match="device: study 'cuda' vs here 'cpu'"):
+        check_environment({**H100, "device": "cuda"}, {**H100, "device": "cpu"}, force=False)
+    other = {**H100, "device": "cuda:1", "device_name": "NVIDIA A100-SXM4-80GB"}
+    with pytest.raises(ConfigError, match="device_name"):
+        check_environment({**H100, "device": "cuda"}, other, force=False)
+
+
+def test_cuda_graph_strategies_mark_each_step_before_the_call(monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append("mark"))
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        calls.append("call")
+        return x
+
+    step = child.make_step(model, (torch.ones(1),), "inference", mark_steps=True)
+    step()
+    step()
+    assert calls == ["mark", "call", "mark", "call"]
+    calls.clear()
+    child.make_step(model, (torch.ones(1),), "inference")()
+    assert calls == ["call"]
+    assert Strategy.create("full", "inductor", "reduce-overhead").uses_cuda_graphs()
+    assert Strategy.create("regional", "cudagraphs").uses_cuda_graphs()
+    assert not Strategy.create("full", "inductor", "max-autotune-no-cudagraphs").uses_cuda_graphs()
+
+
+def test_the_child_makes_the_workload_s_gpu_current(monkeypatch) -> None:
+    chosen: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    child.use_device("cpu")
+    child.use_device("cuda:1")
+    assert chosen == [torch.device("cuda:1")]
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_events_agree_with_perf_counter_after_synchronize() -> None:
+    x = torch.randn(4096, 4096, device="cuda")
+    events = [timing.timed(lambda: x @ x, "cuda:0") for _ in range(20)]
+    walls = [timing.wall(lambda: x @ x, "cuda:0")[0] for _ in range(20)]
+    events.sort()
+    walls.sort()
+    assert events[10] == pytest.approx(walls[10], rel=0.05)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_regional_reduce_overhead_runs_and_matches_eager() -> None:
+    from autotune.catalog import ModelRef
+    from autotune.runner import measure
+    from autotune.workload import Settings, Workload
+
+    m = measure(ModelRef("toy-64", layers=4), Workload(device="cuda"),
+                Strategy.create("regional", "inductor", "reduce-overhead"),
+                Settings(iters=5, warmup=2))  # fmt: skip
+    assert m.status == "ok" and m.feasible, m.reason
+    assert "overwritten" not in m.log_tail and m.timings.get("cuda_graph_recording_s", 0) > 0
