@@ -15,7 +15,7 @@ import argparse
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.measurement import sign_test
+from autotune.selection import sign_test
 from autotune.runner import Settings, measure
 from autotune.strategy import Strategy
 from autotune.workload import Workload
