@@ -15,8 +15,8 @@ import argparse
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.selection import sign_test
 from autotune.runner import Settings, measure
+from autotune.selection import sign_test
 from autotune.strategy import Strategy
 from autotune.workload import Workload
 
