@@ -1,12 +1,14 @@
 """autotune: how should I torch.compile this model, on this machine?
 
 Public API: :class:`Strategy`, :class:`Measurement`, :func:`measure` (one strategy, cold, in a
-fresh process), :func:`apply` (compile a model as a strategy or an exported file says) and
-:func:`load_plugin` (an exported file as Accelerate's ``TorchDynamoPlugin``).
+fresh process), :func:`apply` (compile a model as a strategy or an exported file says),
+:func:`apply_generation` (the same, for ``model.generate``) and :func:`load_plugin` (an exported
+file as Accelerate's ``TorchDynamoPlugin``).
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,26 @@ def apply(model: torch.nn.Module, how: Strategy | str | Path) -> torch.nn.Module
     return _compile.apply(model, strategy)
 
 
+def apply_generation(model: torch.nn.Module, how: Strategy | str | Path) -> torch.nn.Module:
+    """A model sharing ``model``'s parameters whose ``generate(...)`` runs the strategy of ``how``.
+
+    ``how`` is a :class:`Strategy` or an exported file (any format, ``transformers`` included).
+    Prefill and decode run the compiled forward at its granularity (regional and nested too)
+    with a static KV cache, as autotune measured them; ``model`` itself is left as it was.
+    """
+    from autotune import compile, export, generate
+
+    strategy = how if isinstance(how, Strategy) else export.read(how)[0]
+    gen = generate.generator(model, strategy)
+    if gen is model:  # eager: a copy still, so that the generation config below is its own
+        gen = compile._shallow_copy(model)
+    config = copy.deepcopy(model.generation_config)
+    config.cache_implementation = "static"
+    config.disable_compile = True  # compiled here as measured, not a second time by transformers
+    gen.generation_config = config
+    return gen
+
+
 def load_plugin(path: str | Path) -> Any:
     """An exported file as ``accelerate.utils.TorchDynamoPlugin`` (warns where it approximates)."""
     from accelerate.utils import TorchDynamoPlugin
@@ -60,6 +82,7 @@ __all__ = [
     "Strategy",
     "Workload",
     "apply",
+    "apply_generation",
     "load_plugin",
     "measure",
 ]

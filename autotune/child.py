@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from autotune import metrics
+from autotune import metrics, recompiles
 from autotune.errors import AutotuneError, NotApplicable
 from autotune.measurement import Latency, Measurement, Memory
 from autotune.strategy import Strategy
@@ -80,6 +80,10 @@ def measure(spec: dict[str, Any]) -> Measurement:
     from autotune import artifact, catalog, compile, starts
     from autotune.environment import fingerprint
 
+    if spec["workload"].get("kind") == "generate":
+        from autotune import generate
+
+        return generate.measure(spec)
     start = time.perf_counter()
     timings = {"startup_s": time.time() - spec.get("launched", time.time())}
     strategy = Strategy.from_dict(spec["strategy"])
@@ -140,6 +144,8 @@ def measure(spec: dict[str, Any]) -> Measurement:
     result.speedup = result.eager_latency.median_ms / result.latency.median_ms
 
     result.graphs = metrics.graphs()
+    if strategy.granularity != "none":
+        result.graphs = recompiles.describe(result.graphs, model, {"call": compiled_step})
     result.phases = metrics.phases()
     result.cache = starts.cache_counters()
     if spec.get("save_artifact"):  # for a portable start, and for export to ship

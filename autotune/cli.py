@@ -38,7 +38,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> Non
     g.add_argument("--seq-len", type=int, help="default 32")
     g.add_argument("--dtype", help="float32 (default), bfloat16 or float16")
     g.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
-    g.add_argument("--workload", help="inference (default) or train")
+    g.add_argument("--workload", help="inference (default), train, or generate (causal LMs)")
+    g.add_argument("--new-tokens", type=int, help="generate: new tokens per generation (32)")
 
 
 def _add_timing_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
@@ -97,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_args(r, defaults=False)
     _add_storage_args(r)
     r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
-    r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
+    r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
+                   "transformers")  # fmt: skip
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.add_argument("--dashboard", action="store_true", help="also write dashboards/<study>.html")
     r.add_argument("--workers", type=int, default=1, help="local worker processes (one per GPU)")
@@ -116,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
     _add_storage_args(e)
     e.add_argument("--policy", default="knee", help="knee, fastest, quickest, amortized:N, ...")
-    e.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch")
+    e.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
+                   "transformers")  # fmt: skip
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
 
@@ -142,10 +145,10 @@ def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
     )
     given = {
         "device": args.device, "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "dtype": args.dtype, "kind": args.workload,
+        "dtype": args.dtype, "kind": args.workload, "new_tokens": args.new_tokens,
     }  # fmt: skip
     workload = Workload.create(**{k: v for k, v in given.items() if v is not None})
-    catalog.check(ref)
+    catalog.check(ref, workload)
     return ref, workload
 
 
@@ -189,7 +192,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ConfigError("give --model or --space FILE.toml")
     flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
     spec = StudySpec.from_sources(args.space, **flags)
-    catalog.check(spec.model)
+    if args.new_tokens is not None:  # not yet a key of the spec file's [workload]
+        workload = dataclasses.replace(spec.workload, new_tokens=args.new_tokens)
+        spec = dataclasses.replace(spec, workload=workload)
+    catalog.check(spec.model, spec.workload)
     if args.format not in export.FORMATS:
         raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")
     search = Search(spec, args.storage, force=args.force)

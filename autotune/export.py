@@ -20,7 +20,7 @@ from autotune.selection import Point, choose
 from autotune.store import Store, mask
 from autotune.strategy import Strategy
 
-FORMATS = ("accelerate", "accelerate-yaml", "torch")
+FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
 ACCELERATE_YAML_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
@@ -35,6 +35,8 @@ def accelerate_fields(strategy: Strategy) -> dict[str, Any]:
 def caveats(strategy: Strategy, fmt: str) -> list[str]:
     """What the chosen format cannot say about the strategy."""
     notes = []
+    if fmt == "transformers":
+        return transformers_caveats(strategy)
     if fmt != "torch" and (caveat := strategy.accelerate_caveat()):
         notes.append(caveat)
     if fmt == "accelerate-yaml" and strategy.mode and strategy.mode not in ACCELERATE_YAML_MODES:
@@ -77,12 +79,49 @@ def document(
     }
     if fmt == "accelerate":
         text = json.dumps({**accelerate_fields(strategy), "autotune": block}, indent=2)
+    elif fmt == "transformers":
+        if (row.spec.get("workload") or {}).get("kind") != "generate":
+            notes.append("the study measured one forward pass, not generation (prefill and "
+                         "decode): search with --workload generate")  # fmt: skip
+        body = {"generation_config": transformers_fields(strategy), "autotune": block}
+        text = json.dumps(body, indent=2)
     elif fmt == "torch":
         body = {**strategy.to_dict(), "autotune": block}  # torch.compile kwargs + granularity
         text = json.dumps(body, indent=2)
     else:
         text = yaml_section(strategy, notes, study)
     return text + "\n", chosen, notes
+
+
+def transformers_fields(strategy: Strategy) -> dict[str, Any]:
+    """``generation_config`` fields: a static KV cache and exactly ``CompileConfig``'s fields."""
+    from transformers import CompileConfig
+
+    s = strategy.canonical()
+    if s.granularity == "none":
+        return {"cache_implementation": "static", "disable_compile": True}
+    given = {"fullgraph": s.fullgraph, "dynamic": s.dynamic, "backend": s.backend,
+             "mode": s.mode, "options": None}  # fmt: skip
+    fields = {f.name: given.get(f.name, f.default) for f in dataclasses.fields(CompileConfig)}
+    return {"cache_implementation": "static", "compile_config": fields}
+
+
+def transformers_caveats(strategy: Strategy) -> list[str]:
+    """What ``generation_config.compile_config`` cannot say about the measured strategy."""
+    s = strategy.canonical()
+    if s.granularity == "none":
+        return []
+    run = "use autotune.apply_generation(model, file) to generate as measured"
+    notes = [
+        "transformers compiles only the decode steps (its prefill runs eager), and only on "
+        f"CUDA-class devices (a CPU's generate skips compile_config); {run}"
+    ]
+    if s.granularity != "full":
+        notes.append(f"compile_config compiles the whole forward: it cannot express granularity "
+                     f"{s.granularity!r}; {run}")  # fmt: skip
+    if ":" in s.backend:
+        notes.append(f"backend {s.backend!r} is an import path: pass the function itself")
+    return notes
 
 
 def yaml_section(strategy: Strategy, notes: list[str], study: str) -> str:

@@ -66,6 +66,20 @@ class Graphs:
     break_reasons: list[str] = field(default_factory=list)
     recompiles: int = 0
     recompile_reasons: list[str] = field(default_factory=list)
+    limit_hit: str = ""  # in words, when dynamo hit its recompile limit and ran code eager
+    limit_hint: str = ""  # the fix torch's guard hint suggests, e.g. allow_unspec_int_on_nn_module
+    eager_blocks: int | None = None  # repeated blocks whose forward ran uncompiled in a probe call
+    blocks: int | None = None  # repeated blocks in the model
+
+
+@dataclass
+class TokenCheck:
+    """Generate: the compiled generation's greedy tokens against eager's, all of them."""
+
+    passed: bool
+    tokens: int  # per sequence: the prefill's token and one per decode step
+    matched: int  # leading tokens (per sequence, all sequences alike) equal to eager's
+    detail: str = ""
 
 
 @dataclass
@@ -129,6 +143,13 @@ class Measurement:
     graphs: Graphs | None = None
     accuracy: Accuracy | None = None
     regions: int | None = None
+    # generate: latency/eager_latency hold the per-token decode latency (every decode step of the
+    # timed rounds); ttft is the prefill (time to first token); tokens/s the whole generation's
+    ttft: Latency | None = None
+    eager_ttft: Latency | None = None
+    tokens_per_s: float | None = None
+    eager_tokens_per_s: float | None = None
+    tokens: TokenCheck | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None
@@ -163,6 +184,11 @@ class Measurement:
         return self.start_s("portable")
 
     @property
+    def limit_hit(self) -> bool:
+        """Dynamo hit its recompile limit: part of the model ran eager, not as compiled."""
+        return bool(self.graphs and self.graphs.limit_hit)
+
+    @property
     def feasible(self) -> bool:
         """Ran, and gave the right answers."""
         return self.ok and self.accuracy is not None and self.accuracy.passed
@@ -179,6 +205,9 @@ class Measurement:
             ("memory", Memory),
             ("graphs", Graphs),
             ("accuracy", Accuracy),
+            ("ttft", Latency),
+            ("eager_ttft", Latency),
+            ("tokens", TokenCheck),
         ):
             if data.get(name) is not None:
                 data[name] = kind(**data[name])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import resource
 from collections.abc import Mapping
 from typing import Any
@@ -143,3 +144,44 @@ def phases() -> dict[str, float]:
     if "total_s" in totals:
         totals["dynamo_s"] = totals["total_s"] - totals.get("backend_s", 0.0)
     return totals
+
+
+LIMIT_FAILURE = "Dynamo recompile limit exceeded"
+
+
+def limit_hits() -> list[dict[str, Any]]:
+    """Code objects on which dynamo hit a recompile limit (and then ran them eager).
+
+    Each: ``function`` (name, file:line), ``limit_type`` (``recompile_limit`` or
+    ``accumulated_recompile_limit``), ``limit`` (its value), ``graphs`` (compiled before the hit)
+    and ``reason`` (the guard that failed last, with torch's hint). torch has no public API for
+    this: it reads the private compilation metrics, and a test in ``tests/test_generate.py``
+    (``test_limit_hits_reads_dynamo_records_in_process``) fails loudly when their shape changes.
+    """
+    import torch._dynamo
+    from torch._dynamo.utils import get_compilation_metrics
+
+    records = list(get_compilation_metrics())
+    names: dict[str, str] = {}
+    compiled: dict[str, int] = {}
+    for m in records:
+        frame = str(m.compile_id).split("/")[0]
+        if m.co_name:
+            names.setdefault(frame, f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})")
+        if m.fail_type is None and m.co_name:
+            compiled[frame] = compiled.get(frame, 0) + 1
+    hits = []
+    for m in records:
+        if not (m.fail_reason or "").startswith(LIMIT_FAILURE):
+            continue
+        frame = str(m.compile_id).split("/")[0]
+        found = re.search(r"Limit type: (\w+)", m.fail_reason)
+        limit_type = found.group(1) if found else "recompile_limit"
+        hits.append({
+            "function": names.get(frame, "?"),
+            "limit_type": limit_type,
+            "limit": int(getattr(torch._dynamo.config, limit_type, 0)),
+            "graphs": compiled.get(frame, 0),
+            "reason": m.recompile_reason or "",
+        })  # fmt: skip
+    return hits

@@ -50,7 +50,23 @@ def summary(m: Measurement) -> str:
         + (f"; {phases}" if phases else "")
     )
     lines += starts_lines(m)
-    if m.latency and m.eager_latency:
+    if m.ttft and m.eager_ttft:
+        lines.append(
+            f"TTFT       {m.ttft.median_ms:.3f} ms median prefill (eager "
+            f"{m.eager_ttft.median_ms:.3f} ms -> {m.eager_ttft.median_ms / m.ttft.median_ms:.2f}x)"
+        )
+    if m.latency and m.eager_latency and m.ttft:
+        lat, eag = m.latency, m.eager_latency
+        lines.append(
+            f"decode     {lat.median_ms:.3f} ms per token median (p10 {lat.p10_ms:.3f}, p90 "
+            f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} steps; "
+            f"eager {eag.median_ms:.3f} ms -> speedup {m.speedup:.2f}x"
+        )
+        lines.append(
+            f"tokens/s   {m.tokens_per_s:.1f} for the whole generation (eager "
+            f"{m.eager_tokens_per_s:.1f})"
+        )
+    elif m.latency and m.eager_latency:
         lat, eag = m.latency, m.eager_latency
         lines.append(
             f"latency    {lat.median_ms:.3f} ms median (p10 {lat.p10_ms:.3f}, p90 "
@@ -67,9 +83,16 @@ def summary(m: Measurement) -> str:
         lines.append(f"graphs     {g.count} graphs, {g.breaks} breaks, {g.recompiles} recompiles")
         lines += [f"  break    {r}" for r in g.break_reasons[:5]]
         lines += [f"  recompile {r}" for r in g.recompile_reasons[:5]]
+        if g.limit_hit:
+            lines.append(f"  LIMIT    {g.limit_hit}: the latency is not the compiled latency")
+            lines.append(f"  fix      {g.limit_hint}")
     if m.accuracy:
         a = m.accuracy
         verdict = "pass" if a.passed else "FAIL: WRONG ANSWERS"
+        if m.tokens:
+            detail = f" ({m.tokens.detail})" if m.tokens.detail else ""
+            t = m.tokens
+            lines.append(f"tokens     {t.matched} of {t.tokens} greedy tokens as eager's{detail}")
         lines.append(
             f"accuracy   {verdict} (max abs {a.max_abs:.2g}, rel {a.max_rel:.2g}; "
             f"atol {a.atol:g}, rtol {a.rtol:g}) {a.detail}".rstrip()

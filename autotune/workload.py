@@ -1,5 +1,5 @@
-"""What is measured (batch, sequence length, dtype, device, inference vs a train step) and how
-each trial times it (``Settings``)."""
+"""What is measured (batch, sequence length, dtype, device, and inference, train or generate)
+and how each trial times it (``Settings``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from autotune.starts import STARTS
 from autotune.starts import parse as parse_starts
 
 DTYPES = ("float32", "bfloat16", "float16")
-KINDS = ("inference", "train")
+KINDS = ("inference", "train", "generate")
 
 
 def resolve_device(device: str) -> str:
@@ -46,6 +46,7 @@ class Workload:
     dtype: str = "float32"
     device: str = "cpu"
     kind: str = "inference"
+    new_tokens: int = 32  # generate: tokens per generation (the prefill's, then decode steps)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -54,6 +55,9 @@ class Workload:
             raise ConfigError(f"bad workload {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.batch_size < 1 or self.seq_len < 1:
             raise ConfigError("--batch-size and --seq-len must be at least 1")
+        if self.kind == "generate" and self.new_tokens < 2:
+            raise ConfigError("--new-tokens must be at least 2: the prefill gives the first, "
+                              "decode steps the rest")  # fmt: skip
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"bad device {self.device!r}: use auto, cpu, cuda or cuda:N")
 
@@ -73,16 +77,25 @@ class Workload:
         return self.device.startswith("cuda")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.kind != "generate":  # other workloads' stored dicts stay as they were
+            del data["new_tokens"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Workload:
         return cls(**data)
 
+    @property
+    def cache_len(self) -> int:
+        """The static KV cache's length for ``generate``: the prompt plus the new tokens."""
+        return self.seq_len + self.new_tokens
+
     def slug(self) -> str:
-        """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``."""
+        """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``"""
         device = self.device.replace(":", "")
-        return f"{self.kind}-b{self.batch_size}-s{self.seq_len}-{self.dtype}-{device}"
+        tokens = f"-n{self.new_tokens}" if self.kind == "generate" else ""
+        return f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}-{self.dtype}-{device}"
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,51 @@ def slow_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
     return gm
 
 
+def int_attrs_16() -> tuple[torch.nn.Module, tuple]:
+    """16 blocks, each with its own int attribute: past dynamo's recompile limit (8)."""
+    torch.manual_seed(0)
+    return IntAttrs(16), (torch.randn(10, 10),)
+
+
+TINY_LLAMA = {
+    "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+}  # fmt: skip
+
+
+def tiny_llama() -> tuple[torch.nn.Module, tuple]:
+    """A 2-layer Llama small enough to generate in a test; declares --workload generate."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**TINY_LLAMA)
+    config._attn_implementation = "sdpa"
+    model = transformers.LlamaForCausalLM(config).eval()
+    return model, (torch.randint(0, TINY_LLAMA["vocab_size"], (2, 8)),)
+
+
+tiny_llama.supports_generate = True  # type: ignore[attr-defined]
+
+
+def decode_perturbing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend right for the prefill and wrong for decode: it negates a decode step's logits."""
+    decode = any(
+        isinstance(t, torch.Tensor) and not t.is_floating_point() and t.dim() == 2
+        and t.shape[-1] == 1 for t in example_inputs
+    )  # fmt: skip
+
+    def run(*args: object) -> object:
+        out = gm(*args)
+        if not decode:
+            return out
+        return type(out)(
+            -t if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 3 else t
+            for t in out
+        )
+
+    return run
+
+
 def nudge_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
     """A backend off in one small element only: the output's smallest value moves by 0.05,
     well within 5 % of the output's largest value, far outside its own tolerance."""

@@ -75,8 +75,48 @@ def kind(name: str) -> str:
     return "unknown"
 
 
-def check(ref: ModelRef) -> None:
-    """Raise ConfigError (one line) if ``ref`` cannot be built; imports no torch for presets."""
+def check(ref: ModelRef, workload: Workload | None = None) -> None:
+    """Raise ConfigError (one line) if ``ref`` cannot be built (or cannot run ``workload``)."""
+    _check(ref)
+    if workload is not None and workload.kind == "generate":
+        check_generate(ref)
+
+
+GENERATE_FLAG = "supports_generate"
+CAUSAL_CLASSES = ("ForCausalLM", "LMHeadModel")
+
+
+def check_generate(ref: ModelRef) -> None:
+    """Raise ConfigError unless ``ref`` is a causal LM that ``--workload generate`` can run.
+
+    Presets and directories qualify by architecture (a transformers causal-LM class); a
+    ``module:function`` model declares it with ``function.supports_generate = True`` and returns a
+    transformers-style causal LM (``past_key_values``, ``cache_position``, ``.logits``).
+    """
+    from autotune.catalog import user
+
+    found = kind(ref.name)
+    if found == "preset":
+        entry = PRESETS[ref.name]
+        causal = entry["kind"] == "hf" and entry["model_class"].endswith(CAUSAL_CLASSES)
+        what = entry.get("model_class", "a toy model")
+    elif found == "directory":
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        with open(os.path.join(ref.name, "config.json"), encoding="utf-8") as handle:
+            model_type = json.load(handle).get("model_type")
+        causal = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        what = f"model_type {model_type!r}"
+    else:
+        causal = bool(getattr(user.resolve(ref.name), GENERATE_FLAG, False))
+        what = f"a function without {GENERATE_FLAG} = True"
+    if not causal:
+        raise ConfigError(
+            f"--workload generate needs a causal language model, and {ref.name} is {what}"
+        )
+
+
+def _check(ref: ModelRef) -> None:
     from autotune.catalog import hf, user
 
     found = kind(ref.name)
@@ -115,7 +155,7 @@ def build(ref: ModelRef, workload: Workload) -> tuple[torch.nn.Module, tuple[Any
 
     Same ``ref`` and ``workload`` give bit-identical weights and inputs.
     """
-    check(ref)
+    check(ref, workload)
     found = kind(ref.name)
     if found == "function":
         from autotune.catalog.user import build_user

@@ -1,0 +1,242 @@
+"""--workload generate: prefill + greedy decode with a static KV cache, each trial in a child."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import autotune
+from autotune import cli, export, generate, metrics
+from autotune.catalog import ModelRef
+from autotune.errors import ConfigError
+from autotune.measurement import Latency, Measurement, TokenCheck
+from autotune.runner import Settings, measure
+from autotune.store import Store
+from autotune.strategy import Strategy
+from autotune.workload import Workload
+from tests import models
+
+TINY = ModelRef("tests.models:tiny_llama")
+GEN = Workload(batch_size=2, seq_len=8, kind="generate", new_tokens=6)
+QUICK = Settings(iters=2, warmup=1, timeout_s=300)
+
+
+def test_generate_workload_is_validated() -> None:
+    with pytest.raises(ConfigError, match="--new-tokens must be at least 2"):
+        Workload(kind="generate", new_tokens=1)
+    assert GEN.cache_len == 14
+    assert GEN.slug() == "generate-b2-s8-n6-float32-cpu"
+    assert "new_tokens" not in Workload().to_dict()  # other workloads' stored dicts unchanged
+    assert Workload.from_dict(GEN.to_dict()) == GEN
+
+
+@pytest.mark.parametrize("granularity", ["full", "regional", "nested"])
+def test_tokens_equal_eager(granularity: str) -> None:
+    m = measure(TINY, GEN, Strategy.create(granularity, "aot_eager"), QUICK)
+    assert m.status == "ok", m.reason + m.log_tail
+    assert m.tokens == TokenCheck(True, 6, 6, "")
+    assert m.feasible and m.accuracy and m.accuracy.passed
+    assert m.latency and m.eager_latency and m.ttft and m.eager_ttft
+    assert len(m.latency.samples_ms) == QUICK.iters * 5  # every decode step of every round
+    assert len(m.ttft.samples_ms) == QUICK.iters
+    assert m.tokens_per_s and m.eager_tokens_per_s and m.compile_s and m.compile_s > 0
+    assert m.graphs and m.graphs.recompiles >= 1  # prefill -> decode changes the shapes
+    assert any("size mismatch" in r for r in m.graphs.recompile_reasons)
+    assert not m.limit_hit
+
+
+def test_backend_that_perturbs_decode_logits_fails_the_token_check() -> None:
+    backend = "tests.models:decode_perturbing_backend"
+    m = measure(TINY, GEN, Strategy.create("full", backend), QUICK)
+    assert m.status == "ok", m.reason + m.log_tail
+    assert m.tokens and not m.tokens.passed
+    assert m.tokens.matched == 1  # the prefill's token is right, the first decode step's wrong
+    assert "token 2 of 6 differs from eager" in m.tokens.detail
+    assert m.accuracy and not m.accuracy.passed and not m.feasible
+
+
+def test_per_layer_int_attributes_hit_the_recompile_limit_in_words() -> None:
+    m = measure(ModelRef("tests.models:int_attrs_16"), Workload(),
+                Strategy.create("regional", "eager"), Settings(iters=2, warmup=1))  # fmt: skip
+    assert m.status == "ok", m.reason + m.log_tail
+    assert m.limit_hit and m.graphs
+    assert m.graphs.limit_hit.startswith("recompile limit (8) hit: 8 of 16 blocks ran eager")
+    assert "self.index == 7" in m.graphs.limit_hit
+    assert "allow_unspec_int_on_nn_module" in m.graphs.limit_hint
+    assert (m.graphs.eager_blocks, m.graphs.blocks) == (8, 16)
+    assert Measurement.from_dict(json.loads(json.dumps(m.to_dict()))).limit_hit
+
+
+def test_limit_hits_reads_dynamo_records_in_process() -> None:
+    """metrics.limit_hits reads torch's private compilation metrics: this fails if they change."""
+    from torch._dynamo.utils import clear_compilation_metrics
+
+    torch._dynamo.reset()
+    clear_compilation_metrics()
+    try:
+        model, (x,) = models.int_attrs_16()
+        compiled = autotune.apply(model, Strategy.create("regional", "eager"))
+        with torch.no_grad():
+            compiled(x)
+        hits = metrics.limit_hits()
+    finally:
+        torch._dynamo.reset()
+        clear_compilation_metrics()
+    assert len(hits) == 1, hits
+    hit = hits[0]
+    assert hit["function"].startswith("forward (") and "models.py" in hit["function"]
+    assert (hit["limit_type"], hit["limit"], hit["graphs"]) == ("recompile_limit", 8, 8)
+    assert "self.index == 7" in hit["reason"] and "allow_unspec_int_on_nn_module" in hit["reason"]
+
+
+def test_four_blocks_stay_under_the_limit() -> None:
+    m = measure(ModelRef("tests.models:int_attrs"), Workload(),
+                Strategy.create("regional", "eager"), Settings(iters=2, warmup=1))  # fmt: skip
+    assert m.status == "ok" and m.graphs and m.graphs.recompiles == 3
+    assert not m.limit_hit and m.graphs.limit_hint == ""
+
+
+@pytest.mark.parametrize("model", ["toy-64", "tests.models:tiny_toy", "vit-dir"])
+def test_generate_on_a_non_causal_model_is_one_line_exit_2(
+    model: str, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if model == "vit-dir":
+        model = str(in_tmp / "vit")
+        Path(model).mkdir()
+        (Path(model) / "config.json").write_text('{"model_type": "vit", "num_hidden_layers": 2}')
+    code = cli.main(["measure", "--model", model, "--workload", "generate"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1
+    assert "--workload generate needs a causal language model" in err
+
+
+def test_new_tokens_below_two_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["measure", "--model", "gpt2", "--workload", "generate", "--new-tokens", "1"])
+    assert code == 2 and "--new-tokens must be at least 2" in capsys.readouterr().err
+
+
+def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
+    model, (prompt,) = models.tiny_llama()
+    eager = generate.Generation(model, generate.new_cache(model, GEN), prompt, 6, "cpu")
+    first = eager.run(lambda fn: fn() or 0.0)
+    cache = generate.new_cache(model, GEN, like=eager.cache)  # allocated before any call
+    addresses = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
+    gen = generate.Generation(model, cache, prompt, 6, "cpu")
+    for _ in range(2):  # reset in place between generations
+        assert torch.equal(gen.run(lambda fn: fn() or 0.0).tokens, first.tokens)
+    assert [(lay.keys.data_ptr(), lay.values.data_ptr()) for lay in cache.layers] == addresses
+    reference = model.generate(prompt, max_new_tokens=6, do_sample=False,
+                               cache_implementation="static")  # fmt: skip
+    assert torch.equal(reference[:, prompt.shape[1] :], first.tokens)
+    assert len(set(first.tokens.flatten().tolist())) > 2  # the check compares real variety
+
+
+def test_cudagraph_steps_are_marked_only_for_cuda_graph_strategies() -> None:
+    overhead = Strategy.create("full", "inductor", "reduce-overhead")
+    cuda = Workload(device="cuda:0", kind="generate")
+    assert generate.uses_cudagraphs(overhead, cuda)
+    assert not generate.uses_cudagraphs(Strategy.create("full", "inductor"), cuda)
+    assert not generate.uses_cudagraphs(overhead, GEN)
+
+
+def test_generate_fields_round_trip_through_the_store(tmp_path: Path) -> None:
+    lat = Latency.from_samples([0.01, 0.02])
+    m = Measurement(
+        Strategy.create("full", "eager").to_dict(), TINY.to_dict(), GEN.to_dict(), "ok",
+        latency=lat, eager_latency=lat, ttft=lat, eager_ttft=lat, tokens_per_s=50.0,
+        eager_tokens_per_s=40.0, tokens=TokenCheck(False, 6, 3, "token 4 of 6 differs"),
+    )  # fmt: skip
+    store = Store(f"sqlite:///{tmp_path}/g.db")
+    store.add_study("g", {"model": TINY.to_dict()}, {})
+    store.add_measurement("g", "full/eager", 0, m.to_dict())
+    back = Measurement.from_dict(store.measurements("g")[0].payload)
+    assert back == m and isinstance(back.ttft, Latency) and isinstance(back.tokens, TokenCheck)
+
+
+def _export(tmp_path: Path, strategy: Strategy) -> Path:
+    from tests.conftest import point
+
+    store = Store(f"sqlite:///{tmp_path}/x.db")
+    store.add_study("x", {"model": TINY.to_dict(), "workload": GEN.to_dict()}, {})
+    store.add_measurement("x", "none", 0, point(Strategy.create("none"), 0.0, 10.0))
+    store.add_measurement("x", strategy.key, 1, point(strategy, 1.0, 2.0))
+    path, chosen, _ = export.export(
+        store, "x", "fastest", "transformers", str(tmp_path / "best.json")
+    )
+    assert chosen.key == strategy.key
+    return path
+
+
+@pytest.mark.parametrize("granularity", ["full", "regional"])
+def test_transformers_export_round_trips_through_compile_config_and_generate(
+    granularity: str, tmp_path: Path
+) -> None:
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig, GenerationConfig
+
+    strategy = Strategy.create(granularity, "aot_eager", fullgraph=True)
+    data = json.loads(_export(tmp_path, strategy).read_text())
+    fields = data["generation_config"]
+    config = CompileConfig(**fields["compile_config"])  # the real class takes exactly these
+    assert config.to_dict() == fields["compile_config"]
+    assert (config.backend, config.fullgraph, config.mode) == ("aot_eager", True, None)
+    GenerationConfig(**{**fields, "compile_config": config}).validate(strict=True)
+    caveats = data["autotune"]["caveats"]
+    assert any("apply_generation" in c for c in caveats)
+    assert any("granularity 'regional'" in c for c in caveats) == (granularity == "regional")
+
+    model, (prompt,) = models.tiny_llama()
+    expected = model.generate(prompt, max_new_tokens=6, do_sample=False)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        gen = autotune.apply_generation(model, tmp_path / "best.json")
+        actual = gen.generate(prompt, max_new_tokens=6, do_sample=False)
+        assert counters["stats"]["unique_graphs"] >= 2  # prefill and decode ran compiled
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(actual, expected)
+    assert model.generation_config.cache_implementation is None  # the user's model untouched
+    assert gen.generation_config.cache_implementation == "static"
+
+
+def test_search_over_fast_backends_on_gpt2(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    code = cli.main([
+        "search", "--model", "gpt2", "--layers", "2", "--workload", "generate", "--seq-len", "8",
+        "--new-tokens", "4", "--granularity", "none,full", "--backend", "eager,aot_eager",
+        "--trials", "3", "--iters", "2", "--warmup", "1", "--no-progress", "--json",
+        "--format", "transformers",
+    ])  # fmt: skip
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "generate-b1-s8-n4" in result["study"]
+    rows = Store(f"sqlite:///{in_tmp}/studies/autotune.db").measurements(result["study"])
+    measured = [Measurement.from_dict(r.payload) for r in rows]
+    assert len(measured) == 3 and all(m.ok for m in measured)
+    assert all(m.ttft and m.tokens and m.tokens.passed and m.tokens.tokens == 4 for m in measured)
+    assert "generation_config" in json.loads(Path(result["export"]).read_text())
+
+
+def test_summary_shows_ttft_decode_tokens_and_the_limit_hit() -> None:
+    from autotune import report
+    from autotune.measurement import Accuracy, Graphs
+
+    fast, slow = Latency.from_samples([0.01] * 4), Latency.from_samples([0.02] * 4)
+    m = Measurement(
+        Strategy.create("regional", "eager").to_dict(), TINY.to_dict(), GEN.to_dict(), "ok",
+        compile_s=1.0, latency=fast, eager_latency=slow, speedup=2.0, ttft=fast, eager_ttft=slow,
+        tokens_per_s=90.0, eager_tokens_per_s=45.0, tokens=TokenCheck(True, 6, 6),
+        accuracy=Accuracy(0.0, 0.0, True, 1e-5, 1e-3),
+        graphs=Graphs(limit_hit="recompile limit (8) hit: 8 of 16 blocks ran eager",
+                      limit_hint="make this integer dynamic"),
+    )  # fmt: skip
+    text = report.summary(m)
+    assert "TTFT       10.000 ms median prefill (eager 20.000 ms -> 2.00x)" in text
+    assert "decode     10.000 ms per token" in text and "over 4 steps" in text
+    assert "tokens/s   90.0 for the whole generation (eager 45.0)" in text
+    assert "6 of 6 greedy tokens as eager's" in text
+    assert "LIMIT    recompile limit (8) hit: 8 of 16 blocks ran eager" in text
