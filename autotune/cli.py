@@ -192,9 +192,6 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ConfigError("give --model or --space FILE.toml")
     flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
     spec = StudySpec.from_sources(args.space, **flags)
-    if args.new_tokens is not None:  # not yet a key of the spec file's [workload]
-        workload = dataclasses.replace(spec.workload, new_tokens=args.new_tokens)
-        spec = dataclasses.replace(spec, workload=workload)
     catalog.check(spec.model, spec.workload)
     if args.format not in export.FORMATS:
         raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")

@@ -129,24 +129,29 @@ def starts_lines(m: Measurement) -> list[str]:
 
 
 def front_table(front: Sequence[Any], chosen: str) -> str:
-    """The Pareto front as a table, the chosen strategy marked."""
-    rows = [
-        (
-            ("* " if p.key == chosen else "  ") + p.key,
-            f"{p.compile_s:.2f} s",
-            f"{p.warm_s:.2f} s",
-            f"{p.portable_s:.2f} s",
-            f"{p.latency_ms:.3f} ms",
-            f"{p.speedup:.2f}x" + ("" if p.significant or p.key == "none" else " (n.s.)"),
-            "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB",
-        )
-        for p in front
-    ]
-    header = ("  strategy", "cold start", "warm start", "portable", "latency", "speedup",
+    """The Pareto front as a table, the chosen strategy marked; a generate study shows TTFT
+    and tokens/s, and its latency is per decoded token."""
+    generate = any(p.ttft_ms is not None for p in front)
+    rows = []
+    for p in front:
+        speedup = f"{p.speedup:.2f}x" + ("" if p.significant or p.key == "none" else " (n.s.)")
+        row = [("* " if p.key == chosen else "  ") + p.key, f"{p.compile_s:.2f} s",
+               f"{p.warm_s:.2f} s", f"{p.portable_s:.2f} s", f"{p.latency_ms:.3f} ms"]  # fmt: skip
+        if generate:
+            row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
+                    "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
+        row += [speedup + (" LIMIT" if p.limit_hit else ""),
+                "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
+        rows.append(tuple(row))
+    speed = ["decode / token", "TTFT", "tokens/s"] if generate else ["latency"]
+    header = ("  strategy", "cold start", "warm start", "portable", *speed, "speedup",
               "peak memory")  # fmt: skip
     note = (
         "latency: the eager baseline over each trial's speedup, measured interleaved with eager "
         "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "
         "so it counts as none"
     )
+    if any(p.limit_hit for p in front):
+        note += ";\nLIMIT: dynamo hit its recompile limit and ran part of the model eager, so "
+        note += "that latency is not the compiled one (autotune measure says which blocks)"
     return table(header, rows) + "\n" + note

@@ -18,7 +18,8 @@ Policies (eager, ``none``, is a candidate in every one, with no compile time):
 - ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
 
 Objectives: one start cost (``compile`` = cold, ``warm`` or ``portable``), one speed
-(``latency``), optionally ``memory``.
+(``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
+``ttft``, the prefill), optionally ``memory``.
 """
 
 from __future__ import annotations
@@ -34,16 +35,19 @@ from autotune.strategy import Strategy
 
 POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
 STARTS = ("compile", "warm", "portable")  # objectives that are a start's cost
-SPEEDS = ("latency",)  # objectives that are a call's cost
+SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
 OBJECTIVES = (*STARTS, *SPEEDS, "memory")
 METRICS = {"compile": "compile_s", "warm": "warm_start_s", "portable": "portable_start_s",
-           "latency": "latency_ms", "memory": "memory_mb"}  # fmt: skip
+           "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
+           "memory": "memory_mb"}  # fmt: skip
 ALPHA = 0.05  # the sign test's level: a speedup the rounds do not show at it counts as none
 
 
-def check_objectives(objectives: tuple[str, ...], starts: tuple[str, ...]) -> None:
+def check_objectives(
+    objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inference"
+) -> None:
     """One start cost, one speed, optionally memory; a warm or portable objective needs that
-    start measured (``--starts``)."""
+    start measured (``--starts``), decode and TTFT a generate workload."""
     counts = [sum(o in group for o in objectives) for group in (STARTS, SPEEDS)]
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown or counts != [1, 1] or len(set(objectives)) != len(objectives):
@@ -54,6 +58,8 @@ def check_objectives(objectives: tuple[str, ...], starts: tuple[str, ...]) -> No
     for o in ("warm", "portable"):
         if o in objectives and o not in starts:
             raise ConfigError(f"objective {o!r} needs {o} starts measured: add it to --starts")
+    if kind != "generate" and {"decode", "ttft"} & set(objectives):
+        raise ConfigError("objectives decode and ttft need --workload generate")
 
 
 def sign_test(eager_ms: list[float], compiled_ms: list[float]) -> float:
@@ -80,6 +86,20 @@ def gain(m: Measurement, alpha: float = ALPHA) -> float:
     return m.speedup if p < alpha else 1.0
 
 
+def ttft_on_baseline(m: Measurement, baseline_ms: float | None) -> float | None:
+    """A generate trial's prefill (time to first token) on the common scale, as
+    :func:`latency_on_baseline` does for latency; None for other workloads."""
+    if m.ttft is None:
+        return None
+    if baseline_ms is None or Strategy.from_dict(m.strategy).granularity == "none":
+        return baseline_ms if baseline_ms is not None else m.ttft.median_ms
+    if m.eager_ttft is None:
+        return m.ttft.median_ms
+    speedup = m.eager_ttft.median_ms / m.ttft.median_ms
+    shown = sign_test(m.eager_ttft.samples_ms, m.ttft.samples_ms) < ALPHA
+    return baseline_ms / (speedup if shown else 1.0)
+
+
 def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
     """A trial's latency on the study's common scale: the eager baseline over its gain.
 
@@ -96,13 +116,16 @@ def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
 
 
 def objective_values(
-    m: Measurement, objectives: tuple[str, ...], baseline_ms: float | None
+    m: Measurement, objectives: tuple[str, ...], baseline: Measurement | None
 ) -> list[float]:
-    """The values Optuna minimises for a measurement that ran (latency on the common scale)."""
+    """The values Optuna minimises for a measurement that ran (speeds on the common scale)."""
     assert m.latency is not None and m.compile_s is not None
+    base_ms = baseline.latency.median_ms if baseline and baseline.latency else None
+    base_ttft = baseline.ttft.median_ms if baseline and baseline.ttft else None
+    latency = latency_on_baseline(m, base_ms)
     values = {"compile": m.compile_s, "warm": start_s(m, "warm"),
-              "portable": start_s(m, "portable"),
-              "latency": latency_on_baseline(m, baseline_ms)}  # fmt: skip
+              "portable": start_s(m, "portable"), "latency": latency, "decode": latency,
+              "ttft": ttft_on_baseline(m, base_ttft) or 0.0}  # fmt: skip
     if m.memory is not None:
         values["memory"] = m.memory.compiled_peak_mb
     return [values[o] for o in objectives]
@@ -130,17 +153,23 @@ class Point:
     significant: bool = False
     warm_s: float = 0.0  # one warm start (cold where not measured)
     portable_s: float = 0.0  # one portable start (cold where not measured)
+    ttft_ms: float | None = None  # generate: the prefill, on the common scale
+    tokens_per_s: float | None = None  # generate: the whole generation, as measured
+    limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
 
     @classmethod
-    def of(cls, m: Measurement, trial_number: int | None, baseline_ms: float | None) -> Point:
+    def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:
         assert m.latency is not None and m.compile_s is not None and m.speedup is not None
         memory = m.memory.compiled_peak_mb if m.memory else None
         key = Strategy.from_dict(m.strategy).key
         speedup = 1.0 if key == "none" else m.speedup
+        base_ms = baseline.latency.median_ms if baseline and baseline.latency else None
+        base_ttft = baseline.ttft.median_ms if baseline and baseline.ttft else None
         return cls(
-            key, m.strategy, m.compile_s, latency_on_baseline(m, baseline_ms), memory, speedup,
+            key, m.strategy, m.compile_s, latency_on_baseline(m, base_ms), memory, speedup,
             trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
-            start_s(m, "warm"), start_s(m, "portable"),
+            start_s(m, "warm"), start_s(m, "portable"), ttft_on_baseline(m, base_ttft),
+            m.tokens_per_s, m.limit_hit,
         )  # fmt: skip
 
     def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:
@@ -153,7 +182,8 @@ class Point:
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
         """The point's value of each objective, in order."""
         table = {"compile": self.compile_s, "warm": self.warm_s, "portable": self.portable_s,
-                 "latency": self.latency_ms, "memory": self.memory_mb or 0.0}  # fmt: skip
+                 "latency": self.latency_ms, "decode": self.latency_ms,
+                 "ttft": self.ttft_ms or 0.0, "memory": self.memory_mb or 0.0}  # fmt: skip
         return tuple(table[o] for o in objectives)
 
 
@@ -184,12 +214,12 @@ def candidates(store: Store, study: str, max_memory_mb: float | None = None) -> 
     points = []
     rows = store.measurements(study)
     base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
-    baseline_ms = base.latency.median_ms if base and base.ok and base.latency else None
+    baseline = base if base is not None and base.ok else None
     for row in rows:
         m = Measurement.from_dict(row.payload)
         if not m.feasible and not (row.key == "none" and m.ok):
             continue
-        point = Point.of(m, row.trial_number, baseline_ms)
+        point = Point.of(m, row.trial_number, baseline)
         if max_memory_mb is not None and (point.memory_mb or 0) > max_memory_mb:
             continue
         points.append(point)

@@ -27,7 +27,7 @@ SEARCH_KEYS = (
 )  # fmt: skip
 TABLES = {
     "model": ("name", "layers", "seed", "weights"),
-    "workload": ("batch_size", "seq_len", "dtype", "device", "kind"),
+    "workload": ("batch_size", "seq_len", "dtype", "device", "kind", "new_tokens"),
     "space": ("granularity", "backend", "mode", "dynamic", "fullgraph"),
     "search": SEARCH_KEYS,
 }
@@ -97,7 +97,7 @@ class StudySpec:
             raise ConfigError("--trials must be at least 1")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"bad sampler {self.sampler!r}: use one of {', '.join(SAMPLERS)}")
-        check_objectives(self.objectives, self.settings.starts)
+        check_objectives(self.objectives, self.settings.starts, self.workload.kind)
         parse_policy(self.policy)
 
     @classmethod
@@ -118,7 +118,8 @@ class StudySpec:
         model = ModelRef(**pick["model"])
         workload = Workload.create(**pick["workload"])
         space = Space.default(workload.device).narrow(**pick["space"])
-        objectives = search.get("objectives", ("compile", "latency"))
+        speed = "decode" if workload.kind == "generate" else "latency"
+        objectives = search.get("objectives", ("compile", speed))
         if isinstance(objectives, str):
             objectives = [o.strip() for o in objectives.split(",") if o.strip()]
         settings = Settings(

@@ -175,9 +175,7 @@ class Search:
             trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
             if self.spec.max_memory_mb is not None and m.memory is not None:
                 trial.set_constraint("memory", m.memory.compiled_peak_mb - self.spec.max_memory_mb)
-            base = self.baseline()
-            baseline_ms = base.latency.median_ms if base.latency else None
-            values = objective_values(m, self.spec.objectives, baseline_ms)
+            values = objective_values(m, self.spec.objectives, self.baseline())
             return self.study.tell(trial, values, skip_if_finished=True)
 
         ended = self._db(lambda: trials.finished_as(self.study, tell), "tell")

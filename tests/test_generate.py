@@ -219,6 +219,19 @@ def test_search_over_fast_backends_on_gpt2(in_tmp: Path, capsys: pytest.CaptureF
     assert len(measured) == 3 and all(m.ok for m in measured)
     assert all(m.ttft and m.tokens and m.tokens.passed and m.tokens.tokens == 4 for m in measured)
     assert "generation_config" in json.loads(Path(result["export"]).read_text())
+    import optuna
+
+    study = optuna.load_study(
+        study_name=result["study"], storage=f"sqlite:///{in_tmp}/studies/autotune.db"
+    )
+    assert study.metric_names == ["compile_s", "decode_ms_per_token"]  # the default for generate
+    assert all(p["ttft_ms"] and p["tokens_per_s"] for p in result["pareto_front"])
+
+
+def test_decode_and_ttft_objectives_need_a_generate_workload(in_tmp: Path, capsys) -> None:
+    code = cli.main(["search", "--model", "toy-64", "--objectives", "compile,ttft"])
+    err = capsys.readouterr().err
+    assert code == 2 and "need --workload generate" in err and err.count("\n") == 1
 
 
 def test_summary_shows_ttft_decode_tokens_and_the_limit_hit() -> None:

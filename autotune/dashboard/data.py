@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.measurement import Measurement
-from autotune.selection import Point, candidates, gain, pareto, pick
+from autotune.selection import SPEEDS, Point, candidates, gain, pareto, pick
 from autotune.store import Store, mask
 from autotune.strategy import Strategy
 
@@ -226,10 +226,13 @@ def issues_info(d: StudyData) -> list[dict[str, Any]]:
         )
         if m.ok and m.accuracy and not m.accuracy.passed:
             reasons.insert(0, f"wrong answers: {m.accuracy.detail}")
+        if g and g.limit_hit:  # its latency is not the compiled latency: say so first
+            reasons.insert(0, g.limit_hit + (f"; fix: {g.limit_hint}" if g.limit_hint else ""))
+        status = "wrong answers" if m.ok and not t.feasible else m.status
         rows.append(
             {
                 "key": t.key,
-                "status": "wrong answers" if m.ok and not t.feasible else m.status,
+                "status": "recompile limit hit" if status == "ok" and m.limit_hit else status,
                 "breaks": g.breaks if g else 0,
                 "recompiles": g.recompiles if g else 0,
                 "reasons": reasons,
@@ -244,7 +247,7 @@ def importance_info(store: Store, study: str, objectives: tuple[str, ...]) -> di
 
     from autotune.trials import quiet_optuna
 
-    latency = objectives.index("latency")
+    latency = next(i for i, o in enumerate(objectives) if o in SPEEDS)
 
     quiet_optuna()
     try:
@@ -280,8 +283,13 @@ def hover(t: Trial | None) -> str:
         costs = " · ".join(f"{k} {m.start_s(k):.2f} s" for k in ("warm", "portable")
                            if m.start_s(k) is not None)  # fmt: skip
         lines.append(f"later starts: {costs or 'not measured'}")
+    if m.ttft and m.tokens_per_s:
+        lines.append(f"TTFT {m.ttft.median_ms:.1f} ms · {m.tokens_per_s:.1f} tokens/s "
+                     "(latency: per decoded token)")  # fmt: skip
     if m.speedup:
         lines.append(f"speedup {m.speedup:.2f}x vs eager in the same process")
+    if m.graphs and m.graphs.limit_hit:
+        lines.append(f"<b>{m.graphs.limit_hit[:160]}</b>: not the compiled latency")
     if m.memory:
         lines.append(f"peak memory {m.memory.compiled_peak_mb:.0f} MiB ({m.memory.kind})")
     if m.graphs:
