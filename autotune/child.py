@@ -72,18 +72,16 @@ def _grads(model: Any) -> list[Any]:
     return [p.grad for p in model.parameters() if p.grad is not None]
 
 
-def measure(spec: dict[str, Any]) -> Measurement:
-    """Measure one strategy as ``spec`` says (model, workload, strategy, iters, warmup)."""
+def begin(spec: dict[str, Any]) -> tuple[float, dict[str, float], Strategy, Workload, Any,
+                                         Measurement]:  # fmt: skip
+    """What every trial starts with: its clock and start-up time, the strategy, workload and
+    model parsed, the RNG seeded, the device made current, and an empty measurement."""
     import torch
     import torch._dynamo.utils
 
-    from autotune import artifact, catalog, compile, starts
+    from autotune import catalog
     from autotune.environment import fingerprint
 
-    if spec["workload"].get("kind") == "generate":
-        from autotune import generate
-
-        return generate.measure(spec)
     start = time.perf_counter()
     timings = {"startup_s": time.time() - spec.get("launched", time.time())}
     strategy = Strategy.from_dict(spec["strategy"])
@@ -96,6 +94,19 @@ def measure(spec: dict[str, Any]) -> Measurement:
         strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
         environment=fingerprint(workload.device),
     )  # fmt: skip
+    return start, timings, strategy, workload, ref, result
+
+
+def measure(spec: dict[str, Any]) -> Measurement:
+    """Measure one strategy as ``spec`` says (model, workload, strategy, iters, warmup)."""
+
+    from autotune import artifact, catalog, compile, starts
+
+    if spec["workload"].get("kind") == "generate":
+        from autotune import generate
+
+        return generate.measure(spec)
+    start, timings, strategy, workload, ref, result = begin(spec)
 
     model, inputs = catalog.build(ref, workload)
     timings["build_s"] = time.perf_counter() - start

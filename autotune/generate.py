@@ -165,26 +165,12 @@ def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "") 
 
 def measure(spec: dict[str, Any]) -> Measurement:
     """Measure one strategy on the generate workload (the child's entry for ``generate``)."""
-    import torch
-    import torch._dynamo.utils
 
     from autotune import catalog, compile
-    from autotune.child import use_device
-    from autotune.environment import fingerprint
+    from autotune.child import begin
 
-    start = time.perf_counter()
-    timings = {"startup_s": time.time() - spec.get("launched", time.time())}
-    strategy = Strategy.from_dict(spec["strategy"])
-    workload = Workload.from_dict(spec["workload"])
-    use_device(workload.device)
-    ref = catalog.ModelRef.from_dict(spec["model"])
+    start, timings, strategy, workload, ref, result = begin(spec)
     seed = spec.get("seed", 0)
-    torch.manual_seed(seed)
-    torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
-    result = Measurement(
-        strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
-        environment=fingerprint(workload.device),
-    )  # fmt: skip
     model, inputs = catalog.build(ref, workload)
     timings["build_s"] = time.perf_counter() - start
     prompt, device, n = inputs[0], workload.device, workload.new_tokens
