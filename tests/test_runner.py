@@ -11,7 +11,7 @@ from autotune.strategy import Strategy
 from autotune.workload import Settings, Workload
 
 CPU = Workload(device="cpu")
-QUICK = Settings(iters=5, warmup=1, timeout_s=120)
+QUICK = Settings(iters=5, warmup=1, timeout_s=120, starts=("cold",))  # starts: test_starts
 
 
 def run(model: str, strategy: Strategy, settings: Settings = QUICK, **ref) -> Measurement:

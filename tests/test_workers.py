@@ -230,7 +230,7 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
 
     url = postgres.url
     _submit(tmp_path, url, "", 0, FROZEN)
-    fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "10"}
+    fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "6"}
     os.environ.update(fast)
     try:
         frozen, peer = _worker(tmp_path, url, "frozen"), _worker(tmp_path, url, "frozen")
@@ -246,7 +246,7 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
         group = [psutil.Process(frozen.pid), *psutil.Process(frozen.pid).children(True)]
         for p in group:
             p.send_signal(signal.SIGSTOP)
-        time.sleep(25)
+        time.sleep(15)  # 2.5 grace periods
         for p in group:
             p.send_signal(signal.SIGCONT)
         outs = [w.communicate(timeout=300) for w in (frozen, peer)]
