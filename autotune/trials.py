@@ -27,8 +27,6 @@ from autotune.strategy import Strategy
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
-
 
 def quiet_optuna() -> None:
     """autotune shows its own progress: Optuna's per-trial log lines and warnings are noise."""
