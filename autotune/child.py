@@ -176,6 +176,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
         return Measurement(
             spec["strategy"], spec["model"], spec["workload"], status, reason=reason,
+            stage=metrics.failure_stage(exc),
             log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
         ).to_dict()  # fmt: skip
 

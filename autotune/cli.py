@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", help="inductor mode (default, max-autotune-no-cudagraphs, ...)")
     s.add_argument("--dynamic", default="none", help="true, false or none")
     s.add_argument("--fullgraph", action="store_true", help="fail on any graph break")
+    s.add_argument("--options", help="inductor option switches, e.g. freezing,cpp_wrapper")
     _add_timing_args(m)
     m.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three "
                    "where the backend caches)")  # fmt: skip
@@ -81,11 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp = r.add_argument_group("space (comma lists narrow the default space)")
     for name in ("granularity", "backend", "mode", "dynamic", "fullgraph"):
         sp.add_argument(f"--{name}", metavar="LIST")
+    sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
+                    "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip
     sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")
     se = r.add_argument_group("search")
     se.add_argument("--trials", type=int, help="strategies to measure in the study (30)")
     se.add_argument("--time-budget", help="stop starting trials after e.g. 30m or 2h")
-    se.add_argument("--sampler", help="tpe (default), nsga2, random or grid")
+    se.add_argument("--sampler", help="tpe (default), gp, nsga2, random or grid")
     se.add_argument(
         "--objectives",
         help="compile,latency (default); warm or portable for compile, optionally memory",
@@ -93,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--max-memory", help="trials above this peak (e.g. 8GiB) are infeasible")
     se.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three)")
     se.add_argument("--policy", help="knee (default), fastest, quickest, amortized:N, ...")
+    se.add_argument(
+        "--equivalence",
+        action="store_true",
+        default=None,
+        help="tell compiles a trial proves identical (dynamic none/false without a "
+        "recompile, fullgraph true/false without a break) its measurement",
+    )
     se.add_argument("--force", action="store_true", help="join a study made on other hardware")
     se.add_argument("--no-progress", action="store_true", help="no live progress bar")
     _add_timing_args(r, defaults=False)
@@ -168,8 +178,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from autotune.strategy import Strategy
 
     ref, workload = model_and_workload(args)
+    options = [o.strip() for o in (args.options or "").split(",") if o.strip() not in ("", "none")]
     strategy = Strategy.create(
-        args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph
+        args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph, options
     )
     strategy.validate()
     settings = runner.Settings(

@@ -39,6 +39,15 @@ def caveats(strategy: Strategy, fmt: str) -> list[str]:
         return transformers_caveats(strategy)
     if fmt != "torch" and (caveat := strategy.accelerate_caveat()):
         notes.append(caveat)
+    if fmt == "accelerate-yaml" and strategy.options:
+        closest = strategy.without_options()
+        notes.append(
+            f"Accelerate's config file and environment variables have no key for Inductor "
+            f"options ({', '.join(strategy.options)}), and Transformers' Trainer passes only "
+            f"backend, mode and dynamic: this section is the closest expressible config, "
+            f"{closest.key}; pass options= to TorchDynamoPlugin (the accelerate JSON export) to "
+            "get the measured one"
+        )
     if fmt == "accelerate-yaml" and strategy.mode and strategy.mode not in ACCELERATE_YAML_MODES:
         notes.append(
             f"Accelerate's config file accepts dynamo_mode {', '.join(ACCELERATE_YAML_MODES)}, "
@@ -86,11 +95,34 @@ def document(
         body = {"generation_config": transformers_fields(strategy), "autotune": block}
         text = json.dumps(body, indent=2)
     elif fmt == "torch":
-        body = {**strategy.to_dict(), "autotune": block}  # torch.compile kwargs + granularity
+        body = {"granularity": strategy.granularity, **torch_kwargs(strategy), "autotune": block}
         text = json.dumps(body, indent=2)
     else:
+        if strategy.options:
+            notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
         text = yaml_section(strategy, notes, study)
     return text + "\n", chosen, notes
+
+
+def torch_kwargs(strategy: Strategy) -> dict[str, Any]:
+    """Exactly ``torch.compile``'s keyword arguments (an import-path backend as its text)."""
+    kwargs = strategy.compile_kwargs()
+    if kwargs and not isinstance(kwargs["backend"], str):
+        kwargs["backend"] = strategy.backend
+    return kwargs
+
+
+def closest_numbers(store: Store, study: str, strategy: Strategy) -> str:
+    """What the closest expressible config (the strategy without its options) measured."""
+    closest = strategy.without_options()
+    row = store.measurement(study, closest.key)
+    if row is None:
+        return f"{closest.key} was not measured in this study"
+    m = Measurement.from_dict(row.payload)
+    if not m.ok or m.latency is None:
+        return f"{closest.key} was measured: {m.status} ({m.reason.splitlines()[0][:120]})"
+    return (f"{closest.key} measured {m.compile_s:.1f} s to compile, "
+            f"{m.latency.median_ms:.3g} ms per call ({m.speedup:.2f}x eager)")  # fmt: skip
 
 
 def transformers_fields(strategy: Strategy) -> dict[str, Any]:
@@ -100,8 +132,9 @@ def transformers_fields(strategy: Strategy) -> dict[str, Any]:
     s = strategy.canonical()
     if s.granularity == "none":
         return {"cache_implementation": "static", "disable_compile": True}
+    options = s.inductor_options() if s.options else None  # then its mode is inside
     given = {"fullgraph": s.fullgraph, "dynamic": s.dynamic, "backend": s.backend,
-             "mode": s.mode, "options": None}  # fmt: skip
+             "mode": None if options else s.mode, "options": options}  # fmt: skip
     fields = {f.name: given.get(f.name, f.default) for f in dataclasses.fields(CompileConfig)}
     return {"cache_implementation": "static", "compile_config": fields}
 
@@ -125,8 +158,9 @@ def transformers_caveats(strategy: Strategy) -> list[str]:
 
 
 def yaml_section(strategy: Strategy, notes: list[str], study: str) -> str:
-    """The ``dynamo_config`` section of an Accelerate config file."""
-    fields = strategy.to_accelerate(approximate=True)
+    """The ``dynamo_config`` section of an Accelerate config file (for a strategy with Inductor
+    options, of the closest expressible one, with what that one measured)."""
+    fields = strategy.without_options().to_accelerate(approximate=True)
     lines = [f"# autotune: study {study}, strategy {strategy.key}"]
     lines += [f"# NOTE: {n}" for n in notes]
     lines.append("dynamo_config:")

@@ -133,6 +133,8 @@ class Measurement:
     workload: dict[str, Any]
     status: str
     reason: str = ""
+    stage: str = ""  # where a failure arose: "dynamo" (tracing, before any backend) or ""
+    deduced: str = ""  # not measured: how it follows from a measured trial (autotune.deduction)
     compile_s: float | None = None
     eager_first_s: float | None = None
     phases: dict[str, float] = field(default_factory=dict)

@@ -146,6 +146,20 @@ def phases() -> dict[str, float]:
     return totals
 
 
+def failure_stage(exc: BaseException) -> str:
+    """``dynamo`` when Dynamo itself refused the code while tracing (a graph break under
+    ``fullgraph=True``, a data-dependent guard), before any backend saw a graph; else ``""``.
+
+    torch has no public API for this: it reads ``torch._dynamo.exc``'s classes, and
+    ``tests/test_deduction.py::test_failure_stage_reads_dynamo_s_exceptions`` fails loudly when
+    they change. A backend's own failure arrives wrapped in ``BackendCompilerFailed``."""
+    from torch._dynamo import exc as dynamo
+
+    if isinstance(exc, dynamo.BackendCompilerFailed):
+        return ""
+    return "dynamo" if isinstance(exc, (dynamo.Unsupported, dynamo.UserError)) else ""
+
+
 LIMIT_FAILURE = "Dynamo recompile limit exceeded"
 
 

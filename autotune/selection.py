@@ -210,9 +210,10 @@ def parse_policy(policy: str) -> tuple[str, tuple[float, ...]]:
 
 
 def candidates(store: Store, study: str, max_memory_mb: float | None = None) -> list[Point]:
-    """Every feasible measured strategy of the study, eager included."""
+    """Every feasible measured strategy of the study, eager included (not those deduced from
+    another: they repeat its numbers)."""
     points = []
-    rows = store.measurements(study)
+    rows = [r for r in store.measurements(study) if r.deduced_from is None]
     base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
     baseline = base if base is not None and base.ok else None
     for row in rows:

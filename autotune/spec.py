@@ -20,15 +20,15 @@ from autotune.space import Space
 from autotune.starts import STARTS
 from autotune.workload import Settings, Workload
 
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
+SAMPLERS = ("tpe", "gp", "nsga2", "random", "grid")
 SEARCH_KEYS = (
     "trials", "time_budget", "sampler", "objectives", "max_memory", "policy", "iters", "warmup",
-    "timeout", "seed", "study", "starts",
+    "timeout", "seed", "study", "starts", "equivalence",
 )  # fmt: skip
 TABLES = {
     "model": ("name", "layers", "seed", "weights"),
     "workload": ("batch_size", "seq_len", "dtype", "device", "kind", "new_tokens"),
-    "space": ("granularity", "backend", "mode", "dynamic", "fullgraph"),
+    "space": ("granularity", "backend", "mode", "dynamic", "fullgraph", "options"),
     "search": SEARCH_KEYS,
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -91,6 +91,7 @@ class StudySpec:
     policy: str = "knee"
     settings: Settings = field(default_factory=Settings)
     study: str | None = None
+    equivalence: bool = False  # tell proven-identical compiles one measurement (deduction)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -98,6 +99,9 @@ class StudySpec:
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"bad sampler {self.sampler!r}: use one of {', '.join(SAMPLERS)}")
         check_objectives(self.objectives, self.settings.starts, self.workload.kind)
+        if self.workload.kind == "train" and (frozen := set(self.space.options) & {"freezing"}):
+            raise ConfigError(f"option {frozen.pop()} folds the weights into constants: it is "
+                              "for inference and generate workloads, not train")  # fmt: skip
         parse_policy(self.policy)
 
     @classmethod
@@ -117,7 +121,7 @@ class StudySpec:
         pick["model"]["seed"] = seed
         model = ModelRef(**pick["model"])
         workload = Workload.create(**pick["workload"])
-        space = Space.default(workload.device).narrow(**pick["space"])
+        space = Space.default(workload.device, workload.kind).narrow(**pick["space"])
         speed = "decode" if workload.kind == "generate" else "latency"
         objectives = search.get("objectives", ("compile", speed))
         if isinstance(objectives, str):
@@ -138,6 +142,7 @@ class StudySpec:
             policy=search.get("policy", "knee"),
             settings=settings,
             study=search.get("study"),
+            equivalence=bool(search.get("equivalence", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapp
 
 from autotune.errors import StorageError
 
-SCHEMA_VERSION = 2  # 2: claims' heartbeat, measurements' worker
+SCHEMA_VERSION = 3  # 2: claims' heartbeat, measurements' worker; 3: measurements' deduced_from
 DEFAULT_URL = "sqlite:///studies/autotune.db"
 
 
@@ -187,6 +187,8 @@ class MeasurementRow(OfStrategy, Base):
     status: Mapped[str] = mapped_column(String(32))
     payload: Mapped[dict[str, Any]]
     worker: Mapped[str | None] = mapped_column(String(256), default=None)
+    # not measured: the key of the measured strategy it follows from (autotune.deduction)
+    deduced_from: Mapped[str | None] = mapped_column(String(256), default=None)
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
@@ -234,6 +236,8 @@ class Store:
             s.connection()
         if create:
             self.create_schema()
+        else:
+            self.upgrade()
 
     def __repr__(self) -> str:
         return f"Store({mask(self.url)!r})"
@@ -262,10 +266,23 @@ class Store:
                     f"storage {mask(self.url)} has autotune schema {row.value}, newer than "
                     f"this autotune's {SCHEMA_VERSION}: upgrade autotune"
                 )
-            elif int(row.value) < 2:  # the columns that version 2 added to existing tables
-                s.execute(text("ALTER TABLE autotune_claims ADD COLUMN heartbeat FLOAT"))
-                s.execute(text("ALTER TABLE autotune_measurements ADD COLUMN worker VARCHAR(256)"))
-                row.value = str(SCHEMA_VERSION)
+        self.upgrade()
+
+    def upgrade(self) -> None:
+        """Add the columns that later schema versions added to an existing database's tables."""
+        added = {
+            2: ["ALTER TABLE autotune_claims ADD COLUMN heartbeat FLOAT",
+                "ALTER TABLE autotune_measurements ADD COLUMN worker VARCHAR(256)"],
+            3: ["ALTER TABLE autotune_measurements ADD COLUMN deduced_from VARCHAR(256)"],
+        }  # fmt: skip
+        with self.session() as s:
+            row = s.get(Meta, "schema_version")
+            if row is None or int(row.value) >= SCHEMA_VERSION:
+                return
+            for version in range(int(row.value) + 1, SCHEMA_VERSION + 1):
+                for statement in added.get(version, []):
+                    s.execute(text(statement))
+            row.value = str(SCHEMA_VERSION)
 
     def schema_version(self) -> int:
         with self.session() as s:
@@ -333,9 +350,11 @@ class Store:
 
     @resilient
     def measured_keys(self, study: str) -> set[str]:
-        """The keys measured in a study (cheap: no payloads)."""
+        """The keys measured in a study, not those deduced (cheap: no payloads)."""
         with self.session() as s:
-            query = select(MeasurementRow.key).where(MeasurementRow.study == study)
+            query = select(MeasurementRow.key).where(
+                MeasurementRow.study == study, MeasurementRow.deduced_from.is_(None)
+            )
             return set(s.scalars(query))
 
     @resilient

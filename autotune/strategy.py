@@ -1,8 +1,15 @@
-"""Strategy: how one model is compiled (granularity, backend, mode, dynamic, fullgraph).
+"""Strategy: how one model is compiled (granularity, backend, mode, dynamic, fullgraph, and
+Inductor options).
 
 A strategy is validated against the running torch, has one canonical form (fields that cannot
 matter are normalised away, so equivalent strategies share one key), and converts to
 ``torch.compile`` keyword arguments and to and from Accelerate's ``TorchDynamoPlugin`` fields.
+
+Inductor's options are named switches (:data:`SWITCHES`), each a small dict of
+``torch._inductor`` options. A mode is itself a bundle of options
+(``torch._inductor.list_mode_options``), so an Inductor strategy compiles with ``options=`` only:
+its mode's bundle merged with its switches. Two spellings of one options dict are one strategy:
+``default`` with ``max_autotune`` is ``max-autotune-no-cudagraphs``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,63 @@ def inductor_modes() -> dict[str, dict[str, Any]]:
     import torch._inductor
 
     return dict(torch._inductor.list_mode_options())
+
+
+# Inductor option switches: name -> the options it sets. Validated against list_options().
+SWITCHES: dict[str, dict[str, Any]] = {
+    "freezing": {"freezing": True},  # folds weights into constants: inference only
+    "cpp_wrapper": {"cpp_wrapper": True},
+    "max_autotune": {"max_autotune": True, "coordinate_descent_tuning": True},
+    "cudagraphs": {"triton.cudagraphs": True},  # CUDA only
+}
+ONLY_UNDER_MODE = {"max_autotune": "default"}  # a switch that other modes imply or exclude
+INFERENCE_ONLY = ("freezing",)
+
+
+def inductor_options() -> set[str]:
+    """Every option name Inductor accepts in the running torch."""
+    import torch._inductor
+
+    return set(torch._inductor.list_options())
+
+
+def check_switches(names: tuple[str, ...] | list[str]) -> None:
+    """Raise ``ConfigError`` for a switch that is unknown or that this torch cannot set."""
+    for name in names:
+        if name not in SWITCHES:
+            raise ConfigError(f"unknown option {name!r}: use {', '.join(SWITCHES)} or none")
+        missing = set(SWITCHES[name]) - inductor_options()
+        if missing:
+            raise ConfigError(f"option {name!r} needs Inductor options {', '.join(missing)}, "
+                              f"which torch {_torch_version()} does not have")  # fmt: skip
+
+
+def _subset(small: dict[str, Any], big: dict[str, Any]) -> bool:
+    return all(k in big and big[k] == v for k, v in small.items())
+
+
+def merged(mode: str, switches: tuple[str, ...]) -> dict[str, Any]:
+    """The Inductor options a mode and switches amount to."""
+    options = dict(inductor_modes().get(mode, {}))
+    for name in switches:
+        options.update(SWITCHES[name])
+    return options
+
+
+def spell(options: dict[str, Any], mode: str = "default") -> tuple[str, tuple[str, ...]]:
+    """The canonical (mode, switches) of an options dict: the largest mode bundle it contains,
+    plus the switches that bundle does not imply. Raises ``ConfigError`` if no mode and
+    switches make exactly ``options``."""
+    modes = inductor_modes()
+    fits = [m for m, o in modes.items() if _subset(o, options)]
+    best = max(fits, key=lambda m: (len(modes[m]), m == mode), default="default")
+    names = tuple(
+        n for n, o in SWITCHES.items() if _subset(o, options) and not _subset(o, modes[best])
+    )
+    if merged(best, names) != options:
+        raise ConfigError(f"Inductor options {options} are not a mode plus autotune's options "
+                          f"({', '.join(SWITCHES)})")  # fmt: skip
+    return best, names
 
 
 def parse_dynamic(text: str | bool | None) -> bool | None:
@@ -73,6 +137,7 @@ class Strategy:
     mode: str | None = None
     dynamic: bool | None = None
     fullgraph: bool = False
+    options: tuple[str, ...] = ()  # Inductor option switches (see SWITCHES)
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -90,13 +155,29 @@ class Strategy:
         mode: str | None = None,
         dynamic: bool | str | None = None,
         fullgraph: bool = False,
+        options: tuple[str, ...] | list[str] | None = (),
     ) -> Strategy:
-        """Build the canonical strategy: mode only for inductor, nothing at all for ``none``."""
+        """Build the canonical strategy: mode and options only for inductor (the mode that
+        absorbs the most of them), nothing at all for ``none``."""
         dyn = parse_dynamic(dynamic)
         if granularity == "none" or backend in (EAGER_BACKEND, "no"):
             return cls("none", EAGER_BACKEND, None, None, False)
-        mode = (mode or "default") if backend == "inductor" else None
-        return cls(granularity, backend, mode, dyn, bool(fullgraph))
+        if backend != "inductor":
+            return cls(granularity, backend, None, dyn, bool(fullgraph))
+        mode = mode or "default"
+        names = tuple(options or ())
+        check_switches(names)
+        names = tuple(n for n in names if ONLY_UNDER_MODE.get(n, mode) == mode)
+        if names and mode in inductor_modes():
+            mode, names = spell(merged(mode, names), mode)
+        order = list(SWITCHES)
+        return cls(granularity, backend, mode, dyn, bool(fullgraph),
+                   tuple(sorted(set(names), key=order.index)))  # fmt: skip
+
+    def without_options(self) -> Strategy:
+        """The same strategy with no Inductor option switches (what Accelerate's config file
+        and Trainer can express)."""
+        return dataclasses.replace(self.canonical(), options=())
 
     def canonical(self) -> Strategy:
         """The equivalent strategy in canonical form."""
@@ -110,7 +191,8 @@ class Strategy:
             return "none"
         dyn = {None: "auto", True: "true", False: "false"}[s.dynamic]
         fg = "fullgraph" if s.fullgraph else "breaks-ok"
-        return f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
+        key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
+        return key + (f"/{'+'.join(s.options)}" if s.options else "")
 
     def __str__(self) -> str:
         return self.key
@@ -133,13 +215,20 @@ class Strategy:
                 f"known: {', '.join(modes)}"
             )
 
+    def inductor_options(self) -> dict[str, Any] | None:
+        """The options dict Inductor compiles with (its mode's bundle and its switches), or
+        None for other backends."""
+        s = self.canonical()
+        return merged(s.mode or "default", s.options) if s.backend == "inductor" else None
+
     def needs_cuda(self) -> str | None:
         """Why this strategy needs CUDA, or None when it runs anywhere."""
         s = self.canonical()
         if s.backend == "cudagraphs":
             return "the cudagraphs backend records CUDA graphs, which need a CUDA device"
-        if s.mode is not None and inductor_modes().get(s.mode, {}).get("triton.cudagraphs"):
-            return f"mode {s.mode!r} uses CUDA graphs, which need a CUDA device"
+        if (s.inductor_options() or {}).get("triton.cudagraphs"):
+            what = f"mode {s.mode!r}" if "cudagraphs" not in s.options else "option cudagraphs"
+            return f"{what} uses CUDA graphs, which need a CUDA device"
         return None
 
     def uses_cuda_graphs(self) -> bool:
@@ -162,8 +251,8 @@ class Strategy:
         backend: Any = _import_backend(s.backend) if _is_import_path(s.backend) else s.backend
         kwargs: dict[str, Any] = {"backend": backend, "fullgraph": s.fullgraph}
         kwargs["dynamic"] = s.dynamic
-        if s.mode is not None:
-            kwargs["mode"] = s.mode
+        if (options := s.inductor_options()) is not None:  # never with mode: torch refuses both
+            kwargs["options"] = options
         return kwargs
 
     def accelerate_caveat(self) -> str | None:
@@ -194,13 +283,16 @@ class Strategy:
                 "mode": None,
                 "fullgraph": False,
                 "dynamic": None,
+                "options": None,
                 "use_regional_compilation": False,
             }
+        options = s.inductor_options() if s.options else None  # then the mode is inside
         return {
             "backend": s.backend,
-            "mode": s.mode,
+            "mode": None if options else s.mode,
             "fullgraph": s.fullgraph,
             "dynamic": s.dynamic,
+            "options": options,
             "use_regional_compilation": s.granularity == "regional",
         }
 
@@ -208,25 +300,32 @@ class Strategy:
     def from_accelerate(cls, fields: dict[str, Any] | Any) -> Strategy:
         """Read ``TorchDynamoPlugin`` fields (a dict, or the plugin itself)."""
         if not isinstance(fields, dict):
-            fields = {
-                name: getattr(fields, name)
-                for name in ("backend", "mode", "fullgraph", "dynamic", "use_regional_compilation")
-            }
+            names = (
+                "backend",
+                "mode",
+                "fullgraph",
+                "dynamic",
+                "options",
+                "use_regional_compilation",
+            )
+            fields = {name: getattr(fields, name, None) for name in names}
         backend = fields.get("backend") or "no"
         backend = str(getattr(backend, "value", backend)).lower()
         if backend == "no":
             return cls.create("none")
         granularity = "regional" if fields.get("use_regional_compilation") else "full"
+        mode, names = fields.get("mode"), ()
+        if fields.get("options") and backend == "inductor":
+            options = {**merged(mode or "default", ()), **fields["options"]}
+            mode, names = spell(options, mode or "default")
         return cls.create(
-            granularity,
-            backend,
-            fields.get("mode"),
-            fields.get("dynamic"),
-            bool(fields.get("fullgraph")),
+            granularity, backend, mode, fields.get("dynamic"), bool(fields.get("fullgraph")), names
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["options"] = list(self.options)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Strategy:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from autotune import runner, trials
+from autotune import deduction, runner, trials
 from autotune.coordination import (
     REAP_S,
     Coordinator,
@@ -31,6 +31,7 @@ from autotune.environment import fingerprint
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measurement import Measurement
 from autotune.selection import METRICS, choose, objective_values
+from autotune.space import KEYS
 from autotune.spec import StudySpec
 from autotune.store import Store, mask, retrying
 from autotune.strategy import Strategy
@@ -60,8 +61,7 @@ def resumable(stored: StudySpec | None, spec: StudySpec, name: str) -> StudySpec
     if stored.space.contains(spec.space):
         return dataclasses.replace(spec, space=stored.space)
     wider = {
-        n: [v for v in getattr(spec.space, n) if v not in getattr(stored.space, n)]
-        for n in ("granularity", "backend", "mode", "dynamic", "fullgraph")
+        n: [v for v in getattr(spec.space, n) if v not in getattr(stored.space, n)] for n in KEYS
     }
     added = "; ".join(f"{n} {', '.join(map(str, v))}" for n, v in wider.items() if v)
     raise ConfigError(
@@ -104,6 +104,7 @@ class Search:
             self.store.url, self.name, saved.space, spec.sampler, seed % 2**31,
             len(self.members), len(spec.objectives), [METRICS[o] for o in spec.objectives],
         )  # fmt: skip
+        self.tactics = deduction.Tactics(equivalence=spec.equivalence)
         self._baseline: Measurement | None = None  # stored once, never changes: read once
         self._current: int | None = None  # the trial this worker is on
         self.store.retry = True  # from here on, a lost connection is waited out, not fatal
@@ -164,6 +165,8 @@ class Search:
             details = {"strategy": m.strategy, "status": m.status, "worker": self.worker}
             if repeat_of is not None:
                 trial.set_user_attr("repeat_of", repeat_of)
+            if m.deduced:
+                trial.set_user_attr("deduced", m.deduced)
             if not m.ok:
                 trial.set_user_attr("reason", m.reason[:2000])
                 trial.set_user_attr("autotune", details)
@@ -201,7 +204,8 @@ class Search:
         ``taken`` (by another worker in the meantime) or ``dropped``."""
         free = [s for s in self.members if s.key not in tally.claimed]
         forced = next((s for s in self.members if s.key in tally.unadopted), None)
-        self.sampler.plan(free, forced)
+        self.sampler.cheap_first = self.tactics.cheap_first
+        self.sampler.plan(free, forced or self._steer(tally, free))
         trial = self._db(self.study.ask, "ask")
         self._current = trial.number
         key = ""
@@ -210,19 +214,65 @@ class Search:
             key = strategy.key
             if key in tally.measured or key not in {s.key for s in free}:
                 return key, self._reuse(trial, key)
-            verdict = self.coord.claim(key, trial.number, self.target, self.keys)
+            verdict = self.coord.claim(key, trial.number, self.spec.trials,
+                                       set(self.keys - tally.deduced))  # fmt: skip
             if verdict != "claimed":
                 why = "taken by another worker" if verdict == "taken" else "the budget is spent"
                 self._skip(trial, key, why)
                 return key, "taken"
             on_strategy(f"measuring {key}")
             m = self.measure(strategy)
-            return key, self._finish(trial, key, m)
+            what = self._finish(trial, key, m)
         except BaseException:
             self._abandon(trial, key)
             raise
         finally:
             self._current = None
+        if what == "measured":
+            self.deduce(m, trial.number)
+        return key, what
+
+    def _steer(self, tally: Tally, free: list[Strategy]) -> Strategy | None:
+        """The strategy the next trial must be, if the domain says so: an anchor not yet
+        measured, or, when the budget covers every strategy left, the cheapest of them."""
+        if self.tactics.anchors and (first := deduction.anchors(free)):
+            return first[0]
+        if self.tactics.exhaustive and free and self.spec.trials - tally.spent >= len(free):
+            return min(free, key=deduction.cost)
+        return None
+
+    def deduce(self, m: Measurement, number: int) -> int:
+        """Settle, without measuring, the strategies that trial ``number``'s measurement ``m``
+        proves (see :mod:`autotune.deduction`): each gets a trial of its own, told ``m``'s
+        values as a repeat, or its failure. Returns how many it settled."""
+        found = []
+        if self.tactics.implication:
+            found += [(t, "implied") for t in deduction.implied_failures(m, self.members)]
+        if self.tactics.equivalence:
+            found += [(t, "equivalent") for t in deduction.equivalents(m, self.members)]
+        if not found:
+            return 0
+        tally = self.coord.tally(self.keys)
+        source = Strategy.from_dict(m.strategy).key
+        settled = 0
+        for target, how in found:
+            if target.key in tally.claimed:
+                continue
+            self.sampler.plan([target], target)
+            trial = self._db(self.study.ask, "ask")
+            try:
+                if self.coord.claim(target.key, trial.number, len(self.keys), set()) != "claimed":
+                    self._skip(trial, target.key, "taken by another worker")
+                    continue
+                told = deduction.deduced(m, target, how)
+                self.coord.record(target.key, trial.number, told.to_dict(), deduced_from=source)
+                self._tell(trial, told, number if how == "equivalent" else None)
+                self.coord.done(target.key)
+                settled += 1
+            except BaseException:
+                self._abandon(trial, target.key)
+                raise
+        return settled
 
     def _reuse(self, trial: optuna.trial.Trial, key: str) -> str:
         """A proposal of a measured strategy: adopt its measurement if no trial has, else tell
@@ -292,7 +342,7 @@ class Search:
                         if stop := self._stop(tally, start, measured, max_measure):
                             stopped = stop
                             break
-                        if len(tally.claimed) >= self.target or tally.claimed >= self.keys:
+                        if tally.spent >= self.spec.trials or tally.claimed >= self.keys:
                             bar.now("waiting for other workers")  # the rest is in their hands
                             time.sleep(POLL_S)
                             continue
@@ -308,8 +358,10 @@ class Search:
         return Outcome(self.name, measured, repeats, stopped)
 
     def _stop(self, tally: Tally, start: float, measured: int, limit: int | None) -> str | None:
-        if len(tally.measured) >= self.target:
-            return "exhausted" if len(tally.measured) >= len(self.members) else "budget"
+        if tally.measured >= self.keys:
+            return "exhausted"
+        if len(tally.measured - tally.deduced) >= self.spec.trials:
+            return "budget"
         if limit is not None and measured >= limit:
             return "worker limit"
         budget = self.spec.time_budget_s

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
+from autotune.deduction import cost
 from autotune.space import Space
 from autotune.strategy import Strategy
 
@@ -48,6 +49,8 @@ def base_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=startup
         )
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, startup))
     if name == "random":
@@ -69,6 +72,7 @@ class Steered(optuna.samplers.BaseSampler):
         self.rng = random.Random(seed)
         self.free: list[Strategy] = []
         self.forced: Strategy | None = None
+        self.cheap_first = True  # ties go to the strategy quickest to compile
 
     def plan(self, free: list[Strategy], forced: Strategy | None = None) -> None:
         """The strategies the next trial may be, or the one it must be (to adopt a stored one)."""
@@ -102,7 +106,11 @@ class Steered(optuna.samplers.BaseSampler):
             return sum(params[k] == v for k, v in proposal.items() if k in params)
 
         best = max(map(agreement, self.free))
-        return self.rng.choice([s for s in self.free if agreement(s) == best])
+        ties = [s for s in self.free if agreement(s) == best]
+        if self.cheap_first:
+            cheapest = min(map(cost, ties))
+            ties = [s for s in ties if cost(s) == cheapest]
+        return self.rng.choice(ties)
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str,

@@ -1,33 +1,58 @@
-"""Search efficiency: replay the samplers against a recorded exhaustive grid.
+"""Search efficiency: replay the search against a recorded exhaustive grid.
 
-Record the grid once (every canonical strategy of the default space, measured for real):
+Record a grid once (every canonical strategy of a space, measured for real), e.g.:
 
     autotune search --model toy-64 --sampler grid --trials 1000 --iters 10 --no-progress \
         --study toy64-grid --storage sqlite:///bench/results/toy64-grid.db
 
-then replay each sampler over 10 seeds through autotune's own search loop (de-duplication and
-all), with each measurement looked up in the record instead of run:
+then replay the search over 10 seeds through autotune's own loop (steering, de-duplication and
+deduction included), each measurement looked up in the record instead of run:
 
     python bench/efficiency.py --record sqlite:///bench/results/toy64-grid.db --study toy64-grid
 
-It prints, per sampler, how many measured strategies each seed needed to reach 95 % of the
-exhaustive Pareto front's hypervolume (compile time vs latency, eager included), with both
-objectives normalised by the exhaustive front (ideal 0, nadir 1) and the reference point at 1.1.
+The space, workload and objectives come from the record's stored spec, so older and newer
+records replay without code changes. A strategy of that space missing from the record counts as
+unmeasurable (a failed trial, reported), never guessed.
+
+Each replay has a fixed budget (``--budget``, default 20 % of the space, as a user's
+``--trials``) and reports how many *measured* strategies it took to reach 95 % of the exhaustive
+Pareto front's hypervolume (compile time vs latency, eager included; both objectives normalised
+by the exhaustive front, reference point 1.1), or ``>B`` when the budget ran out first. Deduced
+strategies cost nothing and are not counted. ``s`` is the measuring time spent until then (the
+record's wall time of each measured strategy).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
+from autotune.deduction import Tactics
 from autotune.measurement import Measurement
 from autotune.selection import Point, candidates, pareto
 from autotune.spec import StudySpec
 from autotune.store import Store
 from autotune.strategy import Strategy
 from autotune.study import Search
+
+NONE = Tactics(False, False, False, False, False)
+VARIANTS = {  # name: tactics
+    "default": Tactics(),
+    "all": Tactics(True, True, True, True, True),
+    "none": NONE,
+    "anchors": Tactics(True, False, False, False, False),
+    "implication": Tactics(False, True, False, False, False),
+    "equivalence": Tactics(False, False, True, False, False),
+    "exhaustive": Tactics(False, False, False, True, False),
+    "cheap-first": Tactics(False, False, False, False, True),
+    "all-but-cheap-first": Tactics(True, True, True, True, False),
+    "all-but-equivalence": Tactics(True, True, False, True, True),
+}
 
 
 class Scale:
@@ -55,78 +80,124 @@ def hypervolume(points: list[Point], scale: Scale, ref: float = 1.1) -> float:
 
 
 class Replay(Search):
-    """A search whose measurements come from the record, not from a child process."""
+    """A search whose measurements come from the record, not from a child process; it notes
+    the hypervolume after every measured strategy."""
 
     record: dict[str, Measurement]
+    scale: Scale
+    trace: list[tuple[int, float, float]]  # measured strategies, seconds spent, hypervolume
+    missing: set[str]
 
     def measure(self, strategy: Strategy) -> Measurement:
+        if strategy.key not in self.record:
+            self.missing.add(strategy.key)
+            return Measurement(strategy.to_dict(), {}, {}, "failed", reason="not in the record")
         return self.record[strategy.key]
 
+    def step(self, tally, on_strategy=print):  # type: ignore[no-untyped-def]
+        key, what = super().step(tally, on_strategy)
+        if what == "measured":
+            spent = sum(self.record[k].wall_s or 0.0 for k in self.measured() if k in self.record)
+            hv = hypervolume(candidates(self.store, self.name), self.scale)
+            self.trace.append((len(self.measured()), spent, hv))
+        return key, what
 
-def replay(record: dict[str, Measurement], spec: StudySpec, target: float, scale: Scale) -> int:
-    """Measured strategies needed to reach ``target`` of the full hypervolume."""
+
+def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, scale: Scale,
+           target: float) -> tuple[int | None, float, float, set[str]]:  # fmt: skip
+    """(measured strategies needed, seconds spent then, hypervolume at the budget, missing)."""
     with tempfile.TemporaryDirectory() as folder:
         search = Replay(spec, f"sqlite:///{folder}/replay.db")
-        search.record = record
+        search.record, search.scale, search.trace, search.missing = record, scale, [], set()
+        search.tactics = tactics
         search.baseline()
-        for n in range(1, len(search.members) + 1):
-            spec_n = StudySpec.from_dict({**spec.to_dict(), "trials": n})
-            search.spec = spec_n
-            search.run(progress=False)
-            hv = hypervolume(candidates(search.store, search.name), scale)
-            if hv >= target:
-                return len(search.measured())
-    return len(record)
+        search.run(progress=False)
+        reached = next(((n, s) for n, s, hv in search.trace if hv >= target), (None, 0.0))
+        final = search.trace[-1][2] if search.trace else 0.0
+        return reached[0], reached[1], final, search.missing
+
+
+def open_record(url: str, folder: str) -> Store:
+    """The record, read from a copy when it is a SQLite file (so it is never upgraded)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        copy = Path(folder) / "record.db"
+        shutil.copy(parsed.database, copy)
+        url = f"sqlite:///{copy}"
+    return Store(url, create=False)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--record", default="sqlite:///bench/results/toy64-grid.db")
     p.add_argument("--study", default="toy64-grid")
     p.add_argument("--seeds", type=int, default=10)
-    p.add_argument("--samplers", default="tpe,nsga2,random")
+    p.add_argument("--samplers", default="tpe,gp,nsga2,random")
+    p.add_argument("--variants", default="all,none", help=", ".join(VARIANTS))
+    p.add_argument("--budget", type=float, default=0.2, help="fraction of the space")
     p.add_argument("--fraction", type=float, default=0.95)
     args = p.parse_args()
-    store = Store(args.record, create=False)
-    row = store.study(args.study)
-    assert row is not None, f"no study {args.study} in {args.record}"
-    record = {r.key: Measurement.from_dict(r.payload) for r in store.measurements(args.study)}
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_record(args.record, folder)
+        row = store.study(args.study)
+        if row is None:
+            raise SystemExit(f"no study {args.study} in {args.record}")
+        record = {r.key: Measurement.from_dict(r.payload) for r in store.measurements(args.study)}
+        everything = candidates(store, args.study)
     recorded = StudySpec.from_dict(row.spec)
-    everything = candidates(store, args.study)
     front = pareto(everything)
     scale = Scale(front)
     full = hypervolume(everything, scale)
     size = len(recorded.space.validate(recorded.workload.device))
+    budget = max(1, int(args.budget * size))
     print(
-        f"record: {len(record)} strategies ({size} in the space), "
+        f"record {args.study}: {len(record)} strategies measured ({size} in its space), "
         f"{len(everything)} feasible; exhaustive front: {', '.join(p.key for p in front)}"
     )
-    budget = 0.3 * size
+    print(f"budget: {budget} measured strategies ({args.budget:.0%} of the space); target "
+          f"{args.fraction:.0%} of the exhaustive hypervolume\n")  # fmt: skip
     print(
-        f"\n| sampler | measured strategies to reach {args.fraction:.0%} of the hypervolume "
-        f"(10 seeds) | median | worst | seeds within 30 % of the space ({budget:.0f}) |"
+        f"| sampler | tactics | measured strategies to reach {args.fraction:.0%} ({args.seeds} "
+        "seeds) | median | worst | seeds within budget | median s measuring (reached) | "
+        "worst HV at budget |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for sampler in args.samplers.split(","):
-        needed = []
-        for seed in range(args.seeds):
-            spec = StudySpec.from_dict(
-                {
-                    **recorded.to_dict(),
-                    "sampler": sampler,
-                    "study": f"replay-{sampler}-{seed}",
-                    "settings": {**recorded.to_dict()["settings"], "seed": seed},
-                }
+        for variant in args.variants.split(","):
+            needed, spent, finals, missing = [], [], [], set()
+            for seed in range(args.seeds):
+                data = recorded.to_dict()
+                spec = StudySpec.from_dict({
+                    **data, "sampler": sampler, "trials": budget,
+                    "study": f"replay-{sampler}-{variant}-{seed}",
+                    "settings": {**data["settings"], "seed": seed},
+                })  # fmt: skip
+                n, s, final, gone = replay(record, spec, VARIANTS[variant], scale,
+                                           args.fraction * full)  # fmt: skip
+                needed.append(n)
+                spent.append(s)
+                finals.append(final / full)
+                missing |= gone
+            shown = [str(n) if n is not None else f">{budget}" for n in needed]
+            ranked = sorted(n if n is not None else budget + 1 for n in needed)
+            median = statistics.median(ranked)
+            worst = ranked[-1]
+            reached = [s for s, n in zip(spent, needed, strict=True) if n]
+            print(
+                f"| {sampler} | {variant} | {', '.join(shown)} | "
+                f"{median if median <= budget else f'>{budget}'} | "
+                f"{worst if worst <= budget else f'>{budget}'} | "
+                f"{sum(n is not None for n in needed)}/{len(needed)} | "
+                f"{statistics.median(reached) if reached else 0:.0f}"
+                f" | {min(finals):.1%} |",
+                flush=True,
             )
-            needed.append(replay(record, spec, args.fraction * full, scale))
-        within = sum(n <= budget for n in needed)
-        print(
-            f"| {sampler} | {', '.join(map(str, needed))} | {statistics.median(needed):g} | "
-            f"{max(needed)} | {within}/{len(needed)} |",
-            flush=True,
-        )
+            if missing:
+                print(
+                    f"  ({len(missing)} strategies of the space are not in the record, "
+                    f"counted as unmeasurable: {', '.join(sorted(missing)[:5])} ...)"
+                )
 
 
 if __name__ == "__main__":
-    Path("bench/results").mkdir(parents=True, exist_ok=True)
     main()

@@ -5,9 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 
 from autotune.cli import main
+from autotune.store import Store
 
 
 @pytest.mark.parametrize(
@@ -124,14 +126,23 @@ def test_search_json_with_the_memory_objective(in_tmp, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_an_inductor_search_ends_quietly(in_tmp) -> None:
-    """Inductor's compile workers leave semaphores in the trial; they are cleaned up there."""
+def test_an_inductor_search_with_options_ends_quietly(in_tmp) -> None:
+    """Inductor's compile workers leave semaphores in the trial; they are cleaned up there. The
+    freezing switch is searched off and on, and the stored trials carry it."""
     out = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers", "2",
          "--granularity", "full", "--backend", "inductor", "--mode", "default", "--dynamic",
-         "none", "--fullgraph", "false", "--iters", "3", "--no-progress"],
+         "none", "--fullgraph", "false", "--options", "freezing", "--iters", "3",
+         "--starts", "cold", "--no-progress", "--json"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "stopped: exhausted" in out.stdout
     assert "leaked" not in out.stderr and "Warning" not in out.stderr
+    store = Store("sqlite:///studies/autotune.db", create=False)
+    (study,) = store.studies()
+    rows = {r.key: r.payload for r in store.measurements(study.name)}
+    frozen = "full/inductor/default/dynamic=auto/breaks-ok/freezing"
+    assert set(rows) == {"none", "full/inductor/default/dynamic=auto/breaks-ok", frozen}
+    assert rows[frozen]["strategy"]["options"] == ["freezing"] and rows[frozen]["status"] == "ok"
+    trials = optuna.load_study(study_name=study.name, storage=store.url).trials
+    assert sorted(t.params["freezing"] for t in trials) == [False, False, True]

@@ -16,7 +16,7 @@ import pytest
 
 from autotune import dashboard
 from autotune.cli import main
-from autotune.dashboard import data, figures
+from autotune.dashboard import data, figures, page
 from autotune.store import Store
 from autotune.strategy import Strategy
 from autotune.study import Search
@@ -92,6 +92,24 @@ def test_issues_table_shows_failures_breaks_and_wrong_answers(tmp_path: Path) ->
     d = dashboard.load(hand_built(tmp_path), "hand")
     rows = {r["key"]: r for r in data.issues_info(d)}
     assert rows[S["D"].key]["status"] == "wrong answers"
+
+
+def test_reasons_fold_and_options_show(tmp_path: Path) -> None:
+    store = hand_built(tmp_path)
+    raw = "BackendCompilerFailed: inductor raised CppCompileError\n" + "g++ error line\n" * 400
+    frozen = Strategy.create("full", "inductor", "default", None, False, ["freezing"])
+    store.add_measurement("hand", frozen.key, 7, {
+        **point(frozen, 1.0, 1.0), "status": "failed", "reason": raw, "latency": None,
+    })  # fmt: skip
+    tuned = Strategy.create("regional", "inductor", "default", None, False, ["cpp_wrapper"])
+    store.add_measurement("hand", tuned.key, 8, point(tuned, 3.0, 2.0))
+    d = dashboard.load(store, "hand")
+    html = page.render(d, {})
+    summary = "<details><summary>BackendCompilerFailed: inductor raised CppCompileError</summary>"
+    assert summary in html and html.count("g++ error line") == 400  # all of it, folded
+    assert "options cpp_wrapper" in data.hover(next(t for t in d.trials if t.key == tuned.key))
+    assert "cpp_wrapper" in data.parallel_info(d)["options"]
+    assert page.folded("one line") == "<div>one line</div>"
 
 
 def _one_and_many(folder: Path) -> tuple[Store, Store]:

@@ -21,9 +21,38 @@ def test_default_space_on_cpu_covers_what_torch_supports_and_no_more() -> None:
     members = space.validate("cpu")
     keys = [s.key for s in members]
     assert len(keys) == len(set(keys)) and "none" in keys
-    modes = len(space.mode)
-    other = len(space.backend) - 1
-    assert len(keys) == 1 + 3 * (modes + other) * 3 * 2
+    assert space.options == ("freezing", "cpp_wrapper", "max_autotune")  # no cudagraphs on CPU
+    plain = space.narrow(options="none")
+    assert len(plain.validate("cpu")) == 1 + 3 * (len(space.mode) + len(space.backend) - 1) * 3 * 2
+    # each mode takes freezing and cpp_wrapper on or off; max_autotune under default only, where
+    # it is max-autotune-no-cudagraphs again (one strategy, not two)
+    per_cell = len(space.mode) * 4 + len(space.backend) - 1
+    assert len(keys) == 1 + 3 * per_cell * 3 * 2
+    assert sum(k.endswith("/freezing+cpp_wrapper") for k in keys) == 3 * len(space.mode) * 3 * 2
+    assert Space.default("cpu", "train").options == ("cpp_wrapper", "max_autotune")
+
+
+def test_options_narrow_resume_and_refuse_train_freezing() -> None:
+    space = Space.default("cpu").narrow(
+        granularity="full", backend="inductor", mode="default", dynamic="none",
+        fullgraph="false", options="freezing,cpp_wrapper",
+    )  # fmt: skip
+    assert [s.key for s in space.strategies()] == [
+        "full/inductor/default/dynamic=auto/breaks-ok",
+        "full/inductor/default/dynamic=auto/breaks-ok/freezing",
+        "full/inductor/default/dynamic=auto/breaks-ok/cpp_wrapper",
+        "full/inductor/default/dynamic=auto/breaks-ok/freezing+cpp_wrapper",
+    ]
+    assert Space.from_dict(space.to_dict()) == space
+    assert Space.from_dict({"granularity": ["full"]}).options == ()  # an older spec: none
+    assert space.contains(space.narrow(options="freezing"))
+    assert not space.narrow(options="none").contains(space)
+    with pytest.raises(ConfigError, match="unknown option 'fast'"):
+        space.narrow(options="fast").validate("cpu")
+    with pytest.raises(ConfigError, match="not train"):
+        StudySpec.from_sources(model="toy-64", workload="train", options="freezing")
+    spec = StudySpec.from_sources(model="toy-64", workload="train")
+    assert "freezing" not in spec.space.options
 
 
 def test_narrowing_and_canonical_members() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from accelerate.utils import TorchDynamoPlugin
 
 from autotune.errors import ConfigError, NotApplicable
@@ -95,10 +96,76 @@ def test_compile_kwargs() -> None:
     assert Strategy.create("none").compile_kwargs() == {}
     tuned = Strategy.create("full", "inductor", "max-autotune-no-cudagraphs", True)
     assert tuned.compile_kwargs() == {
-        "backend": "inductor", "mode": "max-autotune-no-cudagraphs", "dynamic": True,
-        "fullgraph": False,
+        "backend": "inductor", "dynamic": True, "fullgraph": False,
+        "options": {"max_autotune": True, "coordinate_descent_tuning": True},
     }  # fmt: skip
     assert "mode" not in Strategy.create("full", "aot_eager").compile_kwargs()
     assert callable(
         Strategy.create("full", "tests.models:wrong_backend").compile_kwargs()["backend"]
     )
+
+
+def test_a_mode_expands_into_options_and_two_spellings_are_one_key() -> None:
+    spelled = Strategy.create("full", "inductor", "default", None, False, ["max_autotune"])
+    named = Strategy.create("full", "inductor", "max-autotune-no-cudagraphs")
+    assert spelled == named and spelled.key == named.key
+    assert named.key == "full/inductor/max-autotune-no-cudagraphs/dynamic=auto/breaks-ok"
+    implied = Strategy.create("full", "inductor", "max-autotune-no-cudagraphs", None, False,
+                              ["max_autotune", "freezing"])  # fmt: skip
+    assert implied.options == ("freezing",)
+    assert implied.key.endswith("/breaks-ok/freezing")
+    order = Strategy.create(
+        "full", "inductor", "default", None, False, ["cpp_wrapper", "freezing"]
+    )
+    assert order.key == Strategy.create(
+        "full", "inductor", "default", None, False, ["freezing", "cpp_wrapper", "freezing"]
+    ).key  # fmt: skip
+    assert order.compile_kwargs()["options"] == {"freezing": True, "cpp_wrapper": True}
+    # the options of a mode are exactly torch's bundle, merged with the switches
+    lite = Strategy.create("full", "inductor", "lite", None, False, ["freezing"])
+    assert lite.compile_kwargs()["options"] == {
+        **torch._inductor.list_mode_options("lite"),
+        "freezing": True,
+    }
+    # switches belong to inductor only, and max_autotune to the default mode only
+    assert Strategy.create("full", "eager", None, None, False, ["freezing"]).options == ()
+    assert Strategy.create("full", "inductor", "lite", None, False, ["max_autotune"]).options == ()
+    with pytest.raises(ConfigError, match="unknown option 'fast'"):
+        Strategy.create("full", "inductor", "default", None, False, ["fast"])
+    # older stored strategies (no options) read back to the same key
+    old = {"granularity": "full", "backend": "inductor", "mode": "default", "dynamic": None,
+           "fullgraph": False}  # fmt: skip
+    assert Strategy.from_dict(old).key == "full/inductor/default/dynamic=auto/breaks-ok"
+
+
+def test_mode_is_never_passed_with_options_and_torch_takes_the_kwargs() -> None:
+    from autotune.space import Space
+
+    space = Space.default("cuda")  # CUDA's modes and switches too; nothing is compiled here
+    assert "cudagraphs" in space.options
+    for s in space.strategies():
+        kwargs = s.compile_kwargs()
+        assert "mode" not in kwargs, s.key
+        assert ("options" in kwargs) == (s.backend == "inductor"), s.key
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        torch.compile(model, mode="max-autotune-no-cudagraphs", options={"freezing": True})
+    s = Strategy.create(
+        "full", "inductor", "max-autotune-no-cudagraphs", None, False, ["freezing"]
+    )
+    torch.compile(model, **s.compile_kwargs())  # accepted (compiling happens on the first call)
+
+
+def test_options_round_trip_through_accelerate_s_plugin() -> None:
+    from accelerate.utils import TorchDynamoPlugin
+
+    s = Strategy.create(
+        "regional", "inductor", "default", False, True, ["freezing", "cpp_wrapper"]
+    )
+    fields = s.to_accelerate()
+    assert fields["mode"] is None and fields["options"] == {"freezing": True, "cpp_wrapper": True}
+    plugin = TorchDynamoPlugin(**fields)
+    assert Strategy.from_accelerate(plugin) == s
+    plain = Strategy.create("full", "inductor", "max-autotune-no-cudagraphs")
+    assert plain.to_accelerate()["options"] is None  # a mode alone stays a mode
+    assert Strategy.from_accelerate(TorchDynamoPlugin(**plain.to_accelerate())) == plain

@@ -28,6 +28,7 @@ def test_no_module_uses_a_private_name_of_optuna() -> None:
 
 
 SPACE = Space.default("cpu").narrow(backend="inductor,aot_eager,eager", dynamic="none,false")
+PARAMS = {*DIMENSIONS, "freezing", "cpp_wrapper", "max_autotune"}  # the fields, then the switches
 
 
 def _study(sampler: str, seed: int = 0) -> tuple[optuna.Study, trials.Steered]:
@@ -46,7 +47,7 @@ def test_the_sampler_never_proposes_a_taken_strategy(sampler: str) -> None:
         steered.plan(free)
         trial = study.ask()
         s = SPACE.suggest(trial)
-        assert s.key not in taken and set(trial.params) == set(DIMENSIONS)
+        assert s.key not in taken and set(trial.params) == PARAMS
         taken.add(s.key)
         study.tell(trial, [float(i % 5), float(i % 3)])
     assert taken == {s.key for s in members}  # every one once: no step wasted
@@ -62,6 +63,7 @@ def test_a_forced_strategy_is_the_trial_s_and_params_are_canonical() -> None:
     assert SPACE.params(Strategy.create("none")) == {
         "granularity": "none",
         **{n: getattr(SPACE, n)[0] for n in DIMENSIONS[1:]},
+        **{n: False for n in SPACE.options},
     }
 
 
@@ -71,7 +73,7 @@ def test_nsga2_sees_the_whole_space_not_only_granularity() -> None:
     study, steered = _study("nsga2")
     steered.plan([Strategy.create("none")])
     first = study.ask()
-    assert SPACE.suggest(first).key == "none" and set(first.params) == set(DIMENSIONS)
+    assert SPACE.suggest(first).key == "none" and set(first.params) == PARAMS
     study.tell(first, [0.0, 10.0])
     free = [s for s in SPACE.strategies() if s.key != "none"]
     for i in range(6):
@@ -81,4 +83,4 @@ def test_nsga2_sees_the_whole_space_not_only_granularity() -> None:
         study.tell(trial, [float(i), float(10 - i)])
     assert steered.base is not None
     inner = steered.base.infer_relative_search_space(study, study.trials[-1])
-    assert set(inner) == set(DIMENSIONS)
+    assert set(inner) == PARAMS

@@ -34,6 +34,12 @@ class Tally:
     claimed: frozenset[str]
     stale: tuple[ClaimRow, ...] = ()  # other workers' claims silent for GRACE_S
     numbers: frozenset[int] = frozenset()  # the trials that hold a claim
+    deduced: frozenset[str] = frozenset()  # settled without measuring (autotune.deduction)
+
+    @property
+    def spent(self) -> int:
+        """Strategies measured or being measured: what the trial budget counts."""
+        return len(self.claimed - self.deduced)
 
 
 class Coordinator:
@@ -84,7 +90,10 @@ class Coordinator:
         return "claimed"
 
     @resilient
-    def record(self, key: str, trial_number: int | None, payload: dict[str, Any]) -> str:
+    def record(
+        self, key: str, trial_number: int | None, payload: dict[str, Any],
+        deduced_from: str | None = None,
+    ) -> str:  # fmt: skip
         """Store this worker's measurement of ``key``: ``stored`` (as its trial's),
         ``unadopted`` (its claim was reaped: kept for a later trial to adopt) or ``duplicate``
         (another worker's is stored; this one is dropped)."""
@@ -104,7 +113,7 @@ class Coordinator:
                 number = trial_number if ours and claim.trial_number == trial_number else None
                 s.add(MeasurementRow(study=self.study, key=key, trial_number=number,
                                      status=payload["status"], payload=payload,
-                                     worker=self.worker))  # fmt: skip
+                                     worker=self.worker, deduced_from=deduced_from))  # fmt: skip
                 return "stored" if number is not None or trial_number is None else "unadopted"
         except IntegrityError:  # a peer's insert won the unique key first
             return "duplicate"
@@ -159,7 +168,8 @@ class Coordinator:
         clock = self._clock if self._clock is not None else literal_column("0.0", Float)
         with self.store.session() as s:
             rows = s.execute(
-                select(MeasurementRow.key, MeasurementRow.trial_number)
+                select(MeasurementRow.key, MeasurementRow.trial_number,
+                       MeasurementRow.deduced_from)
                 .where(MeasurementRow.study == self.study)
             ).all()  # fmt: skip
             claims = s.execute(select(ClaimRow, clock).where(ClaimRow.study == self.study)).all()
@@ -167,11 +177,13 @@ class Coordinator:
         silent = now - liveness.GRACE_S
         stale = tuple(c for c, _ in claims if c.worker != self.worker
                       and c.heartbeat is not None and c.heartbeat < silent)  # fmt: skip
-        measured = {k for k, _ in rows} & keys
-        unadopted = {k for k, n in rows if n is None} & keys
+        measured = {k for k, _, _ in rows} & keys
+        unadopted = {k for k, n, _ in rows if n is None} & keys
+        deduced = {k for k, _, d in rows if d is not None} & keys
         claimed = ({c.key for c, _ in claims} & keys) | measured
         numbers = frozenset(c.trial_number for c, _ in claims if c.trial_number is not None)
-        return Tally(frozenset(measured), frozenset(unadopted), frozenset(claimed), stale, numbers)
+        return Tally(frozenset(measured), frozenset(unadopted), frozenset(claimed), stale, numbers,
+                     frozenset(deduced))  # fmt: skip
 
     @resilient
     def forget_failed_baseline(self) -> str | None:

@@ -181,11 +181,13 @@ def latency_info(d: StudyData) -> list[tuple[str, list[float]]]:
 
 def parallel_info(d: StudyData) -> dict[str, list[Any]]:
     """Strategy fields and both objectives, one column per axis, for the trials that ran."""
-    ran = [t for t in d.trials if t.measurement.ok and t.measurement.latency]
+    ms = [(t, t.measurement) for t in d.trials]
+    ran = [t for t, m in ms if m.ok and m.latency and not m.deduced]
     return {
         "granularity": [t.strategy.granularity for t in ran],
         "backend": [t.strategy.backend for t in ran],
         "mode": [t.strategy.mode or "-" for t in ran],
+        "options": ["+".join(t.strategy.options) or "none" for t in ran],
         "dynamic": [str(t.strategy.dynamic) for t in ran],
         "fullgraph": [str(t.strategy.fullgraph) for t in ran],
         "compile_s": [t.measurement.compile_s for t in ran],
@@ -229,6 +231,10 @@ def issues_info(d: StudyData) -> list[dict[str, Any]]:
         if g and g.limit_hit:  # its latency is not the compiled latency: say so first
             reasons.insert(0, g.limit_hit + (f"; fix: {g.limit_hint}" if g.limit_hint else ""))
         status = "wrong answers" if m.ok and not t.feasible else m.status
+        if m.deduced:  # not measured: say how it follows, before its source's reasons
+            if m.ok:
+                continue  # a repeat of a measured trial, whose row is there already
+            status = f"{status} (implied)"
         rows.append(
             {
                 "key": t.key,
@@ -255,6 +261,7 @@ def importance_info(store: Store, study: str, objectives: tuple[str, ...]) -> di
     except KeyError:  # autotune's tables without Optuna's study (written by hand or a tool)
         return {}
     done = [t for t in s.trials if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs]
+    # Optuna's importances cover every parameter: the fields and each Inductor option switch
     if len(done) < MIN_TRIALS_FOR_IMPORTANCE:
         return {}
     try:
@@ -272,8 +279,11 @@ def hover(t: Trial | None) -> str:
     m, s = t.measurement, t.strategy
     lines = [
         f"<b>{s.key}</b>",
-        f"mode {s.mode or '-'} · dynamic {s.dynamic} · fullgraph {s.fullgraph}",
+        f"mode {s.mode or '-'} · options {'+'.join(s.options) or 'none'} · "
+        f"dynamic {s.dynamic} · fullgraph {s.fullgraph}",
     ]
+    if m.deduced:
+        lines.append(f"not measured: {m.deduced}")
     if m.latency and m.compile_s is not None:
         lines.append(
             f"compile {m.compile_s:.2f} s · latency {m.latency.median_ms:.3f} ms "

@@ -33,7 +33,20 @@ h1{font-size:22px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
 .plot{background:#fff;border:1px solid #ddd;border-radius:8px;margin-bottom:16px;padding:4px}
 table{border-collapse:collapse;background:#fff;width:100%;font-size:13px}
 td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+summary{cursor:pointer} pre{white-space:pre-wrap;max-height:320px;overflow:auto;font-size:12px}
 """
+
+
+def folded(reason: str) -> str:
+    """A reason's first line; the whole text (a raw Inductor error fills a screen) folded in a
+    ``<details>`` below it."""
+    text = reason.strip()
+    first = text.splitlines()[0] if text else ""
+    short = first if len(first) <= 200 else first[:199] + "…"
+    if text == short:
+        return f"<div>{html.escape(short)}</div>"
+    return (f"<details><summary>{html.escape(short)}</summary>"
+            f"<pre>{html.escape(text)}</pre></details>")  # fmt: skip
 
 
 def _card(label: str, value: Any, extra: str = "") -> str:
@@ -81,7 +94,7 @@ def render(d: StudyData, importances: dict[str, float]) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(r['key'])}</td><td>{html.escape(r['status'])}</td>"
         f"<td>{r['breaks']}</td><td>{r['recompiles']}</td><td>"
-        + "<br>".join(html.escape(x) for x in r["reasons"][:6])
+        + "".join(folded(x) for x in r["reasons"][:6])
         + "</td></tr>"
         for r in issues_info(d)
     )

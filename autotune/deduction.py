@@ -1,0 +1,99 @@
+"""Deduction: what one trial proves about strategies it did not measure, and what to measure
+first. Every rule here is proved by the trial it starts from, never assumed:
+
+- **Failure implication.** A Dynamo-level failure (a graph break under ``fullgraph=True``, a
+  data-dependent guard) happens while Dynamo traces, before any backend sees a graph. So the same
+  granularity, ``dynamic`` and ``fullgraph`` fail with every backend, mode and option too: they
+  are recorded as failed by implication, with the original reason, and never measured.
+- **Equivalence.** With no recompile, ``dynamic=None`` compiled exactly as ``dynamic=False``
+  would (automatic dynamic shapes only change anything at a recompile); with no graph break (and
+  no block left eager), ``fullgraph=False`` compiled exactly as ``fullgraph=True`` would. The
+  siblings are told the trial's measurement as a repeat.
+- **Anchors first**: eager, ``full`` and ``regional`` Inductor at its defaults (the choices of
+  torch's docs and of Accelerate), so the pick is never worse than those and the front starts
+  with real points. **Exhaustive when cheap**: when the budget covers every strategy left, they
+  are all measured, cheapest to compile first; **cheap first** also breaks the sampler's ties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from autotune.measurement import Measurement
+from autotune.strategy import Strategy
+
+ANCHORS = (Strategy.create("none"), Strategy.create("full"), Strategy.create("regional"))
+_BACKEND_COST = {"none": 0, "eager": 1, "aot_eager": 2, "inductor": 4}
+_MODE_COST = {"lite": 0, "default": 1}
+
+
+@dataclass(frozen=True)
+class Tactics:
+    """Which of the rules a search uses (the replay switches them one by one). Equivalence is
+    off by default (``--equivalence`` turns it on): it is right, but it stops the search from
+    re-measuring identical compiles, and on a CPU their noise decides the front (BENCHMARKS.md)."""
+
+    anchors: bool = True
+    implication: bool = True
+    equivalence: bool = False
+    exhaustive: bool = True
+    cheap_first: bool = True
+
+
+def cost(s: Strategy) -> tuple[int, int, int, int]:
+    """A rank of how dear a strategy is to compile: backend, then mode, options, granularity."""
+    granularity = {"none": 0, "full": 1, "nested": 2, "regional": 3}[s.granularity]
+    mode = _MODE_COST.get(s.mode or "lite", 2)
+    return _BACKEND_COST.get(s.backend, 3), mode, len(s.options), granularity
+
+
+def anchors(free: Iterable[Strategy]) -> list[Strategy]:
+    """The anchors among ``free``, in order."""
+    keys = {s.key for s in free}
+    return [a for a in ANCHORS if a.key in keys]
+
+
+def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:
+    """The strategies that fail as ``m`` failed: the same granularity, ``dynamic`` and
+    ``fullgraph`` with any backend and option, when ``m`` failed inside Dynamo."""
+    s = Strategy.from_dict(m.strategy)
+    if m.ok or m.stage != "dynamo" or s.granularity == "none":
+        return []
+    same = (s.granularity, s.dynamic, s.fullgraph)
+    return [t for t in members if (t.granularity, t.dynamic, t.fullgraph) == same and t != s]
+
+
+def equivalents(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:
+    """The strategies that compile exactly as ``m``'s did, as its own graphs prove."""
+    s = Strategy.from_dict(m.strategy)
+    g = m.graphs
+    if not m.ok or g is None or s.granularity == "none" or m.limit_hit or g.count < 1:
+        return []
+    whole = g.breaks == 0 and not g.eager_blocks
+    fullgraphs = (False, True) if whole else (s.fullgraph,)
+    static = s.dynamic in (None, False) and g.recompiles == 0
+    dynamics = (None, False) if static else (s.dynamic,)
+    keys = {dataclasses.replace(s, dynamic=d, fullgraph=f).key
+            for d in dynamics for f in fullgraphs} - {s.key}  # fmt: skip
+    return [t for t in members if t.key in keys]
+
+
+def deduced(m: Measurement, target: Strategy, how: str) -> Measurement:
+    """What ``target`` is told: ``m``'s failure (``implied``) or its measurement (``equivalent``),
+    saying where it came from."""
+    source = Strategy.from_dict(m.strategy).key
+    if how == "implied":
+        return Measurement(
+            target.to_dict(), m.model, m.workload, m.status, stage=m.stage,
+            reason=f"implied by {source} (a Dynamo failure fails every backend): {m.reason}",
+            deduced=f"failed by implication from {source}",
+        )  # fmt: skip
+    s = Strategy.from_dict(m.strategy)
+    differs = {"no graph break": target.fullgraph != s.fullgraph,
+               "no recompile": target.dynamic != s.dynamic}  # fmt: skip
+    why = [w for w, d in differs.items() if d]
+    copy = Measurement.from_dict({**m.to_dict(), "strategy": target.to_dict()})
+    copy.deduced = f"same compile as {source} ({' and '.join(why)} in its trial)"
+    return copy

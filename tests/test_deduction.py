@@ -1,0 +1,156 @@
+"""Deduction: failure implication and equivalence, proved on real trials of awkward models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+
+from autotune import deduction, metrics, runner
+from autotune.measurement import Graphs, Measurement
+from autotune.selection import candidates
+from autotune.strategy import Strategy
+from autotune.study import Search
+from tests.conftest import fast_spec
+
+
+def _raised(fn: object, *args: object, **kwargs: object) -> BaseException:
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, **kwargs)(*args)  # type: ignore[call-overload]
+    except Exception as exc:
+        return exc
+    raise AssertionError("it compiled")
+
+
+def _breaks(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    torch._dynamo.graph_break()
+    return y + 1
+
+
+def _data_dependent(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 if x.sum().item() > 0 else x
+
+
+def _refusing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    raise ValueError("this backend refuses every graph")
+
+
+def test_failure_stage_reads_dynamo_s_exceptions() -> None:
+    """The one use of torch._dynamo.exc: fails loudly if Dynamo's exception classes change."""
+    x = torch.randn(3)
+    assert metrics.failure_stage(_raised(_breaks, x, backend="eager", fullgraph=True)) == "dynamo"
+    data = _raised(_data_dependent, x, backend="eager", fullgraph=True, dynamic=True)
+    assert metrics.failure_stage(data) == "dynamo"
+    assert metrics.failure_stage(_raised(_breaks, x, backend=_refusing_backend)) == ""
+    assert metrics.failure_stage(ValueError("not torch's")) == ""
+
+
+def _search(folder: Path, model: str, **space: object) -> Search:
+    spec = fast_spec(model=model, layers=None, options="none", **space)
+    return Search(spec, f"sqlite:///{folder}/t.db")
+
+
+def _trial(search: Search, key: str) -> optuna.trial.FrozenTrial:
+    study = optuna.load_study(study_name=search.name, storage=search.store.url)
+    return next(t for t in study.trials if t.user_attrs.get("key") == key)
+
+
+def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Path) -> None:
+    search = _search(in_tmp, "tests.models:graph_break", granularity="full",
+                     backend="eager,aot_eager,inductor", dynamic="none", fullgraph="true",
+                     trials=1)  # fmt: skip
+    search.run(progress=False)
+    measured = search.measured() - {"none"}
+    assert measured == {"full/eager/-/dynamic=auto/fullgraph"}  # cheapest first
+    source = Measurement.from_dict(search.store.measurement(search.name, measured.pop()).payload)
+    assert source.status == "failed" and source.stage == "dynamo"
+    for key in ("full/aot_eager/-/dynamic=auto/fullgraph",
+                "full/inductor/default/dynamic=auto/fullgraph"):  # fmt: skip
+        row = search.store.measurement(search.name, key)
+        assert row is not None and row.deduced_from == "full/eager/-/dynamic=auto/fullgraph"
+        told = Measurement.from_dict(row.payload)
+        assert told.status == "failed" and told.reason.startswith("implied by full/eager")
+        assert source.reason in told.reason
+        trial = _trial(search, key)
+        assert trial.state == optuna.trial.TrialState.FAIL and "deduced" in trial.user_attrs
+        # and it is right: measured for real, the implied strategy fails in Dynamo the same way
+        real = runner.measure(search.spec.model, search.spec.workload, Strategy.from_dict(
+            told.strategy), search.spec.settings)  # fmt: skip
+        assert real.status == "failed" and real.stage == "dynamo"
+    assert search.measured() == {"full/eager/-/dynamic=auto/fullgraph"}  # one measured
+    assert search.coord.tally(search.keys).measured >= search.keys  # 3 settled: exhausted
+
+
+def test_no_recompile_makes_dynamic_none_and_false_one_measurement(in_tmp: Path) -> None:
+    search = _search(in_tmp, "tests.models:flat", granularity="full", backend="eager",
+                     dynamic="none,false", fullgraph="false,true", trials=1,
+                     equivalence=True)  # fmt: skip
+    search.run(progress=False)
+    (key,) = search.measured() - {"none"}
+    source = Measurement.from_dict(search.store.measurement(search.name, key).payload)
+    assert source.graphs is not None and source.graphs.recompiles == 0 and not source.graphs.breaks
+    first = _trial(search, key)
+    others = [s.key for s in search.members if s.key not in ("none", key)]
+    assert len(others) == 3  # the other dynamic, the other fullgraph, and both
+    for other in others:
+        row = search.store.measurement(search.name, other)
+        assert row is not None and row.deduced_from == key
+        trial = _trial(search, other)
+        assert trial.user_attrs["repeat_of"] == first.number and trial.values == first.values
+        assert "same compile as" in trial.user_attrs["deduced"]
+    assert {p.key for p in candidates(search.store, search.name)} == {"none", key}
+
+
+def test_a_recompile_keeps_dynamic_none_and_false_apart(in_tmp: Path) -> None:
+    """Per-layer int attributes make regional compilation recompile once per block: then
+    dynamic=None and dynamic=False may compile differently, and neither is told the other's."""
+    search = _search(in_tmp, "tests.models:int_attrs", granularity="regional", backend="eager",
+                     dynamic="none,false", fullgraph="false", trials=1,
+                     equivalence=True)  # fmt: skip
+    search.run(progress=False)
+    (key,) = search.measured() - {"none"}
+    m = Measurement.from_dict(search.store.measurement(search.name, key).payload)
+    assert m.graphs is not None and m.graphs.recompiles > 0
+    other = next(s.key for s in search.members if s.key not in ("none", key))
+    assert search.store.measurement(search.name, other) is None  # left to be measured
+    assert deduction.equivalents(m, search.members) == []
+
+
+def _measured(strategy: Strategy, graphs: Graphs | None, status: str = "ok") -> Measurement:
+    return Measurement(strategy.to_dict(), {}, {}, status, graphs=graphs)
+
+
+@pytest.mark.parametrize(
+    ("graphs", "expected"),
+    [
+        (Graphs(count=1), {"full/eager/-/dynamic=false/breaks-ok",
+                           "full/eager/-/dynamic=auto/fullgraph",
+                           "full/eager/-/dynamic=false/fullgraph"}),
+        (Graphs(count=2, breaks=1), {"full/eager/-/dynamic=false/breaks-ok"}),
+        (Graphs(count=1, recompiles=1), {"full/eager/-/dynamic=auto/fullgraph"}),
+        (Graphs(count=1, eager_blocks=2), {"full/eager/-/dynamic=false/breaks-ok"}),
+        (Graphs(count=1, limit_hit="recompile limit"), set()),
+        (Graphs(count=0), set()),
+        (None, set()),
+    ],
+)  # fmt: skip
+def test_equivalents_need_their_proof(graphs: Graphs | None, expected: set[str]) -> None:
+    source = Strategy.create("full", "eager", None, None, False)
+    members = [Strategy.create("full", b, None, d, f) for b in ("eager", "aot_eager")
+               for d in (None, True, False) for f in (False, True)]  # fmt: skip
+    assert {s.key for s in deduction.equivalents(_measured(source, graphs), members)} == expected
+
+
+def test_dynamic_true_and_failures_have_no_equivalents() -> None:
+    members = [Strategy.create("full", "eager", None, d, f)
+               for d in (None, True, False) for f in (False, True)]  # fmt: skip
+    dynamic = Strategy.create("full", "eager", None, True, False)
+    assert {s.key for s in deduction.equivalents(_measured(dynamic, Graphs(count=1)), members)} \
+        == {"full/eager/-/dynamic=true/fullgraph"}  # fmt: skip
+    failed = _measured(Strategy.create("full", "eager"), Graphs(count=1), "failed")
+    assert deduction.equivalents(failed, members) == []
+    assert deduction.implied_failures(failed, members) == []  # not Dynamo's: nothing implied
