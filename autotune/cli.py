@@ -214,6 +214,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     else:
         outcome = search.run(progress=not args.no_progress)
     stored = len(search.measured())
+    rows = search.store.measurements(search.name)
+    deduced = sum(r.deduced_from is not None for r in rows)
     if outcome.stopped == "interrupted":
         print(
             f"autotune: interrupted; {stored} measured strategies are stored. Run the same "
@@ -235,7 +237,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
-            "measured": stored, "repeats": outcome.repeats, "policy": spec.policy,
+            "measured": stored, "deduced": deduced, "repeats": outcome.repeats,
+            "policy": spec.policy,
             "chosen": chosen.key, "export": str(path), "caveats": notes,
             "dashboard": str(page) if page else None,
             "pareto_front": [dataclasses.asdict(p) for p in front],
@@ -243,7 +246,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"stopped: {outcome.stopped}; {stored} strategies measured in this study, "
-          f"{outcome.repeats} sampler repeats reused their stored values")  # fmt: skip
+          f"{deduced} deduced without measuring, {outcome.repeats} sampler repeats reused their "
+          "stored values")  # fmt: skip
     print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
     print(report.front_table(front, chosen.key))
     print(f"\nchosen ({spec.policy}): {chosen.key}")
@@ -256,9 +260,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from autotune.sharing import submit
     from autotune.spec import StudySpec
     from autotune.store import Store, mask
-    from autotune.study import submit
 
     spec = StudySpec.from_sources(args.space, study=args.study)
     name = submit(spec, args.storage)
@@ -268,7 +272,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.study import join
+    from autotune.sharing import join
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
@@ -292,8 +296,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune import report
+    from autotune.progress import overview
     from autotune.store import Store, mask
-    from autotune.study import overview
 
     store = Store(args.storage, create=False)
     rows = overview(store)

@@ -4,7 +4,8 @@ first. Every rule here is proved by the trial it starts from, never assumed:
 - **Failure implication.** A Dynamo-level failure (a graph break under ``fullgraph=True``, a
   data-dependent guard) happens while Dynamo traces, before any backend sees a graph. So the same
   granularity, ``dynamic`` and ``fullgraph`` fail with every backend, mode and option too: they
-  are recorded as failed by implication, with the original reason, and never measured.
+  are recorded as failed by implication, with the original reason, and never measured. A trial
+  that ran with graph breaks implies the same for ``fullgraph=True``, which refuses any.
 - **Equivalence.** With no recompile, ``dynamic=None`` compiled exactly as ``dynamic=False``
   would (automatic dynamic shapes only change anything at a recompile); with no graph break (and
   no block left eager), ``fullgraph=False`` compiled exactly as ``fullgraph=True`` would. The
@@ -56,12 +57,19 @@ def anchors(free: Iterable[Strategy]) -> list[Strategy]:
 
 
 def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:
-    """The strategies that fail as ``m`` failed: the same granularity, ``dynamic`` and
-    ``fullgraph`` with any backend and option, when ``m`` failed inside Dynamo."""
+    """The strategies that fail in Dynamo whatever their backend and options: the same
+    granularity, ``dynamic`` and ``fullgraph`` as ``m`` when ``m`` failed inside Dynamo, and
+    the same granularity and ``dynamic`` with ``fullgraph=True`` when ``m`` ran with graph
+    breaks (``fullgraph=True`` refuses any)."""
     s = Strategy.from_dict(m.strategy)
-    if m.ok or m.stage != "dynamo" or s.granularity == "none":
+    if s.granularity == "none":
         return []
-    same = (s.granularity, s.dynamic, s.fullgraph)
+    if m.ok and m.graphs is not None and m.graphs.breaks and not s.fullgraph:
+        same = (s.granularity, s.dynamic, True)
+    elif not m.ok and m.stage == "dynamo":
+        same = (s.granularity, s.dynamic, s.fullgraph)
+    else:
+        return []
     return [t for t in members if (t.granularity, t.dynamic, t.fullgraph) == same and t != s]
 
 
@@ -85,9 +93,14 @@ def deduced(m: Measurement, target: Strategy, how: str) -> Measurement:
     saying where it came from."""
     source = Strategy.from_dict(m.strategy).key
     if how == "implied":
+        if m.ok:  # it ran with graph breaks: fullgraph=True refuses the first of them
+            first = (m.graphs.break_reasons or ["?"])[0] if m.graphs else "?"
+            why = f"{m.graphs.breaks if m.graphs else '?'} graph break(s), the first: {first}"
+        else:
+            why = m.reason
         return Measurement(
-            target.to_dict(), m.model, m.workload, m.status, stage=m.stage,
-            reason=f"implied by {source} (a Dynamo failure fails every backend): {m.reason}",
+            target.to_dict(), m.model, m.workload, "failed", stage="dynamo",
+            reason=f"implied by {source} (Dynamo refuses it before any backend runs): {why}",
             deduced=f"failed by implication from {source}",
         )  # fmt: skip
     s = Strategy.from_dict(m.strategy)

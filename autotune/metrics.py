@@ -146,18 +146,31 @@ def phases() -> dict[str, float]:
     return totals
 
 
+def _dynamo_failures() -> tuple[type[BaseException], ...]:
+    from torch._dynamo import exc as dynamo
+
+    return dynamo.Unsupported, dynamo.UserError, dynamo.InternalTorchDynamoError
+
+
 def failure_stage(exc: BaseException) -> str:
-    """``dynamo`` when Dynamo itself refused the code while tracing (a graph break under
-    ``fullgraph=True``, a data-dependent guard), before any backend saw a graph; else ``""``.
+    """``dynamo`` when Dynamo itself failed while tracing (a graph break under
+    ``fullgraph=True``, a data-dependent guard, an internal error), before any backend saw a
+    graph; else ``""``. A backend's own failure arrives wrapped in ``BackendCompilerFailed``.
 
     torch has no public API for this: it reads ``torch._dynamo.exc``'s classes, and
     ``tests/test_deduction.py::test_failure_stage_reads_dynamo_s_exceptions`` fails loudly when
-    they change. A backend's own failure arrives wrapped in ``BackendCompilerFailed``."""
+    they change."""
     from torch._dynamo import exc as dynamo
 
     if isinstance(exc, dynamo.BackendCompilerFailed):
         return ""
-    return "dynamo" if isinstance(exc, (dynamo.Unsupported, dynamo.UserError)) else ""
+    return "dynamo" if isinstance(exc, _dynamo_failures()) else ""
+
+
+def failure_stage_of(reason: str) -> str:
+    """:func:`failure_stage` from a stored reason (``TypeName: message``), for measurements
+    recorded before the stage was."""
+    return "dynamo" if reason.split(":")[0] in {c.__name__ for c in _dynamo_failures()} else ""
 
 
 LIMIT_FAILURE = "Dynamo recompile limit exceeded"

@@ -12,12 +12,11 @@ import dataclasses
 import os
 import socket
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from autotune import deduction, runner, trials
 from autotune.coordination import (
@@ -30,6 +29,7 @@ from autotune.coordination import (
 from autotune.environment import fingerprint
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measurement import Measurement
+from autotune.progress import Progress
 from autotune.selection import METRICS, choose, objective_values
 from autotune.space import KEYS
 from autotune.spec import StudySpec
@@ -398,93 +398,3 @@ class Search:
         except AutotuneError:
             return "—"
         return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"
-
-
-class Progress:
-    """A live bar: trial n of N, elapsed time, the current strategy, the best so far."""
-
-    def __init__(self, total: int, initial: int, enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(
-            total=total, initial=initial, disable=not enabled, unit="trial",
-            bar_format="{n}/{total} trials |{bar:20}| {elapsed} {postfix}", dynamic_ncols=True,
-        )  # fmt: skip
-        self.best = "—"
-        self.stop = threading.Event()
-        self.ticker = threading.Thread(target=self._tick, daemon=True)
-        if enabled and sys.stderr.isatty():  # a live clock only where it redraws in place
-            self.ticker.start()
-
-    def _tick(self) -> None:
-        while not self.stop.wait(1.0):
-            self.bar.refresh()
-
-    def now(self, what: str) -> None:
-        self.bar.set_postfix_str(f"{what} | best {self.best}", refresh=True)
-
-    def advance(self, done: int, key: str, best: str) -> None:
-        self.best = best
-        self.bar.set_postfix_str(f"last {key} | best {best}", refresh=False)
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.bar.close()
-
-
-def overview(store: Store) -> list[dict[str, Any]]:
-    """Every study in the storage with its progress: measured strategies against the budget."""
-    rows = []
-    for study in store.studies():
-        measured = store.measurements(study.name)
-        statuses = [m.status for m in measured]
-        last = max((m.created_at for m in measured), default=study.created_at)
-        rows.append({
-            "study": study.name,
-            "model": (study.spec.get("model") or {}).get("name"),
-            "measured": len(measured),
-            "budget": study.spec.get("trials"),
-            "ok": statuses.count("ok"),
-            "failed": len(statuses) - statuses.count("ok"),
-            "runs": len(store.runs(study.name)),
-            "live workers": Coordinator(store, study.name, "").live_workers(),
-            "last": last.isoformat(timespec="seconds") if last else "",
-        })  # fmt: skip
-    return rows
-
-
-def submit(spec: StudySpec, storage: str | None) -> str:
-    """Create a study with its whole spec, for workers to join later; return its name.
-
-    Its environment is left open: the first worker to join sets it, and later workers must
-    match it. The default name leaves the hardware out, since the submitter may have none.
-    """
-    store = Store(storage)
-    name = spec.study or f"{spec.model.slug()}-{spec.workload.slug()}"
-    if store.study(name) is not None:
-        raise ConfigError(f"a study named {name!r} exists already in {mask(store.url)}")
-    members = spec.space.validate(spec.workload.device)
-    store.add_study(name, spec.to_dict(), {})
-    metrics = [METRICS[o] for o in spec.objectives]
-    trials.open_study(store.url, name, spec.space, spec.sampler, spec.settings.seed,
-                      len(members), len(spec.objectives), metrics)  # fmt: skip
-    return name
-
-
-def join(
-    name: str, storage: str | None, *, device: str | None = None, force: bool = False
-) -> Search:
-    """A worker's search on an existing study: everything comes from the storage."""
-    from autotune.workload import Workload
-
-    store = Store(storage, create=False)
-    row = store.study(name)
-    if row is None:
-        raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
-    spec = StudySpec.from_dict(row.spec)
-    if device is not None:
-        workload = Workload.create(**{**spec.workload.to_dict(), "device": device})
-        spec = dataclasses.replace(spec, workload=workload)
-    return Search(spec, storage, force=force, name=name, save_spec=False)

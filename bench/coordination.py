@@ -100,9 +100,9 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
 
 
 def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> None:
+    from autotune.sharing import submit
     from autotune.spec import StudySpec
     from autotune.store import Store
-    from autotune.study import submit
 
     spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec)
     spec = StudySpec.from_dict({**spec.to_dict(), "trials": trials, "sampler": sampler,

@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 
 from autotune.deduction import Tactics
 from autotune.measurement import Measurement
+from autotune.metrics import failure_stage_of
 from autotune.selection import Point, candidates, pareto
 from autotune.spec import StudySpec
 from autotune.store import Store
@@ -92,7 +93,10 @@ class Replay(Search):
         if strategy.key not in self.record:
             self.missing.add(strategy.key)
             return Measurement(strategy.to_dict(), {}, {}, "failed", reason="not in the record")
-        return self.record[strategy.key]
+        m = self.record[strategy.key]
+        if not m.ok and not m.stage:  # recorded before failures had a stage: read its reason
+            m.stage = failure_stage_of(m.reason)
+        return m
 
     def step(self, tally, on_strategy=print):  # type: ignore[no-untyped-def]
         key, what = super().step(tally, on_strategy)

@@ -47,6 +47,10 @@ def test_failure_stage_reads_dynamo_s_exceptions() -> None:
     assert metrics.failure_stage(data) == "dynamo"
     assert metrics.failure_stage(_raised(_breaks, x, backend=_refusing_backend)) == ""
     assert metrics.failure_stage(ValueError("not torch's")) == ""
+    internal = torch._dynamo.exc.InternalTorchDynamoError("RuntimeError: not in this Graph")
+    assert metrics.failure_stage(internal) == "dynamo"  # e.g. nested + dynamic on gpt2
+    assert metrics.failure_stage_of("InternalTorchDynamoError: RuntimeError: ...") == "dynamo"
+    assert metrics.failure_stage_of("BackendCompilerFailed: backend='inductor' ...") == ""
 
 
 def _search(folder: Path, model: str, **space: object) -> Search:
@@ -85,13 +89,37 @@ def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Pa
     assert search.coord.tally(search.keys).measured >= search.keys  # 3 settled: exhausted
 
 
-def test_no_recompile_makes_dynamic_none_and_false_one_measurement(in_tmp: Path) -> None:
-    search = _search(in_tmp, "tests.models:flat", granularity="full", backend="eager",
-                     dynamic="none,false", fullgraph="false,true", trials=1,
-                     equivalence=True)  # fmt: skip
+def test_graph_breaks_imply_fullgraph_fails_with_every_backend(in_tmp: Path) -> None:
+    spec = fast_spec(model="tests.models:graph_break", layers=None, options="none")
+    plain = Strategy.create("full", "eager", None, None, False)
+    broken = runner.measure(spec.model, spec.workload, plain, spec.settings)
+    assert broken.ok and broken.graphs is not None and broken.graphs.breaks == 1
+    members = [Strategy.create("full", b, None, d, f) for b in ("eager", "aot_eager", "inductor")
+               for d in (None, True) for f in (False, True)]  # fmt: skip
+    implied = deduction.implied_failures(broken, members)
+    assert {s.key for s in implied} == {
+        "full/eager/-/dynamic=auto/fullgraph", "full/aot_eager/-/dynamic=auto/fullgraph",
+        "full/inductor/default/dynamic=auto/fullgraph",
+    }  # fmt: skip
+    told = deduction.deduced(broken, implied[1], "implied")
+    assert told.status == "failed" and told.stage == "dynamo" and "1 graph break(s)" in told.reason
+    real = runner.measure(spec.model, spec.workload, implied[1], spec.settings)
+    assert real.status == "failed" and real.stage == "dynamo"  # and it is right
+
+
+def _one_trial(folder: Path, model: str, **space: object) -> tuple[Search, str, Measurement]:
+    """A search with equivalence on that measures one strategy (besides eager): the search,
+    that strategy's key and its measurement."""
+    search = _search(folder, model, backend="eager", dynamic="none,false", trials=1,
+                     equivalence=True, **space)  # fmt: skip
     search.run(progress=False)
     (key,) = search.measured() - {"none"}
-    source = Measurement.from_dict(search.store.measurement(search.name, key).payload)
+    return search, key, Measurement.from_dict(search.store.measurement(search.name, key).payload)
+
+
+def test_no_recompile_makes_dynamic_none_and_false_one_measurement(in_tmp: Path) -> None:
+    search, key, source = _one_trial(in_tmp, "tests.models:flat", granularity="full",
+                                     fullgraph="false,true")  # fmt: skip
     assert source.graphs is not None and source.graphs.recompiles == 0 and not source.graphs.breaks
     first = _trial(search, key)
     others = [s.key for s in search.members if s.key not in ("none", key)]
@@ -108,12 +136,8 @@ def test_no_recompile_makes_dynamic_none_and_false_one_measurement(in_tmp: Path)
 def test_a_recompile_keeps_dynamic_none_and_false_apart(in_tmp: Path) -> None:
     """Per-layer int attributes make regional compilation recompile once per block: then
     dynamic=None and dynamic=False may compile differently, and neither is told the other's."""
-    search = _search(in_tmp, "tests.models:int_attrs", granularity="regional", backend="eager",
-                     dynamic="none,false", fullgraph="false", trials=1,
-                     equivalence=True)  # fmt: skip
-    search.run(progress=False)
-    (key,) = search.measured() - {"none"}
-    m = Measurement.from_dict(search.store.measurement(search.name, key).payload)
+    search, key, m = _one_trial(in_tmp, "tests.models:int_attrs", granularity="regional",
+                                fullgraph="false")  # fmt: skip
     assert m.graphs is not None and m.graphs.recompiles > 0
     other = next(s.key for s in search.members if s.key not in ("none", key))
     assert search.store.measurement(search.name, other) is None  # left to be measured

@@ -87,7 +87,7 @@ def test_yaml_and_torch_formats(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert data["granularity"] == "full"
     kwargs = {k: v for k, v in data.items() if k not in ("granularity", "autotune")}
-    assert set(kwargs) == {"backend", "options", "dynamic", "fullgraph"}  # never mode
+    assert "mode" not in kwargs and {"backend", "dynamic", "fullgraph"} <= set(kwargs)
     torch.manual_seed(0)
     model, x = Toy(2).eval(), torch.randn(10, 10)
     with torch.no_grad():
@@ -122,3 +122,49 @@ def test_export_without_a_feasible_trial_is_one_line_and_writes_nothing(tmp_path
     assert code == 2 and "no feasible trial" in err and err.count("\n") == 1
     assert not out.exists()
     assert Store(f"sqlite:///{tmp_path}/hand.db").exports("hand") == []
+
+
+def _with_options(tmp_path: Path) -> tuple[Store, Strategy]:
+    """The hand-built study, plus B with freezing: quicker to run than everything else."""
+    store = hand_built(tmp_path)
+    frozen = Strategy.create("full", "inductor", "default", None, False, ["freezing"])
+    store.add_measurement("hand", frozen.key, 9, point(frozen, 11.0, 1.5))
+    return store, frozen
+
+
+def test_options_export_builds_the_plugin_and_prepare_gives_eager_s_outputs(
+    tmp_path: Path,
+) -> None:
+    store, frozen = _with_options(tmp_path)
+    path, chosen, notes = export(store, "hand", "fastest", "accelerate", str(tmp_path / "o.json"))
+    assert chosen.key == frozen.key and not notes
+    data = json.loads(path.read_text())
+    assert data["options"] == {"freezing": True} and data["mode"] is None
+    data.pop("autotune")
+    plugin = TorchDynamoPlugin(**data)
+    torch.manual_seed(0)
+    model, x = Toy(4).eval(), torch.randn(10, 10)
+    prepared = Accelerator(dynamo_plugin=plugin, cpu=True).prepare(model)
+    with torch.no_grad():
+        expected = model(x)
+        torch.testing.assert_close(prepared(x), expected)  # compiled with freezing, by Inductor
+    assert Strategy.from_accelerate(plugin) == frozen
+
+
+def test_yaml_says_what_it_cannot_express_and_gives_the_closest(tmp_path: Path, capsys) -> None:
+    store, _ = _with_options(tmp_path)
+    out = tmp_path / "o.yaml"
+    code = main(["export", "--storage", store.url, "--study", "hand", "--policy", "fastest",
+                 "--format", "accelerate-yaml", "-o", str(out)])  # fmt: skip
+    assert code == 0
+    text, screen = out.read_text(), capsys.readouterr().err
+    assert "no key for Inductor options (freezing)" in text and "freezing" in screen
+    closest = S["B"].key  # B is frozen's strategy without the option, measured at 10 s, 2 ms
+    assert f"closest expressible config: {closest} measured 10.0 s to compile, 2 ms" in text
+    assert yaml.safe_load(text)["dynamo_config"]["dynamo_backend"] == "INDUCTOR"
+    assert "options" not in yaml.safe_load(text)["dynamo_config"]
+    path, _, _ = export(store, "hand", "fastest", "torch", str(tmp_path / "t.json"))
+    kwargs = {k: v for k, v in json.loads(path.read_text()).items()
+              if k not in ("granularity", "autotune")}  # fmt: skip
+    assert kwargs == {"backend": "inductor", "fullgraph": False, "dynamic": None,
+                      "options": {"freezing": True}}  # fmt: skip

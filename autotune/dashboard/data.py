@@ -81,6 +81,8 @@ def load(store: Store, study: str, policy: str | None = None) -> StudyData:
         status = t.measurement.status
         if status == "ok" and not t.feasible:
             status = "wrong answers"
+        if t.measurement.deduced:  # settled without measuring (autotune.deduction)
+            status = "implied failures" if status != "ok" else "told as repeats"
         counts[status] = counts.get(status, 0) + 1
     return StudyData(
         study, mask(store.url), row.spec, row.environment, trials, points, chosen, policy, counts
