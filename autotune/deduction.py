@@ -10,9 +10,10 @@ first. Every rule here is proved by the trial it starts from, never assumed:
   would (automatic dynamic shapes only change anything at a recompile); with no graph break (and
   no block left eager), ``fullgraph=False`` compiled exactly as ``fullgraph=True`` would. The
   siblings are told the trial's measurement as a repeat.
-- **Anchors first**: eager, ``full`` and ``regional`` Inductor at its defaults (the choices of
-  torch's docs and of Accelerate), so the pick is never worse than those and the front starts
-  with real points. **Exhaustive when cheap**: when the budget covers every strategy left, they
+- **Anchors first**: eager, Dynamo alone (``full/eager``), ``full`` and ``regional`` Inductor at
+  its defaults (the choices of torch's docs and of Accelerate) and ``full`` Inductor at its most
+  effort, so the pick is never worse than those and the front starts with real points at both
+  of its ends. **Exhaustive when cheap**: when the budget covers every strategy left, they
   are all measured, cheapest to compile first; **cheap first** also breaks the sampler's ties.
 """
 
@@ -25,7 +26,12 @@ from dataclasses import dataclass
 from autotune.measurement import Measurement
 from autotune.strategy import Strategy
 
-ANCHORS = (Strategy.create("none"), Strategy.create("full"), Strategy.create("regional"))
+ANCHORS = (
+    Strategy.create("none"),
+    Strategy.create("full", "eager"),  # Dynamo alone: the quickest compile there is
+    Strategy.create("full"),
+    Strategy.create("regional"),
+)
 _BACKEND_COST = {"none": 0, "eager": 1, "aot_eager": 2, "inductor": 4}
 _MODE_COST = {"lite": 0, "default": 1}
 
@@ -51,9 +57,15 @@ def cost(s: Strategy) -> tuple[int, int, int, int]:
 
 
 def anchors(free: Iterable[Strategy]) -> list[Strategy]:
-    """The anchors among ``free``, in order."""
+    """The anchors among ``free``, in order: eager; Dynamo alone (``full/eager``); ``full`` and
+    ``regional`` Inductor at its defaults; and ``full`` Inductor at its most effort (the dearest
+    mode and every option), the likely other end of the front."""
+    free = list(free)
     keys = {s.key for s in free}
-    return [a for a in ANCHORS if a.key in keys]
+    dear = [s for s in free if (s.granularity, s.backend, s.dynamic, s.fullgraph)
+            == ("full", "inductor", None, False)]  # fmt: skip
+    most = [max(dear, key=cost)] if dear else []
+    return [a for a in ANCHORS if a.key in keys] + [s for s in most if s not in ANCHORS]
 
 
 def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:

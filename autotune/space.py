@@ -117,6 +117,10 @@ class Space:
             if m not in modes:
                 raise ConfigError(f"unknown mode {m!r} in the space; known: {', '.join(modes)}")
         check_switches(self.options)
+        for name in self.options:
+            if SWITCHES[name].get("triton.cudagraphs") and not device.startswith("cuda"):
+                raise ConfigError(f"option {name} records CUDA graphs: it needs a CUDA device, "
+                                  f"and this study runs on {device}")  # fmt: skip
         members = [s for s in self.strategies() if not (s.needs_cuda() and device == "cpu")]
         if not members:
             raise ConfigError(f"the search space is empty: nothing in it can run on {device}")

@@ -50,7 +50,9 @@ def base_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler
             seed=seed, multivariate=True, group=True, n_startup_trials=startup
         )
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=startup, warn_independent_sampling=False
+        )
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, startup))
     if name == "random":
@@ -62,8 +64,11 @@ class Steered(optuna.samplers.BaseSampler):
     """A sampler that proposes only strategies that are free, or measured but not yet a trial's.
 
     Before each ``ask`` the study tells it what is free (:meth:`plan`). The wrapped sampler's
-    proposal (whole, or partial while it is still starting up) is kept if its strategy is free,
-    else moved to the free strategy that agrees with it in the most fields (ties at random).
+    proposal (its relative sample, completed by its own independent draws while it starts up) is
+    kept if its strategy is free, else moved to the free strategy that agrees with it in the most
+    fields. With ``cheap_first``, ties go to the quickest to compile, and a dear backend's cell
+    (granularity, ``dynamic``, ``fullgraph``) is tried with the eager backend first, whose trial
+    shows Dynamo's verdict on that cell for every backend.
     ``grid`` (no wrapped sampler) takes the free strategies in the space's order.
     """
 
@@ -92,6 +97,13 @@ class Steered(optuna.samplers.BaseSampler):
         if self.base is not None:
             inner = self.base.infer_relative_search_space(study, trial)
             proposal = self.base.sample_relative(study, trial, inner) if inner else {}
+            for name, dist in search_space.items():  # what it leaves (starting up): its own draw
+                if name in proposal or not isinstance(dist, CategoricalDistribution):
+                    continue
+                proposal[name] = (
+                    dist.choices[0] if len(dist.choices) == 1
+                    else self.base.sample_independent(study, trial, name, dist)
+                )  # fmt: skip
         return self.space.params(self.nearest(proposal))
 
     def nearest(self, proposal: dict[str, Any]) -> Strategy:
@@ -107,10 +119,15 @@ class Steered(optuna.samplers.BaseSampler):
 
         best = max(map(agreement, self.free))
         ties = [s for s in self.free if agreement(s) == best]
-        if self.cheap_first:
-            cheapest = min(map(cost, ties))
-            ties = [s for s in ties if cost(s) == cheapest]
-        return self.rng.choice(ties)
+        if not self.cheap_first:
+            return self.rng.choice(ties)
+        cheapest = min(map(cost, ties))
+        chosen = self.rng.choice([s for s in ties if cost(s) == cheapest])
+        # a dear backend's cell (granularity, dynamic, fullgraph) is first tried with eager,
+        # which shows Dynamo's verdict on it (failures, graph breaks) for every backend
+        g, d, f = chosen.granularity, chosen.dynamic, chosen.fullgraph
+        probe, free = Strategy.create(g, "eager", None, d, f), {s.key for s in self.free}
+        return probe if cost(chosen)[0] >= 3 and probe.key in free else chosen
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str,

@@ -163,7 +163,7 @@ def main() -> None:
     print(
         f"| sampler | tactics | measured strategies to reach {args.fraction:.0%} ({args.seeds} "
         "seeds) | median | worst | seeds within budget | median s measuring (reached) | "
-        "worst HV at budget |"
+        "HV at budget, median (worst) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for sampler in args.samplers.split(","):
@@ -193,7 +193,7 @@ def main() -> None:
                 f"{worst if worst <= budget else f'>{budget}'} | "
                 f"{sum(n is not None for n in needed)}/{len(needed)} | "
                 f"{statistics.median(reached) if reached else 0:.0f}"
-                f" | {min(finals):.1%} |",
+                f" | {statistics.median(finals):.1%} ({min(finals):.1%}) |",
                 flush=True,
             )
             if missing:

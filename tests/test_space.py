@@ -49,6 +49,8 @@ def test_options_narrow_resume_and_refuse_train_freezing() -> None:
     assert not space.narrow(options="none").contains(space)
     with pytest.raises(ConfigError, match="unknown option 'fast'"):
         space.narrow(options="fast").validate("cpu")
+    with pytest.raises(ConfigError, match="option cudagraphs records CUDA graphs"):
+        space.narrow(options="cudagraphs").validate("cpu")
     with pytest.raises(ConfigError, match="not train"):
         StudySpec.from_sources(model="toy-64", workload="train", options="freezing")
     spec = StudySpec.from_sources(model="toy-64", workload="train")

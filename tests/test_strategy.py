@@ -169,3 +169,15 @@ def test_options_round_trip_through_accelerate_s_plugin() -> None:
     plain = Strategy.create("full", "inductor", "max-autotune-no-cudagraphs")
     assert plain.to_accelerate()["options"] is None  # a mode alone stays a mode
     assert Strategy.from_accelerate(TorchDynamoPlugin(**plain.to_accelerate())) == plain
+
+
+def test_the_cudagraphs_option_is_cuda_only_and_marks_steps() -> None:
+    reduce = Strategy.create("full", "inductor", "default", None, False, ["cudagraphs"])
+    assert reduce.key == Strategy.create("full", "inductor", "reduce-overhead").key
+    lite = Strategy.create("regional", "inductor", "lite", None, False, ["cudagraphs"])
+    assert lite.options == ("cudagraphs",) and lite.uses_cuda_graphs()
+    assert "option cudagraphs" in (lite.needs_cuda() or "")
+    with pytest.raises(NotApplicable, match="not applicable on cpu"):
+        lite.check_applicable("cpu")
+    lite.check_applicable("cuda:1")  # any CUDA device string
+    assert lite.compile_kwargs()["options"]["triton.cudagraphs"] is True
