@@ -306,8 +306,8 @@ def cmd_studies(args: argparse.Namespace) -> int:
         return 0
     print(f"{len(rows)} studies in {mask(store.url)}")
     if rows:
-        keys = ("study", "model", "measured", "budget", "ok", "failed", "runs", "live workers",
-                "last")  # fmt: skip
+        keys = ("study", "model", "measured", "deduced", "budget", "ok", "failed", "runs",
+                "live workers", "last")  # fmt: skip
         print(report.table(keys, [[r[k] for k in keys] for r in rows]))
     return 0
 

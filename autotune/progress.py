@@ -46,16 +46,19 @@ class Progress:
 
 
 def overview(store: Store) -> list[dict[str, Any]]:
-    """Every study in the storage with its progress: measured strategies against the budget."""
+    """Every study in the storage with its progress: measured strategies against the budget,
+    and those deduced without measuring."""
     rows = []
     for study in store.studies():
-        measured = store.measurements(study.name)
+        found = store.measurements(study.name)
+        measured = [m for m in found if m.deduced_from is None]  # what the budget counts
         statuses = [m.status for m in measured]
-        last = max((m.created_at for m in measured), default=study.created_at)
+        last = max((m.created_at for m in found), default=study.created_at)
         rows.append({
             "study": study.name,
             "model": (study.spec.get("model") or {}).get("name"),
             "measured": len(measured),
+            "deduced": len(found) - len(measured),
             "budget": study.spec.get("trials"),
             "ok": statuses.count("ok"),
             "failed": len(statuses) - statuses.count("ok"),
