@@ -48,12 +48,12 @@ def apply_generation(model: torch.nn.Module, how: Strategy | str | Path) -> torc
     Prefill and decode run the compiled forward at its granularity (regional and nested too)
     with a static KV cache, as autotune measured them; ``model`` itself is left as it was.
     """
-    from autotune import compile, export, generate
+    from autotune import export
 
     strategy = how if isinstance(how, Strategy) else export.read(how)[0]
-    gen = generate.generator(model, strategy)
+    gen = _compile.generator(model, strategy)
     if gen is model:  # eager: a copy still, so that the generation config below is its own
-        gen = compile._shallow_copy(model)
+        gen = _compile.shallow_copy(model)
     config = copy.deepcopy(model.generation_config)
     config.cache_implementation = "static"
     config.disable_compile = True  # compiled here as measured, not a second time by transformers

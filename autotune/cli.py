@@ -25,30 +25,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"autotune: error: {message} (see '{self.prog} --help')\n")
 
 
-def _add_model_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """Model and workload flags; defaults live in the dataclasses, so a spec file can set them."""
+def _add_fields(group: Any, cls: type, names: Sequence[str] | None = None) -> None:
+    """Flags for a config dataclass's fields, with the help and defaults written on them
+    (every default stays there: a flag not given is None, so a spec file can set it)."""
+    from autotune import config
+
+    for f in config.fields(cls):
+        if names is not None and config.toml_key(f) not in names:
+            continue
+        if f.default is False:  # a switch
+            group.add_argument(config.flag(f), action="store_true", default=None,
+                               help=config.help_text(f))  # fmt: skip
+            continue
+        kind = f.metadata.get("cli_type") or str
+        group.add_argument(config.flag(f), type=kind, help=config.help_text(f))
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """Model and workload flags."""
+    from autotune.catalog import ModelRef
+    from autotune.workload import Workload
+
     g = p.add_argument_group("model and workload")
-    g.add_argument(
-        "--model", required=required, help="preset, directory with config.json, or module:function"
-    )
-    g.add_argument("--layers", type=int, help="shorten a preset to N repeated blocks")
-    g.add_argument("--seed", type=int, help="seed of the random weights and inputs (default 0)")
-    g.add_argument("--weights", help="local directory holding the model's real weights")
-    g.add_argument("--batch-size", type=int, help="default 1")
-    g.add_argument("--seq-len", type=int, help="default 32")
-    g.add_argument("--dtype", help="float32 (default), bfloat16 or float16")
-    g.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
-    g.add_argument("--workload", help="inference (default), train, or generate (causal LMs)")
-    g.add_argument("--new-tokens", type=int, help="generate: new tokens per generation (32)")
+    _add_fields(g, ModelRef)
+    _add_fields(g, Workload)
 
 
-def _add_timing_args(p: argparse.ArgumentParser, *, defaults: bool = True) -> None:
-    g = p.add_argument_group("timing")
-    g.add_argument("--iters", type=int, default=20 if defaults else None, help="timed calls (20)")
-    g.add_argument("--warmup", type=int, default=3 if defaults else None, help="warm-ups (3)")
-    g.add_argument(
-        "--timeout", type=float, default=1200.0 if defaults else None, help="s per trial (1200)"
-    )
+def _add_timing_args(p: argparse.ArgumentParser) -> None:
+    from autotune.workload import Settings
+
+    _add_fields(p.add_argument_group("timing"), Settings, ("iters", "warmup", "timeout", "starts"))
 
 
 def _add_storage_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +63,8 @@ def _add_storage_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from autotune.spec import StudySpec
+
     parser = _Parser(prog="autotune", description="How should I torch.compile this model here?")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -73,12 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fullgraph", action="store_true", help="fail on any graph break")
     s.add_argument("--options", help="inductor option switches, e.g. freezing,cpp_wrapper")
     _add_timing_args(m)
-    m.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three "
-                   "where the backend caches)")  # fmt: skip
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
     r = sub.add_parser("search", help="search compile strategies; export the Pareto-best one")
-    _add_model_args(r, required=False)
+    _add_model_args(r)
     sp = r.add_argument_group("space (comma lists narrow the default space)")
     for name in ("granularity", "backend", "mode", "dynamic", "fullgraph"):
         sp.add_argument(f"--{name}", metavar="LIST")
@@ -86,26 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip
     sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")
     se = r.add_argument_group("search")
-    se.add_argument("--trials", type=int, help="strategies to measure in the study (30)")
-    se.add_argument("--time-budget", help="stop starting trials after e.g. 30m or 2h")
-    se.add_argument("--sampler", help="tpe (default), gp, nsga2, random or grid")
-    se.add_argument(
-        "--objectives",
-        help="compile,latency (default); warm or portable for compile, optionally memory",
-    )
-    se.add_argument("--max-memory", help="trials above this peak (e.g. 8GiB) are infeasible")
-    se.add_argument("--starts", help="cold, cold,warm or cold,warm,portable (default: all three)")
-    se.add_argument("--policy", help="knee (default), fastest, quickest, amortized:N, ...")
-    se.add_argument(
-        "--equivalence",
-        action="store_true",
-        default=None,
-        help="tell compiles a trial proves identical (dynamic none/false without a "
-        "recompile, fullgraph true/false without a break) its measurement",
-    )
+    _add_fields(se, StudySpec, ("trials", "time_budget", "sampler", "objectives", "max_memory",
+                                "policy", "equivalence"))  # fmt: skip
     se.add_argument("--force", action="store_true", help="join a study made on other hardware")
     se.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    _add_timing_args(r, defaults=False)
+    _add_timing_args(r)
     _add_storage_args(r)
     r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
     r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
@@ -147,19 +138,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
     """The validated model reference and workload named by the command line."""
-    from autotune import catalog
+    from autotune import catalog, config
     from autotune.workload import Workload
 
-    ref = catalog.ModelRef(
-        args.model, layers=args.layers, seed=args.seed or 0, weights=args.weights
-    )
-    given = {
-        "device": args.device, "batch_size": args.batch_size, "seq_len": args.seq_len,
-        "dtype": args.dtype, "kind": args.workload, "new_tokens": args.new_tokens,
-    }  # fmt: skip
-    workload = Workload.create(**{k: v for k, v in given.items() if v is not None})
+    if args.model is None:
+        raise ConfigError("give --model (autotune models lists the presets)")
+    given = {"name": args.model, "layers": args.layers, "seed": args.seed, "weights": args.weights}
+    ref = catalog.ModelRef(**{k: v for k, v in given.items() if v is not None})
+    flags = {k: getattr(args, dest) for k, dest in _dests(Workload).items()}
+    workload = Workload.create(**config.read(Workload, flags, "--"))
     catalog.check(ref, workload)
     return ref, workload
+
+
+def _dests(cls: type) -> dict[str, str]:
+    """A config dataclass's TOML keys and the argparse destinations of their flags."""
+    from autotune import config
+
+    return {config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
+            for f in config.fields(cls)}  # fmt: skip
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -174,8 +171,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from autotune import report, runner, starts
+    from autotune import config, report, runner
     from autotune.strategy import Strategy
+    from autotune.workload import Settings
 
     ref, workload = model_and_workload(args)
     options = [o.strip() for o in (args.options or "").split(",") if o.strip() not in ("", "none")]
@@ -183,9 +181,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph, options
     )
     strategy.validate()
-    settings = runner.Settings(
-        args.iters, args.warmup, args.timeout, args.seed or 0, args.starts or starts.STARTS
-    )
+    given = {k: getattr(args, dest, None) for k, dest in _dests(Settings).items()}
+    settings = Settings(**config.read(Settings, given, "--"))
     if not args.json:
         shown = ", ".join(settings.starts)
         print(f"measuring {strategy.key} on {ref.name} ({shown}; fresh processes)…", flush=True)
@@ -196,30 +193,30 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from autotune import catalog, export, report, selection
-    from autotune.spec import StudySpec
-    from autotune.study import Search
+    from autotune.progress import BestSoFar, Progress, counts
+    from autotune.search import open_search, run, run_workers
+    from autotune.spec import StudySpec, check_name
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
     flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
+    if args.study is not None:
+        check_name(args.study)
     spec = StudySpec.from_sources(args.space, **flags)
     catalog.check(spec.model, spec.workload)
     if args.format not in export.FORMATS:
         raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")
-    search = Search(spec, args.storage, force=args.force)
+    search = open_search(spec, args.storage, force=args.force)
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
-    if args.workers > 1:
-        outcome = search.run_workers(args.workers, not args.no_progress)
-    else:
-        outcome = search.run(progress=not args.no_progress)
-    stored = len(search.measured())
-    rows = search.store.measurements(search.name)
-    deduced = sum(r.deduced_from is not None for r in rows)
+    best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
+    with Progress(search.target, len(search.measured()), not args.no_progress, best) as bar:
+        many = args.workers > 1
+        outcome = run_workers(search, args.workers, bar) if many else run(search, bar)
     if outcome.stopped == "interrupted":
         print(
-            f"autotune: interrupted; {stored} measured strategies are stored. Run the same "
-            "command again to continue.",
+            f"autotune: interrupted; {outcome.measured} measured strategies are stored. Run the "
+            "same command again to continue.",
             file=sys.stderr,
         )
         return 130
@@ -231,23 +228,23 @@ def cmd_search(args: argparse.Namespace) -> int:
         from autotune import dashboard
 
         page = dashboard.write(search.store, search.name, policy=spec.policy)
-    _, _, front = selection.choose(
-        search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb
-    )
+    rows = search.store.measurements(search.name)
+    _, _, front = selection.choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
+    tally = counts(search.store.study(search.name), rows)  # type: ignore[arg-type]
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
-            "measured": stored, "deduced": deduced, "repeats": outcome.repeats,
-            "policy": spec.policy,
+            "measured": tally["measured"], "deduced": tally["deduced"],
+            "repeats": outcome.repeats, "policy": spec.policy,
             "chosen": chosen.key, "export": str(path), "caveats": notes,
             "dashboard": str(page) if page else None,
             "pareto_front": [dataclasses.asdict(p) for p in front],
         }  # fmt: skip
         print(json.dumps(result, indent=2))
         return 0
-    print(f"stopped: {outcome.stopped}; {stored} strategies measured in this study, "
-          f"{deduced} deduced without measuring, {outcome.repeats} sampler repeats reused their "
-          "stored values")  # fmt: skip
+    print(f"stopped: {outcome.stopped}; {tally['measured']} strategies measured in this study, "
+          f"{tally['deduced']} deduced without measuring, {outcome.repeats} sampler repeats "
+          "reused their stored values")  # fmt: skip
     print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
     print(report.front_table(front, chosen.key))
     print(f"\nchosen ({spec.policy}): {chosen.key}")
@@ -260,9 +257,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from autotune.sharing import submit
+    from autotune.search import submit
     from autotune.spec import StudySpec
-    from autotune.store import Store, mask
+    from autotune.storage import Store, mask
 
     spec = StudySpec.from_sources(args.space, study=args.study)
     name = submit(spec, args.storage)
@@ -272,20 +269,22 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.sharing import join
+    from autotune.progress import Progress
+    from autotune.search import join, run
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
     search = join(args.study, args.storage, device=args.device, force=args.force)
     print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
-    outcome = search.run(progress=not args.no_progress, max_measure=args.trials)
-    print(f"worker {search.worker}: measured {outcome.measured}, stopped: {outcome.stopped}")
+    with Progress(search.target, len(search.measured()), not args.no_progress) as bar:
+        outcome = run(search, bar, max_measure=args.trials)
+    print(f"worker {search.worker}: measured {outcome.measured_here}, stopped: {outcome.stopped}")
     return 130 if outcome.stopped == "interrupted" else 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from autotune import dashboard
-    from autotune.store import Store
+    from autotune.storage import Store
 
     if not args.study:
         raise ConfigError("give --study NAME")
@@ -297,7 +296,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune import report
     from autotune.progress import overview
-    from autotune.store import Store, mask
+    from autotune.storage import Store, mask
 
     store = Store(args.storage, create=False)
     rows = overview(store)
@@ -313,13 +312,13 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune import export, selection
+    from autotune import export, objectives
     from autotune.spec import parse_memory
-    from autotune.store import Store
+    from autotune.storage import Store
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
-    selection.parse_policy(args.policy)
+    objectives.parse_policy(args.policy)
     store = Store(args.storage, create=False)
     path, chosen, notes = export.export(
         store, args.study, args.policy, args.format, args.out, parse_memory(args.max_memory)

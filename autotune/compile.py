@@ -13,9 +13,10 @@ the original modules and their classes are left exactly as they were.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NotApplicable
 from autotune.strategy import Strategy
@@ -40,7 +41,7 @@ def has_repeated_blocks(module: torch.nn.Module) -> bool:
     return bool(module._modules) and any(is_repeated_blocks(m) for m in module.modules())
 
 
-def _shallow_copy(module: torch.nn.Module) -> torch.nn.Module:
+def shallow_copy(module: torch.nn.Module) -> torch.nn.Module:
     """A new module object sharing parameters, buffers and attributes with ``module``."""
     new = module.__class__.__new__(module.__class__)
     new.__dict__.update(module.__dict__)
@@ -61,7 +62,7 @@ def _rebuild(module: torch.nn.Module, block: Transform, other: Transform) -> tor
     if is_repeated_blocks(module):
         return torch.nn.ModuleList([block(m) for m in module])
     if has_repeated_blocks(module):
-        new = _shallow_copy(module)
+        new = shallow_copy(module)
         for name, child in module.named_children():
             new._modules[name] = _rebuild(child, block, other)
         return new
@@ -90,7 +91,7 @@ def _mark_nested(block: torch.nn.Module, marked: dict[type, type]) -> torch.nn.M
         marked[cls] = type(
             cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__}
         )
-    new = _shallow_copy(block)
+    new = shallow_copy(block)
     new.__class__ = marked[cls]
     return new
 
@@ -99,7 +100,7 @@ def apply(model: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
     """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be."""
     import torch
 
-    s = strategy.canonical()
+    s = strategy
     if s.granularity == "none":
         return model
     kwargs = s.compile_kwargs()
@@ -124,3 +125,26 @@ def count_regions(module: torch.nn.Module) -> int:
     from torch._dynamo.eval_frame import OptimizedModule
 
     return sum(isinstance(m, OptimizedModule) for m in module.modules())
+
+
+def generator(model: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
+    """A model of the same class, sharing parameters, whose forward runs ``strategy``.
+
+    ``generate`` on it runs the compiled forward: a full or nested compile is wrapped in a
+    shallow copy whose ``forward`` calls it (``generate`` on a ``torch.compile`` wrapper would run
+    the uncompiled model); a regional compile is already a copy of the model's class.
+    """
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    compiled = apply(model, strategy)
+    if not isinstance(compiled, OptimizedModule):
+        return compiled  # eager (the model itself), or regional (a new tree)
+    gen = shallow_copy(model)
+
+    @functools.wraps(model.forward)  # generate reads the forward's signature
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return compiled(*args, **kwargs)
+
+    forward.compiled = compiled  # type: ignore[attr-defined]  # for count_regions
+    gen.forward = forward
+    return gen

@@ -1,9 +1,10 @@
 """Export: write the strategy that :mod:`autotune.selection` chose as a config file.
 
 Formats: ``accelerate`` (JSON: ``TorchDynamoPlugin``'s fields plus an ``autotune`` block),
-``accelerate-yaml`` (the ``dynamo_config`` section of an Accelerate config file) and ``torch``
-(``torch.compile`` keyword arguments plus the granularity). Every export is also recorded in
-the store. ``read`` loads an exported JSON file back.
+``accelerate-yaml`` (the ``dynamo_config`` section of an Accelerate config file), ``torch``
+(``torch.compile`` keyword arguments plus the granularity) and ``transformers`` (a
+``generation_config`` with ``CompileConfig``'s fields). Every export is also recorded in the
+store. ``read`` loads an exported JSON file back.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 from autotune import artifact
 from autotune.errors import ConfigError
 from autotune.measurement import Measurement
+from autotune.objectives import default as default_objectives
 from autotune.selection import Point, choose
-from autotune.store import Store, mask
+from autotune.storage import Store, mask
 from autotune.strategy import Strategy
 
 FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
@@ -65,8 +67,9 @@ def document(
     row = store.study(study)
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
-    objectives = tuple(row.spec.get("objectives") or ("compile", "latency"))
-    chosen, points, front = choose(store, study, policy, objectives, max_memory_mb)
+    kind = (row.spec.get("workload") or {}).get("kind", "inference")
+    objectives = tuple(row.spec.get("objectives") or default_objectives(kind))
+    chosen, points, front = choose(store.measurements(study), policy, objectives, max_memory_mb)
     strategy = Strategy.from_dict(chosen.strategy)
     notes = caveats(strategy, fmt)
     baseline = next((p for p in points if p.key == "none"), None)
@@ -129,7 +132,7 @@ def transformers_fields(strategy: Strategy) -> dict[str, Any]:
     """``generation_config`` fields: a static KV cache and exactly ``CompileConfig``'s fields."""
     from transformers import CompileConfig
 
-    s = strategy.canonical()
+    s = strategy
     if s.granularity == "none":
         return {"cache_implementation": "static", "disable_compile": True}
     options = s.inductor_options() if s.options else None  # then its mode is inside
@@ -141,7 +144,7 @@ def transformers_fields(strategy: Strategy) -> dict[str, Any]:
 
 def transformers_caveats(strategy: Strategy) -> list[str]:
     """What ``generation_config.compile_config`` cannot say about the measured strategy."""
-    s = strategy.canonical()
+    s = strategy
     if s.granularity == "none":
         return []
     run = "use autotune.apply_generation(model, file) to generate as measured"

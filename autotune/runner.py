@@ -144,7 +144,7 @@ def measure(
     Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
     """
     settings = settings or Settings()
-    strategy = strategy.canonical()
+    strategy = strategy
     base = (strategy.to_dict(), model.to_dict(), workload.to_dict())
     try:
         strategy.check_applicable(workload.device)
@@ -169,7 +169,7 @@ def measure(
             portable = {**brief, "load_artifact": saved}
             return _child(portable, work, kind, empty_caches, settings, base)
 
-        result.starts = starts.measure(result, strategy, settings.starts, run)
+        result.starts = starts.later(result, strategy, settings.starts, run)
         return result
     finally:
         shutil.rmtree(work, ignore_errors=True)

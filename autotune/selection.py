@@ -1,10 +1,8 @@
-"""Selection: from measured strategies to the one to use.
+"""Selection: from measured strategies to the one to use. Pure: it reads measurements, never
+the store (callers pass what the store holds).
 
 It owns the study's common latency scale, the sign test that decides whether a speedup counts,
-the Pareto front and the policies. It only reads measurements (from the store); ``study``,
-``export`` and ``dashboard`` ask it.
-
-Policies (eager, ``none``, is a candidate in every one, with no compile time):
+the Pareto front and the policies (:mod:`autotune.objectives` parses them):
 - ``knee``: the Pareto point nearest the ideal point after normalising each objective (a tie
   goes to the quicker compile);
 - ``fastest``: the lowest latency;
@@ -16,50 +14,24 @@ Policies (eager, ``none``, is a candidate in every one, with no compile time):
   restarts) and makes CALLS calls per start: the lowest
   ``cold + (STARTS - 1) * warm + STARTS * CALLS * latency``;
 - ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
-
-Objectives: one start cost (``compile`` = cold, ``warm`` or ``portable``), one speed
-(``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
-``ttft``, the prefill), optionally ``memory``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.errors import AutotuneError, ConfigError
+from autotune import objectives as objective
+from autotune.errors import AutotuneError
 from autotune.measurement import Measurement
-from autotune.store import Store
 from autotune.strategy import Strategy
 
-POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
-STARTS = ("compile", "warm", "portable")  # objectives that are a start's cost
-SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
-OBJECTIVES = (*STARTS, *SPEEDS, "memory")
-METRICS = {"compile": "compile_s", "warm": "warm_start_s", "portable": "portable_start_s",
-           "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
-           "memory": "memory_mb"}  # fmt: skip
+if TYPE_CHECKING:
+    from autotune.storage import Stored
+
 ALPHA = 0.05  # the sign test's level: a speedup the rounds do not show at it counts as none
-
-
-def check_objectives(
-    objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inference"
-) -> None:
-    """One start cost, one speed, optionally memory; a warm or portable objective needs that
-    start measured (``--starts``), decode and TTFT a generate workload."""
-    counts = [sum(o in group for o in objectives) for group in (STARTS, SPEEDS)]
-    unknown = [o for o in objectives if o not in OBJECTIVES]
-    if unknown or counts != [1, 1] or len(set(objectives)) != len(objectives):
-        raise ConfigError(
-            f"bad objectives {','.join(objectives)!r}: one start cost ({', '.join(STARTS)}), "
-            f"one speed ({', '.join(SPEEDS)}), optionally memory"
-        )
-    for o in ("warm", "portable"):
-        if o in objectives and o not in starts:
-            raise ConfigError(f"objective {o!r} needs {o} starts measured: add it to --starts")
-    if kind != "generate" and {"decode", "ttft"} & set(objectives):
-        raise ConfigError("objectives decode and ttft need --workload generate")
 
 
 def sign_test(eager_ms: list[float], compiled_ms: list[float]) -> float:
@@ -119,16 +91,7 @@ def objective_values(
     m: Measurement, objectives: tuple[str, ...], baseline: Measurement | None
 ) -> list[float]:
     """The values Optuna minimises for a measurement that ran (speeds on the common scale)."""
-    assert m.latency is not None and m.compile_s is not None
-    base_ms = baseline.latency.median_ms if baseline and baseline.latency else None
-    base_ttft = baseline.ttft.median_ms if baseline and baseline.ttft else None
-    latency = latency_on_baseline(m, base_ms)
-    values = {"compile": m.compile_s, "warm": start_s(m, "warm"),
-              "portable": start_s(m, "portable"), "latency": latency, "decode": latency,
-              "ttft": ttft_on_baseline(m, base_ttft) or 0.0}  # fmt: skip
-    if m.memory is not None:
-        values["memory"] = m.memory.compiled_peak_mb
-    return [values[o] for o in objectives]
+    return list(objective.values(Point.of(m, None, baseline), objectives))
 
 
 def start_s(m: Measurement, kind: str) -> float:
@@ -181,39 +144,14 @@ class Point:
 
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
         """The point's value of each objective, in order."""
-        table = {"compile": self.compile_s, "warm": self.warm_s, "portable": self.portable_s,
-                 "latency": self.latency_ms, "decode": self.latency_ms,
-                 "ttft": self.ttft_ms or 0.0, "memory": self.memory_mb or 0.0}  # fmt: skip
-        return tuple(table[o] for o in objectives)
+        return objective.values(self, objectives)
 
 
-def parse_policy(policy: str) -> tuple[str, tuple[float, ...]]:
-    """``knee`` -> ("knee", ()); ``amortized:1000`` -> ("amortized", (1000.0,));
-    ``restarts:50:1000`` -> ("restarts", (50.0, 1000.0))."""
-    name, *args = policy.split(":")
-    if name not in POLICIES:
-        raise ConfigError(
-            f"bad policy {policy!r}: use {', '.join(POLICIES[:3])}, amortized:CALLS, "
-            "restarts:STARTS:CALLS or latency-budget:MS"
-        )
-    wanted = {"amortized": 1, "latency-budget": 1, "restarts": 2}.get(name, 0)
-    if len(args) != wanted:
-        raise ConfigError(f"bad policy {policy!r}: amortized:CALLS and latency-budget:MS take "
-                          "a number, restarts:STARTS:CALLS two, the others none")  # fmt: skip
-    try:
-        values = tuple(float(a) for a in args)
-    except ValueError:
-        raise ConfigError(f"bad policy {policy!r}: {':'.join(args)!r} is not a number") from None
-    if any(v <= 0 for v in values) or (name == "restarts" and values[0] < 1):
-        raise ConfigError(f"bad policy {policy!r}: the numbers must be positive (STARTS >= 1)")
-    return name, values
-
-
-def candidates(store: Store, study: str, max_memory_mb: float | None = None) -> list[Point]:
-    """Every feasible measured strategy of the study, eager included (not those deduced from
-    another: they repeat its numbers)."""
+def candidates(stored: Iterable[Stored], max_memory_mb: float | None = None) -> list[Point]:
+    """Every feasible measured strategy among a study's stored measurements, eager included
+    (not those deduced from another: they repeat its numbers)."""
     points = []
-    rows = [r for r in store.measurements(study) if r.deduced_from is None]
+    rows = [r for r in stored if r.deduced_from is None]
     base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
     baseline = base if base is not None and base.ok else None
     for row in rows:
@@ -244,7 +182,7 @@ def pick(
     points: list[Point], policy: str, objectives: tuple[str, ...] = ("compile", "latency")
 ) -> Point:
     """The point a policy chooses; ``AutotuneError`` if none qualifies."""
-    name, args = parse_policy(policy)
+    name, args = objective.parse_policy(policy)
     if not points:
         raise AutotuneError("the study has no feasible trial to export")
     if name == "fastest":
@@ -289,9 +227,9 @@ def knee(front: list[Point], objectives: tuple[str, ...]) -> Point:
 
 
 def choose(
-    store: Store, study: str, policy: str, objectives: tuple[str, ...],
+    stored: Iterable[Stored], policy: str, objectives: tuple[str, ...],
     max_memory_mb: float | None = None,
 ) -> tuple[Point, list[Point], list[Point]]:  # fmt: skip
-    """The chosen point, every candidate, and the Pareto front of a stored study."""
-    points = candidates(store, study, max_memory_mb)
+    """The chosen point, every candidate, and the Pareto front of a study's measurements."""
+    points = candidates(stored, max_memory_mb)
     return pick(points, policy, objectives), points, pareto(points, objectives)

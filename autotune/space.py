@@ -163,7 +163,7 @@ class Space:
         """The trial parameters of ``strategy``: each field that does not apply (mode outside
         inductor, everything but granularity for eager) takes the space's first value, and
         each switch is on exactly when the strategy has it."""
-        s = strategy.canonical()
+        s = strategy
         fixed = {name: getattr(self, name)[0] for name in DIMENSIONS}
         switches = {n: n in s.options for n in self.options}
         if s.granularity == "none":

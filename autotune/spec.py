@@ -1,60 +1,87 @@
 """StudySpec: everything a study needs (model, workload, space, budget), from TOML and flags.
 
 A spec file (``studies/*.toml``) has the tables ``[model]``, ``[workload]``, ``[space]`` and
-``[search]``; command-line flags override it. Unknown keys are errors, never ignored.
+``[search]``; command-line flags override it. Unknown keys are errors, never ignored; every
+value's type is checked (:mod:`autotune.config`), so ``trials = 2.7`` is refused, not rounded.
+Each setting's default and help text live on its dataclass field, nowhere else.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune import config, objectives
 from autotune.catalog import ModelRef
+from autotune.config import boolean, option, text, whole
 from autotune.errors import ConfigError
-from autotune.selection import check_objectives, parse_policy
+from autotune.space import KEYS as SPACE_KEYS
 from autotune.space import Space
-from autotune.starts import STARTS
 from autotune.workload import Settings, Workload
 
 SAMPLERS = ("tpe", "gp", "nsga2", "random", "grid")
-SEARCH_KEYS = (
-    "trials", "time_budget", "sampler", "objectives", "max_memory", "policy", "iters", "warmup",
-    "timeout", "seed", "study", "starts", "equivalence",
-)  # fmt: skip
-TABLES = {
-    "model": ("name", "layers", "seed", "weights"),
-    "workload": ("batch_size", "seq_len", "dtype", "device", "kind", "new_tokens"),
-    "space": ("granularity", "backend", "mode", "dynamic", "fullgraph", "options"),
-    "search": SEARCH_KEYS,
-}
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 _SIZES = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+NAME_CHARS = 128
 
 
-def parse_duration(text: str | float | int | None) -> float | None:
+def parse_duration(text: Any, key: str = "time_budget") -> float | None:
     """``90``, ``90s``, ``30m``, ``2h`` or ``1h30m`` as seconds."""
-    if text is None or isinstance(text, (int, float)):
-        return None if text is None else float(text)
-    parts = re.fullmatch(r"((\d+(\.\d+)?)\s*([smh])\s*)+", text.strip().lower())
-    if not parts:
-        if re.fullmatch(r"\d+(\.\d+)?", text.strip()):
-            return float(text)
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ConfigError(f"{key} = {text!r}: expected a duration such as 90s, 30m or 2h")
+    if isinstance(text, (int, float)) or re.fullmatch(r"\d+(\.\d+)?", text.strip()):
+        seconds = float(text)
+    elif re.fullmatch(r"((\d+(\.\d+)?)\s*([smh])\s*)+", text.strip().lower()):
+        found = re.findall(r"(\d+(\.\d+)?)\s*([smh])", text.lower())
+        seconds = sum(float(n) * _UNITS[u] for n, _, u in found)
+    else:
         raise ConfigError(f"bad duration {text!r}: write e.g. 90s, 30m, 2h or 1h30m")
-    return sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)\s*([smh])", text))
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"bad duration {text!r}: it must be above 0")
+    return seconds
 
 
-def parse_memory(text: str | float | int | None) -> float | None:
+def parse_memory(text: Any, key: str = "max_memory") -> float | None:
     """``8GiB``, ``512MiB`` or a number of MiB, as MiB."""
-    if text is None or isinstance(text, (int, float)):
-        return None if text is None else float(text)
-    match = re.fullmatch(r"(\d+(\.\d+)?)\s*([a-z]*)", text.strip().lower())
-    if not match or match.group(3) not in _SIZES:
-        raise ConfigError(f"bad memory size {text!r}: write e.g. 8GiB or 512MiB")
-    return float(match.group(1)) * _SIZES[match.group(3)]
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ConfigError(f"{key} = {text!r}: expected a size such as 8GiB or 512MiB")
+    if isinstance(text, (int, float)):
+        mib = float(text)
+    else:
+        match = re.fullmatch(r"(\d+(\.\d+)?)\s*([a-z]*)", text.strip().lower())
+        if not match or match.group(3) not in _SIZES:
+            raise ConfigError(f"bad memory size {text!r}: write e.g. 8GiB or 512MiB")
+        mib = float(match.group(1)) * _SIZES[match.group(3)]
+    if not math.isfinite(mib) or mib <= 0:
+        raise ConfigError(f"bad memory size {text!r}: it must be above 0")
+    return mib
+
+
+def check_name(name: Any, key: str = "study") -> str:
+    """A study name: letters, digits and ``._+-``, starting with a letter or digit, at most
+    128 characters, no ``..``. It names files (``studies/<name>/best.json``), so nothing that
+    walks out of a folder or that a file system refuses gets in."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
+        raise ConfigError(f"bad study name {name!r}: use letters, digits and . _ + - (starting "
+                          "with a letter or digit)")  # fmt: skip
+    if len(name) > NAME_CHARS:
+        raise ConfigError(f"bad study name: {len(name)} characters, at most {NAME_CHARS}")
+    return name
+
+
+def _policy(value: Any, key: str) -> str:
+    objectives.parse_policy(value)
+    return value
 
 
 def read_toml(path: str) -> dict[str, dict[str, Any]]:
@@ -63,6 +90,8 @@ def read_toml(path: str) -> dict[str, dict[str, Any]]:
         data = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"space file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"space file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"space file {path} is not valid TOML: {exc}") from None
     for table, values in data.items():
@@ -83,67 +112,58 @@ class StudySpec:
     model: ModelRef
     workload: Workload
     space: Space
-    trials: int = 30
-    time_budget_s: float | None = None
-    sampler: str = "tpe"
-    objectives: tuple[str, ...] = ("compile", "latency")
-    max_memory_mb: float | None = None
-    policy: str = "knee"
+    trials: int = option(30, "strategies to measure in the study", read=whole(1), cli_type=int)
+    time_budget_s: float | None = option(None, "stop starting trials after e.g. 30m or 2h",
+                                         toml="time_budget", read=parse_duration)  # fmt: skip
+    sampler: str = option("tpe", f"the sampler: {', '.join(SAMPLERS)}", read=text(SAMPLERS))
+    objectives: tuple[str, ...] = option(
+        None, "START,SPEED[,memory]: START is compile (a cold start), warm or portable; SPEED "
+        "latency, or decode or ttft for --workload generate (default compile,latency; "
+        "compile,decode for generate)", read=lambda v, k: objectives.parse(v),
+    )  # fmt: skip
+    max_memory_mb: float | None = option(
+        None, "trials above this peak (e.g. 8GiB) are infeasible", toml="max_memory",
+        read=parse_memory,
+    )
+    policy: str = option("knee", "knee, fastest, quickest, amortized:CALLS, "
+                         "restarts:STARTS:CALLS or latency-budget:MS", read=_policy)  # fmt: skip
     settings: Settings = field(default_factory=Settings)
-    study: str | None = None
-    equivalence: bool = False  # tell proven-identical compiles one measurement (deduction)
+    study: str | None = option(None, "study name (default: a slug of model, workload, hardware "
+                               "and torch)", read=check_name)  # fmt: skip
+    equivalence: bool = option(False, "tell compiles a trial proves identical (dynamic none/false "
+                               "without a recompile, fullgraph true/false without a break) its "
+                               "measurement", read=boolean)  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.trials < 1:
-            raise ConfigError("--trials must be at least 1")
-        if self.sampler not in SAMPLERS:
-            raise ConfigError(f"bad sampler {self.sampler!r}: use one of {', '.join(SAMPLERS)}")
-        check_objectives(self.objectives, self.settings.starts, self.workload.kind)
+        config.validate(self)
+        if self.objectives is None:
+            object.__setattr__(self, "objectives", objectives.default(self.workload.kind))
+        objectives.check(self.objectives, self.settings.starts, self.workload.kind)
         if self.workload.kind == "train" and (frozen := set(self.space.options) & {"freezing"}):
             raise ConfigError(f"option {frozen.pop()} folds the weights into constants: it is "
                               "for inference and generate workloads, not train")  # fmt: skip
-        parse_policy(self.policy)
 
     @classmethod
     def from_sources(cls, toml: str | None = None, **flags: Any) -> StudySpec:
-        """Merge a spec file and flags (flags win; a flag of None means 'not given')."""
+        """Merge a spec file and flags (flags win; a flag of None means 'not given'). Flags are
+        named as the command line's options are (``model``, ``workload``, ``time_budget``)."""
         data = read_toml(toml) if toml else {}
-        pick = {table: dict(data.get(table, {})) for table in TABLES}
+        tables = {table: dict(data.get(table, {})) for table in TABLES}
         for table, keys in TABLES.items():
             for key in keys:
-                flag = {"name": "model", "kind": "workload"}.get(key, key)
-                if flags.get(flag) is not None:
-                    pick[table][key] = flags[flag]
-        if "name" not in pick["model"]:
+                if flags.get(dest := DESTS.get(key, key)) is not None:
+                    tables[table][key] = flags[dest]
+        if "name" not in tables["model"]:
             raise ConfigError("no model: give --model or a [model] name in the space file")
-        search = pick["search"]
-        seed = int(search.get("seed", pick["model"].get("seed", 0)))
-        pick["model"]["seed"] = seed
-        model = ModelRef(**pick["model"])
-        workload = Workload.create(**pick["workload"])
-        space = Space.default(workload.device, workload.kind).narrow(**pick["space"])
-        speed = "decode" if workload.kind == "generate" else "latency"
-        objectives = search.get("objectives", ("compile", speed))
-        if isinstance(objectives, str):
-            objectives = [o.strip() for o in objectives.split(",") if o.strip()]
-        settings = Settings(
-            int(search.get("iters", 20)), int(search.get("warmup", 3)),
-            float(search.get("timeout", 1200.0)), int(seed), search.get("starts", STARTS),
-        )  # fmt: skip
-        return cls(
-            model=model,
-            workload=workload,
-            space=space,
-            trials=int(search.get("trials", 30)),
-            time_budget_s=parse_duration(search.get("time_budget")),
-            sampler=search.get("sampler", "tpe"),
-            objectives=tuple(objectives),
-            max_memory_mb=parse_memory(search.get("max_memory")),
-            policy=search.get("policy", "knee"),
-            settings=settings,
-            study=search.get("study"),
-            equivalence=bool(search.get("equivalence", False)),
-        )
+        search = tables["search"]
+        if "seed" in search:  # one seed for the weights, the inputs and the sampler
+            tables["model"]["seed"] = search["seed"]
+        model = ModelRef(**config.read(ModelRef, tables["model"], "[model] "))
+        workload = Workload.create(**config.read(Workload, tables["workload"], "[workload] "))
+        space = Space.default(workload.device, workload.kind).narrow(**tables["space"])
+        settings = Settings(**config.read(Settings, {"seed": model.seed, **search}, "[search] "))
+        chosen = config.read(cls, search, "[search] ")
+        return cls(model=model, workload=workload, space=space, settings=settings, **chosen)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -158,7 +178,6 @@ class StudySpec:
             workload=Workload.from_dict(data["workload"]),
             space=Space.from_dict(data["space"]),
             settings=Settings(**data["settings"]),
-            objectives=tuple(data["objectives"]),
         )
         return cls(**data)
 
@@ -169,4 +188,22 @@ class StudySpec:
         hardware = re.sub(r"[^a-z0-9]+", "-", str(environment.get("device_name", "")).lower())
         torch_version = str(environment.get("torch", "")).replace("+", "-")
         name = f"{self.model.slug()}-{self.workload.slug()}-{hardware[:24].strip('-')}"
-        return f"{name}-torch{torch_version}"
+        return check_name(f"{name}-torch{torch_version}"[:NAME_CHARS])
+
+
+def _keys(cls: type) -> tuple[str, ...]:
+    return tuple(config.toml_key(f) for f in config.fields(cls))
+
+
+TABLES = {
+    "model": _keys(ModelRef),
+    "workload": _keys(Workload),
+    "space": SPACE_KEYS,
+    "search": tuple(dict.fromkeys(_keys(StudySpec) + _keys(Settings))),
+}
+# the command line's name of a key, where it differs (--model, --workload)
+DESTS = {
+    config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
+    for cls in (ModelRef, Workload, Settings, StudySpec)
+    for f in config.fields(cls)
+}

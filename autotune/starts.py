@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from autotune.config import texts
 from autotune.errors import ConfigError
 from autotune.measurement import Measurement, Start
 from autotune.strategy import Strategy
 
-STARTS = ("cold", "warm", "portable")
+KINDS = ("cold", "warm", "portable")
 CHOICES = ("cold", "cold,warm", "cold,warm,portable")
 CACHING_BACKENDS = ("inductor",)
 BRIEF_ITERS = 10  # interleaved rounds that time a warm or portable start's latency
@@ -34,10 +35,9 @@ COUNTERS = {
 }
 
 
-def parse(starts: str | Sequence[str]) -> tuple[str, ...]:
+def parse(starts: str | Sequence[str], key: str = "starts") -> tuple[str, ...]:
     """``cold``, ``cold,warm`` or ``cold,warm,portable`` as a tuple; ConfigError otherwise."""
-    items = starts.split(",") if isinstance(starts, str) else list(starts)
-    wanted = tuple(s.strip() for s in items if s.strip())
+    wanted = texts(starts, key)
     if ",".join(wanted) not in CHOICES:
         raise ConfigError(f"bad starts {','.join(wanted)!r}: use {', '.join(CHOICES)}")
     return wanted
@@ -93,7 +93,7 @@ def of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
     return start
 
 
-def measure(
+def later(
     cold: Measurement, strategy: Strategy, wanted: Sequence[str],
     run: Callable[[str], Measurement],
 ) -> dict[str, Start]:  # fmt: skip

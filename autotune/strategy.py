@@ -15,10 +15,11 @@ its mode's bundle merged with its switches. Two spellings of one options dict ar
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import ConfigError, NotApplicable
@@ -30,14 +31,17 @@ ACCELERATE_BACKENDS = ("eager", "aot_eager", "inductor", "cudagraphs", "tvm")
 
 
 def registered_backends() -> list[str]:
-    """Every backend registered in the running torch, test-only ones included."""
+    """Every backend registered in the running torch, test-only ones included (read each time:
+    a user may register one at any moment)."""
     import torch._dynamo
 
     return list(torch._dynamo.list_backends(exclude_tags=()))
 
 
+@functools.cache
 def inductor_modes() -> dict[str, dict[str, Any]]:
-    """Inductor's modes and the options each one sets."""
+    """Inductor's modes and the options each one sets (read once: they are torch's constants).
+    Callers must not change the dict."""
     import torch._inductor
 
     return dict(torch._inductor.list_mode_options())
@@ -54,11 +58,12 @@ ONLY_UNDER_MODE = {"max_autotune": "default"}  # a switch that other modes imply
 INFERENCE_ONLY = ("freezing",)
 
 
-def inductor_options() -> set[str]:
-    """Every option name Inductor accepts in the running torch."""
+@functools.cache
+def inductor_options() -> frozenset[str]:
+    """Every option name Inductor accepts in the running torch (read once)."""
     import torch._inductor
 
-    return set(torch._inductor.list_options())
+    return frozenset(torch._inductor.list_options())
 
 
 def check_switches(names: tuple[str, ...] | list[str]) -> None:
@@ -130,7 +135,12 @@ def _import_backend(path: str) -> Any:
 
 @dataclass(frozen=True)
 class Strategy:
-    """One way to compile a model. Build it with :meth:`create` to get the canonical form."""
+    """One way to compile a model, in canonical form from the moment it is built.
+
+    Fields that cannot matter are normalised away when it is made (mode and options only for
+    inductor, where the mode that absorbs the most of the options wins; nothing at all for
+    ``none``), so equal strategies are equal objects and share one :attr:`key`, computed once.
+    """
 
     granularity: str = "full"
     backend: str = "inductor"
@@ -138,6 +148,7 @@ class Strategy:
     dynamic: bool | None = None
     fullgraph: bool = False
     options: tuple[str, ...] = ()  # Inductor option switches (see SWITCHES)
+    key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -146,6 +157,9 @@ class Strategy:
             )
         if self.dynamic not in (None, True, False):
             raise ConfigError(f"bad dynamic value {self.dynamic!r}: use true, false or none")
+        for name, value in zip(_FIELDS, _normalised(self), strict=True):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "key", _key(self))
 
     @classmethod
     def create(
@@ -157,77 +171,48 @@ class Strategy:
         fullgraph: bool = False,
         options: tuple[str, ...] | list[str] | None = (),
     ) -> Strategy:
-        """Build the canonical strategy: mode and options only for inductor (the mode that
-        absorbs the most of them), nothing at all for ``none``."""
-        dyn = parse_dynamic(dynamic)
-        if granularity == "none" or backend in (EAGER_BACKEND, "no"):
-            return cls("none", EAGER_BACKEND, None, None, False)
-        if backend != "inductor":
-            return cls(granularity, backend, None, dyn, bool(fullgraph))
-        mode = mode or "default"
-        names = tuple(options or ())
-        check_switches(names)
-        names = tuple(n for n in names if ONLY_UNDER_MODE.get(n, mode) == mode)
-        if names and mode in inductor_modes():
-            mode, names = spell(merged(mode, names), mode)
-        order = list(SWITCHES)
-        return cls(granularity, backend, mode, dyn, bool(fullgraph),
-                   tuple(sorted(set(names), key=order.index)))  # fmt: skip
+        """Build a strategy from loose values (``dynamic`` as text, options as a list)."""
+        return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
+                   tuple(options or ()))  # fmt: skip
 
     def without_options(self) -> Strategy:
         """The same strategy with no Inductor option switches (what Accelerate's config file
         and Trainer can express)."""
-        return dataclasses.replace(self.canonical(), options=())
-
-    def canonical(self) -> Strategy:
-        """The equivalent strategy in canonical form."""
-        return Strategy.create(**dataclasses.asdict(self))
-
-    @property
-    def key(self) -> str:
-        """A stable, readable identity: equal for strategies that cannot differ in effect."""
-        s = self.canonical()
-        if s.granularity == "none":
-            return "none"
-        dyn = {None: "auto", True: "true", False: "false"}[s.dynamic]
-        fg = "fullgraph" if s.fullgraph else "breaks-ok"
-        key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
-        return key + (f"/{'+'.join(s.options)}" if s.options else "")
+        return dataclasses.replace(self, options=())
 
     def __str__(self) -> str:
         return self.key
 
     def validate(self) -> None:
         """Check the backend and mode exist in the running torch; raise ``ConfigError`` if not."""
-        s = self.canonical()
-        if s.granularity == "none":
+        if self.granularity == "none":
             return
-        if _is_import_path(s.backend):
-            _import_backend(s.backend)
-        elif s.backend not in (known := registered_backends()):
+        if _is_import_path(self.backend):
+            _import_backend(self.backend)
+        elif self.backend not in (known := registered_backends()):
             raise ConfigError(
-                f"backend {s.backend!r} is not registered in torch "
+                f"backend {self.backend!r} is not registered in torch "
                 f"{_torch_version()}; known: {', '.join(known)}"
             )
-        if s.mode is not None and s.mode not in (modes := inductor_modes()):
+        if self.mode is not None and self.mode not in (modes := inductor_modes()):
             raise ConfigError(
-                f"mode {s.mode!r} does not exist in torch {_torch_version()}; "
+                f"mode {self.mode!r} does not exist in torch {_torch_version()}; "
                 f"known: {', '.join(modes)}"
             )
 
     def inductor_options(self) -> dict[str, Any] | None:
         """The options dict Inductor compiles with (its mode's bundle and its switches), or
         None for other backends."""
-        s = self.canonical()
-        return merged(s.mode or "default", s.options) if s.backend == "inductor" else None
+        return merged(self.mode or "default", self.options) if self.backend == "inductor" else None
 
     def needs_cuda(self) -> str | None:
         """Why this strategy needs CUDA, or None when it runs anywhere."""
-        s = self.canonical()
-        if s.backend == "cudagraphs":
+        if self.backend == "cudagraphs":
             return "the cudagraphs backend records CUDA graphs, which need a CUDA device"
-        if (s.inductor_options() or {}).get("triton.cudagraphs"):
-            what = f"mode {s.mode!r}" if "cudagraphs" not in s.options else "option cudagraphs"
+        if (self.inductor_options() or {}).get("triton.cudagraphs"):
+            what = (
+                f"mode {self.mode!r}" if "cudagraphs" not in self.options else "option cudagraphs"
+            )
             return f"{what} uses CUDA graphs, which need a CUDA device"
         return None
 
@@ -245,26 +230,26 @@ class Strategy:
 
     def compile_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile`` (``none`` has none: it is never compiled)."""
-        s = self.canonical()
-        if s.granularity == "none":
+        if self.granularity == "none":
             return {}
-        backend: Any = _import_backend(s.backend) if _is_import_path(s.backend) else s.backend
-        kwargs: dict[str, Any] = {"backend": backend, "fullgraph": s.fullgraph}
-        kwargs["dynamic"] = s.dynamic
-        if (options := s.inductor_options()) is not None:  # never with mode: torch refuses both
+        backend: Any = (
+            _import_backend(self.backend) if _is_import_path(self.backend) else self.backend
+        )
+        kwargs: dict[str, Any] = {"backend": backend, "fullgraph": self.fullgraph}
+        kwargs["dynamic"] = self.dynamic
+        if (options := self.inductor_options()) is not None:  # never with mode: torch refuses both
             kwargs["options"] = options
         return kwargs
 
     def accelerate_caveat(self) -> str | None:
         """Why Accelerate's ``TorchDynamoPlugin`` cannot express this strategy exactly, if so."""
-        s = self.canonical()
-        if s.granularity == "nested":
+        if self.granularity == "nested":
             return (
                 "Accelerate cannot express granularity 'nested' (nested_compile_region); "
                 "use autotune.apply(model, file) to compile it as measured"
             )
-        if s.granularity != "none" and s.backend not in ACCELERATE_BACKENDS:
-            return f"Accelerate's DynamoBackend has no backend {s.backend!r}"
+        if self.granularity != "none" and self.backend not in ACCELERATE_BACKENDS:
+            return f"Accelerate's DynamoBackend has no backend {self.backend!r}"
         return None
 
     def to_accelerate(self, *, approximate: bool = False) -> dict[str, Any]:
@@ -273,11 +258,10 @@ class Strategy:
         With ``approximate=True`` a ``nested`` strategy becomes its nearest expressible form
         (one full compile); callers must show :meth:`accelerate_caveat` beside it.
         """
-        s = self.canonical()
-        caveat = s.accelerate_caveat()
-        if caveat and not (approximate and s.granularity == "nested"):
+        caveat = self.accelerate_caveat()
+        if caveat and not (approximate and self.granularity == "nested"):
             raise NotApplicable(caveat)
-        if s.granularity == "none":
+        if self.granularity == "none":
             return {
                 "backend": "no",
                 "mode": None,
@@ -286,14 +270,14 @@ class Strategy:
                 "options": None,
                 "use_regional_compilation": False,
             }
-        options = s.inductor_options() if s.options else None  # then the mode is inside
+        options = self.inductor_options() if self.options else None  # then the mode is inside
         return {
-            "backend": s.backend,
-            "mode": None if options else s.mode,
-            "fullgraph": s.fullgraph,
-            "dynamic": s.dynamic,
+            "backend": self.backend,
+            "mode": None if options else self.mode,
+            "fullgraph": self.fullgraph,
+            "dynamic": self.dynamic,
             "options": options,
-            "use_regional_compilation": s.granularity == "regional",
+            "use_regional_compilation": self.granularity == "regional",
         }
 
     @classmethod
@@ -323,13 +307,45 @@ class Strategy:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        data = {name: getattr(self, name) for name in _FIELDS}
         data["options"] = list(self.options)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Strategy:
         return cls.create(**data)
+
+
+_FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options")
+
+
+def _normalised(s: Strategy) -> tuple[Any, ...]:
+    """The canonical field values: eager has none; only inductor has a mode and options (the
+    mode whose bundle covers the most of them absorbs them)."""
+    if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
+        return "none", EAGER_BACKEND, None, None, False, ()
+    fullgraph = bool(s.fullgraph)
+    if s.backend != "inductor":
+        return s.granularity, s.backend, None, s.dynamic, fullgraph, ()
+    mode = s.mode or "default"
+    names = tuple(s.options or ())
+    check_switches(names)
+    names = tuple(n for n in names if ONLY_UNDER_MODE.get(n, mode) == mode)
+    if names and mode in inductor_modes():
+        mode, names = spell(merged(mode, names), mode)
+    order = list(SWITCHES)
+    return (s.granularity, s.backend, mode, s.dynamic, fullgraph,
+            tuple(sorted(set(names), key=order.index)))  # fmt: skip
+
+
+def _key(s: Strategy) -> str:
+    """A stable, readable identity: equal for strategies that cannot differ in effect."""
+    if s.granularity == "none":
+        return "none"
+    dyn = {None: "auto", True: "true", False: "false"}[s.dynamic]
+    fg = "fullgraph" if s.fullgraph else "breaks-ok"
+    key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
+    return key + (f"/{'+'.join(s.options)}" if s.options else "")
 
 
 def _torch_version() -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def synchronize(device: str) -> None:
@@ -41,22 +43,22 @@ def timed(fn: Callable[[], Any], device: str) -> float:
 
 
 def interleave(
-    fns: dict[str, Callable[[], Any]], iters: int, warmup: int, device: str, seed: int = 0
-) -> dict[str, list[float]]:
-    """Time each function ``iters`` times after ``warmup`` calls, in a random order per round.
+    calls: dict[str, Callable[[], Any]], iters: int, timer: Callable[[Callable[[], Any]], T],
+    seed: int = 0, after_round: Callable[[dict[str, list[T]]], None] | None = None,
+) -> dict[str, list[T]]:  # fmt: skip
+    """Time each call ``iters`` times with ``timer`` (one call -> its sample), in a random order
+    per round; ``after_round`` sees the samples so far after each round.
 
     Interleaving, as PyTorch's own benchmark harness does, spreads drift in the machine's
-    speed (other load, frequency changes) over every function alike.
+    speed (other load, frequency changes) over every call alike.
     """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    synchronize(device)
     rng = random.Random(seed)
-    samples: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
+    samples: dict[str, list[T]] = {name: [] for name in calls}
+    names = list(calls)
     for _ in range(iters):
         rng.shuffle(names)
         for name in names:
-            samples[name].append(timed(fns[name], device))
+            samples[name].append(timer(calls[name]))
+        if after_round is not None:
+            after_round(samples)
     return samples

@@ -7,12 +7,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from autotune import config
+from autotune.config import option, positive, text, whole
 from autotune.errors import ConfigError
-from autotune.starts import STARTS
+from autotune.starts import KINDS as START_KINDS
 from autotune.starts import parse as parse_starts
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")
+DEVICE_HELP = "auto (default: cuda where there is one, else cpu), cpu, cuda or cuda:N"
 
 
 def resolve_device(device: str) -> str:
@@ -41,14 +44,17 @@ def resolve_device(device: str) -> str:
 class Workload:
     """The input shape, precision, device and step that every trial of a study measures."""
 
-    batch_size: int = 1
-    seq_len: int = 32
-    dtype: str = "float32"
-    device: str = "cpu"
-    kind: str = "inference"
-    new_tokens: int = 32  # generate: tokens per generation (the prefill's, then decode steps)
+    batch_size: int = option(1, "inputs per call", read=whole(1), cli_type=int)
+    seq_len: int = option(32, "tokens per input", read=whole(1), cli_type=int)
+    dtype: str = option("float32", "float32, bfloat16 or float16", read=text())
+    device: str = option("cpu", DEVICE_HELP, read=text())  # the command line's: auto
+    kind: str = option("inference", "inference, train, or generate (causal LMs)",
+                       flag="--workload", read=text())  # fmt: skip
+    new_tokens: int = option(32, "generate: new tokens per generation (the prefill's, then one "
+                             "per decode step)", read=whole(), cli_type=int)  # fmt: skip
 
     def __post_init__(self) -> None:
+        config.validate(self)
         if self.dtype not in DTYPES:
             raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
         if self.kind not in KINDS:
@@ -103,15 +109,16 @@ class Settings:
     """How a trial is timed: timed calls, warm-up calls, the child's timeout (per start), the
     RNG seed, and which starts to measure (cold, warm, portable)."""
 
-    iters: int = 20
-    warmup: int = 3
-    timeout_s: float = 1200.0
-    seed: int = 0
-    starts: tuple[str, ...] = STARTS
+    iters: int = option(20, "timed calls per trial", read=whole(1), cli_type=int)
+    warmup: int = option(3, "warm-up calls before timing", read=whole(0), cli_type=int)
+    timeout_s: float = option(1200.0, "seconds one start's process may take", toml="timeout",
+                              read=positive, cli_type=float)  # fmt: skip
+    seed: int = option(0, "seed of the random weights, inputs and sampler", read=whole(),
+                       cli_type=int)  # fmt: skip
+    starts: tuple[str, ...] = option(
+        START_KINDS, "the starts each trial measures: cold, cold,warm or cold,warm,portable",
+        read=parse_starts,
+    )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "starts", parse_starts(self.starts))
-        if self.iters < 1 or self.warmup < 0:
-            raise ConfigError("--iters must be at least 1 and --warmup at least 0")
-        if self.timeout_s <= 0:
-            raise ConfigError("--timeout must be positive")
+        config.validate(self)

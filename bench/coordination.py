@@ -57,9 +57,11 @@ class DatabaseClock:
 
 
 def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> None:
-    import autotune.study as st
+    import autotune.search.loop as loop
+    import autotune.search.step as st
     from autotune.measurement import Measurement
-    from autotune.store import Store
+    from autotune.search import join
+    from autotune.storage import Store
 
     record = {r.key: Measurement.from_dict(r.payload) for r in Store(RECORD).measurements(
         "toy64-grid")}  # fmt: skip
@@ -70,8 +72,8 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
         waited[0] += seconds
         sleep(seconds)
 
-    st.time.sleep = idle  # type: ignore[assignment]
-    search = st.join(study, url, force=True)
+    loop.time.sleep = idle  # type: ignore[assignment]
+    search = join(study, url, force=True)
     inside = [0.0]
 
     def measure(strategy):  # type: ignore[no-untyped-def]
@@ -83,26 +85,26 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
 
     search.measure = measure  # type: ignore[method-assign]
     steps = [0]
-    step = search.step
+    step = st.step
 
     def counted(*args):  # type: ignore[no-untyped-def]
         steps[0] += 1
         return step(*args)
 
-    search.step = counted  # type: ignore[method-assign]
+    st.step = counted  # type: ignore[assignment]
     clock = DatabaseClock()
     start = time.perf_counter()
-    outcome = search.run(progress=False)
+    outcome = loop.run(search)
     total = time.perf_counter() - start
-    out.put({"steps": steps[0], "measured": outcome.measured, "repeats": outcome.repeats,
+    out.put({"steps": steps[0], "measured": outcome.measured_here, "repeats": outcome.repeats,
              "coordination_s": total - inside[0] - waited[0], "db_s": clock.seconds,
              "calls": clock.calls})  # fmt: skip
 
 
 def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> None:
-    from autotune.sharing import submit
+    from autotune.search import submit
     from autotune.spec import StudySpec
-    from autotune.store import Store
+    from autotune.storage import Store
 
     spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec)
     spec = StudySpec.from_dict({**spec.to_dict(), "trials": trials, "sampler": sampler,

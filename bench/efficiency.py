@@ -32,14 +32,14 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from autotune.deduction import Tactics
 from autotune.measurement import Measurement
 from autotune.metrics import failure_stage_of
+from autotune.search import Search, open_search, run
+from autotune.search.deduction import Tactics
 from autotune.selection import Point, candidates, pareto
 from autotune.spec import StudySpec
-from autotune.store import Store
+from autotune.storage import Store
 from autotune.strategy import Strategy
-from autotune.study import Search
 
 NONE = Tactics(False, False, False, False, False)
 VARIANTS = {  # name: tactics
@@ -80,45 +80,52 @@ def hypervolume(points: list[Point], scale: Scale, ref: float = 1.1) -> float:
     return area
 
 
-class Replay(Search):
-    """A search whose measurements come from the record, not from a child process; it notes
-    the hypervolume after every measured strategy."""
+class Trace:
+    """A search's listener that notes, after every measured strategy, how many are measured,
+    the record's seconds spent measuring them, and the hypervolume of what is stored."""
 
-    record: dict[str, Measurement]
-    scale: Scale
-    trace: list[tuple[int, float, float]]  # measured strategies, seconds spent, hypervolume
-    missing: set[str]
+    def __init__(self, search: Search, record: dict[str, Measurement], scale: Scale) -> None:
+        self.search, self.record, self.scale = search, record, scale
+        self.trace: list[tuple[int, float, float]] = []
 
-    def measure(self, strategy: Strategy) -> Measurement:
-        if strategy.key not in self.record:
-            self.missing.add(strategy.key)
-            return Measurement(strategy.to_dict(), {}, {}, "failed", reason="not in the record")
-        m = self.record[strategy.key]
-        if not m.ok and not m.stage:  # recorded before failures had a stage: read its reason
-            m.stage = failure_stage_of(m.reason)
-        return m
+    def now(self, what: str) -> None:
+        pass
 
-    def step(self, tally, on_strategy=print):  # type: ignore[no-untyped-def]
-        key, what = super().step(tally, on_strategy)
-        if what == "measured":
-            spent = sum(self.record[k].wall_s or 0.0 for k in self.measured() if k in self.record)
-            hv = hypervolume(candidates(self.store, self.name), self.scale)
-            self.trace.append((len(self.measured()), spent, hv))
-        return key, what
+    def note(self, line: str) -> None:
+        pass
+
+    def measured(self, key: str, done: int) -> None:
+        search = self.search
+        measured = search.measured()
+        spent = sum(self.record[k].wall_s or 0.0 for k in measured if k in self.record)
+        hv = hypervolume(candidates(search.store.measurements(search.name)), self.scale)
+        self.trace.append((len(measured), spent, hv))
 
 
 def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, scale: Scale,
            target: float) -> tuple[int | None, float, float, set[str]]:  # fmt: skip
-    """(measured strategies needed, seconds spent then, hypervolume at the budget, missing)."""
+    """(measured strategies needed, seconds spent then, hypervolume at the budget, missing).
+    autotune's own loop runs, with each measurement looked up in the record."""
+    missing: set[str] = set()
+
+    def lookup(strategy: Strategy) -> Measurement:
+        if strategy.key not in record:
+            missing.add(strategy.key)
+            return Measurement(strategy.to_dict(), {}, {}, "failed", reason="not in the record")
+        m = record[strategy.key]
+        if not m.ok and not m.stage:  # recorded before failures had a stage: read its reason
+            m.stage = failure_stage_of(m.reason)
+        return m
+
     with tempfile.TemporaryDirectory() as folder:
-        search = Replay(spec, f"sqlite:///{folder}/replay.db")
-        search.record, search.scale, search.trace, search.missing = record, scale, [], set()
+        search = open_search(spec, f"sqlite:///{folder}/replay.db")
+        search.measure = lookup  # type: ignore[method-assign]
         search.tactics = tactics
-        search.baseline()
-        search.run(progress=False)
-        reached = next(((n, s) for n, s, hv in search.trace if hv >= target), (None, 0.0))
-        final = search.trace[-1][2] if search.trace else 0.0
-        return reached[0], reached[1], final, search.missing
+        trace = Trace(search, record, scale)
+        run(search, trace)
+        reached = next(((n, s) for n, s, hv in trace.trace if hv >= target), (None, 0.0))
+        final = trace.trace[-1][2] if trace.trace else 0.0
+        return reached[0], reached[1], final, missing
 
 
 def open_record(url: str, folder: str) -> Store:
@@ -147,7 +154,7 @@ def main() -> None:
         if row is None:
             raise SystemExit(f"no study {args.study} in {args.record}")
         record = {r.key: Measurement.from_dict(r.payload) for r in store.measurements(args.study)}
-        everything = candidates(store, args.study)
+        everything = candidates(store.measurements(args.study))
     recorded = StudySpec.from_dict(row.spec)
     front = pareto(everything)
     scale = Scale(front)

@@ -17,9 +17,9 @@ import tempfile
 import time
 
 from autotune.measurement import Measurement
+from autotune.search import open_search, run
 from autotune.spec import StudySpec
-from autotune.store import Store
-from autotune.study import Search
+from autotune.storage import Store
 
 
 def child_overhead(m: Measurement) -> dict[str, float]:
@@ -77,7 +77,7 @@ def main() -> None:
             iters=20,
             study="overhead",
         )
-        search = Search(spec, f"sqlite:///{folder}/o.db")
+        search = open_search(spec, f"sqlite:///{folder}/o.db")
         inside = []
         original = search.measure
 
@@ -89,7 +89,7 @@ def main() -> None:
 
         search.measure = timed_measure  # type: ignore[method-assign]
         start = time.perf_counter()
-        outcome = search.run(progress=False)
+        outcome = run(search)
         total = time.perf_counter() - start
         rows = [
             child_overhead(Measurement.from_dict(r.payload))
@@ -98,7 +98,7 @@ def main() -> None:
         ]
         print(header)
         report(rows, "toy-64 eager/aot_eager")
-        steps = outcome.measured + outcome.repeats
+        steps = outcome.measured_here + outcome.repeats
         parent = (total - sum(inside)) / max(1, steps)
         print(
             f"\nparent-side time per trial outside the child (Optuna + SQL, SQLite): "

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from autotune.measurement import Accuracy, Latency, Measurement, Memory
+from autotune.search import Search, open_search, run
 from autotune.spec import StudySpec
-from autotune.store import Store
+from autotune.storage import Store, Stored
 from autotune.strategy import Strategy
-from autotune.study import Search
 from autotune.workload import Workload
 
 FAST = {
@@ -25,6 +25,16 @@ def fast_spec(**over: object) -> StudySpec:
     """A toy-64 study over fast backends only (no inductor), quick enough for CI."""
     flags = {**FAST, "backend": "eager,aot_eager", **over}
     return StudySpec.from_sources(None, **flags)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that mostly wait (fault tests with real outages), then those that compile with
+    inductor, go first, so that pytest-xdist overlaps them with everything else instead of
+    ending on them."""
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("long") else 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)
 
 
 @pytest.fixture
@@ -45,8 +55,8 @@ def toy_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Search]:
     os.chdir(folder)
     try:
         spec = fast_spec(trials=10, granularity="none,full,regional,nested")
-        search = Search(spec, f"sqlite:///{folder}/t.db")
-        search.outcome = search.run(progress=False)  # type: ignore[attr-defined]
+        search = open_search(spec, f"sqlite:///{folder}/t.db")
+        search.outcome = run(search)  # type: ignore[attr-defined]
         yield search
     finally:
         os.chdir(old)
@@ -74,20 +84,29 @@ S = {
 }
 
 
-def hand_built(tmp_path: Path, with_nested: bool = False, feasible: bool = True) -> Store:
+def stored(key: str, number: int | None, payload: dict, deduced_from: str | None = None) -> Stored:
+    """A stored measurement as the store hands it out, without a store."""
+    return Stored(number or 0, key, number, payload["status"], payload, None, deduced_from, None)
+
+
+def hand_rows(with_nested: bool = False, feasible: bool = True) -> list[Stored]:
     """none (0 s, 10 ms); A (1 s, 5 ms); B (10 s, 2 ms); C (0.5 s, 12 ms, slower than eager);
     D (20 s, 1.9 ms, wrong answers); E (2 s, 6 ms, dominated by A)."""
-    store = Store(f"sqlite:///{tmp_path}/hand.db")
-    store.add_study("hand", {"model": {"name": "toy-64"}}, {"torch": torch.__version__})
     rows = {"none": (0.0, 10.0), "A": (1.0, 5.0), "B": (10.0, 2.0), "C": (0.5, 12.0),
             "D": (20.0, 1.9), "E": (2.0, 6.0)}  # fmt: skip
     if with_nested:
         rows["N"] = (0.8, 4.0)
-    for i, (name, (c, ms)) in enumerate(rows.items()):
-        ok = feasible and name != "D"
-        if name == "none" and not feasible:
-            continue
-        store.add_measurement("hand", S[name].key, i, point(S[name], c, ms, ok=ok))
+    return [stored(S[name].key, i, point(S[name], c, ms, ok=feasible and name != "D"))
+            for i, (name, (c, ms)) in enumerate(rows.items())
+            if feasible or name != "none"]  # fmt: skip
+
+
+def hand_built(tmp_path: Path, with_nested: bool = False, feasible: bool = True) -> Store:
+    """The rows of :func:`hand_rows` in a real SQLite study named ``hand``."""
+    store = Store(f"sqlite:///{tmp_path}/hand.db")
+    store.add_study("hand", {"model": {"name": "toy-64"}}, {"torch": torch.__version__})
+    for row in hand_rows(with_nested, feasible):
+        store.add_measurement("hand", row.key, row.trial_number, row.payload)
     return store
 
 

@@ -161,3 +161,17 @@ def sleepy_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
     """A backend that takes 3 s to compile (a trial long enough to freeze a worker in)."""
     time.sleep(3)
     return gm
+
+
+class Dawdles(Toy):
+    """toy-64's block stack, 20 ms slower per call (a sleep outside any graph): a trial lasts
+    long enough for a test to act while it runs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.02)
+        return super().forward(x)
+
+
+def slow_toy() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Dawdles(4), (torch.randn(10, 10),)

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from autotune.cli import main
-from autotune.store import Store
+from autotune.storage import Store
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_debug_shows_the_traceback() -> None:
         ([], "[space]\nflavour = ['x']\n", "unknown key 'flavour' in [space]"),
         ([], "[space]\ngranularity = ['partial']\n", "bad granularity 'partial'"),
         ([], "[space]\nbackend = ['nonesuch']\n", "unknown backend 'nonesuch'"),
-        ([], "[search]\ntrials = 0\n", "--trials must be at least 1"),
+        ([], "[search]\ntrials = 0\n", "trials = 0: expected a whole number of at least 1"),
         ([], "[bogus]\n", "unknown table [bogus]"),
         (["--granularity", "full", "--backend", "cudagraphs"], None, "search space is empty"),
         (["--granularity", ","], None, "search space is empty: no granularity"),

@@ -9,11 +9,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import trials
 from autotune.coordination import Coordinator, liveness
 from autotune.measurement import Measurement
 from autotune.space import Space
-from autotune.store import Store
+from autotune.storage import Store, optuna_storage
 from autotune.strategy import Strategy
 
 KEYS = {"a", "b", "c"}
@@ -63,7 +62,7 @@ def test_record_outcomes(store: Store) -> None:
 def test_a_silent_worker_is_reaped_only_past_the_grace_period(store, monkeypatch) -> None:
     monkeypatch.setattr(liveness, "GRACE_S", 1.0)
     w1, w2, name = _pair(store)
-    study = optuna.create_study(study_name=name, storage=trials.storage(store.url),
+    study = optuna.create_study(study_name=name, storage=optuna_storage(store.url),
                                 directions=["minimize"])  # fmt: skip
     t1, t2 = study.ask(), study.ask()  # w1's trial claims; w2's crashed before claiming
     assert w1.claim("a", t1.number, 10, KEYS) == "claimed"
@@ -85,7 +84,7 @@ def test_no_one_is_reaped_until_the_reaper_has_been_connected_for_the_grace_peri
     reap peers that are about to beat again."""
     monkeypatch.setattr(liveness, "GRACE_S", 1.0)
     w1, w2, name = _pair(store)
-    study = optuna.create_study(study_name=name, storage=trials.storage(store.url),
+    study = optuna.create_study(study_name=name, storage=optuna_storage(store.url),
                                 directions=["minimize"])  # fmt: skip
     t1 = study.ask()
     w1.claim("a", t1.number, 10, KEYS)
@@ -108,17 +107,17 @@ def test_a_failed_baseline_is_forgotten_once_and_a_good_one_kept(store: Store) -
 
 
 def test_search_retries_a_failed_baseline_on_resume(in_tmp: Path, capsys) -> None:
-    from autotune.study import Search
+    from autotune.search import open_search, run
     from tests.conftest import fast_spec
 
     spec = fast_spec(trials=3, granularity="none,full", backend="eager")
-    first = Search(spec, None)
+    first = open_search(spec, None)
     bad = Measurement(Strategy.create("none").to_dict(), {}, {}, "timeout", reason="no result")
     first.coord.claim("none", None, 1, set())
     first.coord.record("none", None, bad.to_dict())  # as a baseline that timed out
     first.coord.done("none")
-    again = Search(spec, None)
-    assert again.run(progress=False).stopped in ("budget", "exhausted")
+    again = open_search(spec, None)
+    assert run(again).stopped in ("budget", "exhausted")
     assert "the eager baseline failed before (timeout: no result); measuring it again" in (
         capsys.readouterr().err
     )
@@ -127,13 +126,13 @@ def test_search_retries_a_failed_baseline_on_resume(in_tmp: Path, capsys) -> Non
 
 def test_resuming_with_another_space_is_refused_and_a_narrower_one_kept(in_tmp: Path) -> None:
     from autotune.errors import ConfigError
-    from autotune.study import Search
+    from autotune.search import open_search
     from tests.conftest import fast_spec
 
-    first = Search(fast_spec(trials=2, backend="eager,aot_eager"), None)
+    first = open_search(fast_spec(trials=2, backend="eager,aot_eager"), None)
     with pytest.raises(ConfigError, match="adds backend inductor"):
-        Search(fast_spec(trials=2, backend="eager,inductor"), None)
-    narrow = Search(fast_spec(trials=2, backend="eager"), None)
+        open_search(fast_spec(trials=2, backend="eager,inductor"), None)
+    narrow = open_search(fast_spec(trials=2, backend="eager"), None)
     assert {s.backend for s in narrow.members} <= {"eager", "none"}
     stored = first.store.study(first.name).spec["space"]["backend"]
     assert stored == ["eager", "aot_eager"]  # the study's space, which its trials' use

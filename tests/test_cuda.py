@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import child, timing
+from autotune import device, timing
 from autotune.coordination import check_environment
 from autotune.errors import ConfigError
+from autotune.scenarios.inference import make_step
 from autotune.strategy import Strategy
 
 H100 = {"torch": "2.13.0", "cuda": "12.8", "device_name": "NVIDIA H100 80GB HBM3"}
@@ -32,12 +33,12 @@ def test_cuda_graph_strategies_mark_each_step_before_the_call(monkeypatch) -> No
         calls.append("call")
         return x
 
-    step = child.make_step(model, (torch.ones(1),), "inference", mark_steps=True)
+    step = make_step(model, (torch.ones(1),), "inference", mark_steps=True)
     step()
     step()
     assert calls == ["mark", "call", "mark", "call"]
     calls.clear()
-    child.make_step(model, (torch.ones(1),), "inference")()
+    make_step(model, (torch.ones(1),), "inference")()
     assert calls == ["call"]
     assert Strategy.create("full", "inductor", "reduce-overhead").uses_cuda_graphs()
     assert Strategy.create("regional", "cudagraphs").uses_cuda_graphs()
@@ -47,8 +48,8 @@ def test_cuda_graph_strategies_mark_each_step_before_the_call(monkeypatch) -> No
 def test_the_child_makes_the_workload_s_gpu_current(monkeypatch) -> None:
     chosen: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    child.use_device("cpu")
-    child.use_device("cuda:1")
+    device.use("cpu")
+    device.use("cuda:1")
     assert chosen == [torch.device("cuda:1")]
 
 

@@ -17,9 +17,9 @@ import pytest
 from autotune import dashboard
 from autotune.cli import main
 from autotune.dashboard import data, figures, page
-from autotune.store import Store
+from autotune.search import Search, open_search, run
+from autotune.storage import Store
 from autotune.strategy import Strategy
-from autotune.study import Search
 from tests.conftest import S, hand_built, point
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -30,19 +30,20 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def test_data_from_a_real_study(toy_study: Search) -> None:
     d = dashboard.load(toy_study.store, toy_study.name)
     info = data.pareto_info(d)
-    assert info["front"] and info["chosen"] and info["chosen"][2] == d.chosen.key  # type: ignore[union-attr]
-    assert info["eager"] is not None and info["eager"][0] == 0.0
-    assert all(p["key"] in p["hover"] and "latency" in p["hover"] for p in info["points"])
+    assert info.front and info.chosen and info.chosen[2] == d.chosen.key  # type: ignore[union-attr]
+    assert info.eager is not None and info.eager[0] == 0.0
+    hovers = [(p.key, figures.hover(p.trial)) for p in info.points]
+    assert all(key in text and "latency" in text for key, text in hovers)
     header = data.header_info(d)
-    assert sum(header["counts"].values()) == len(toy_study.store.measurements(toy_study.name))
-    assert header["eager_ms"] and header["torch"] and header["model"] == "toy-64"
+    assert sum(header.counts.values()) == len(toy_study.store.measurements(toy_study.name))
+    assert header.eager_ms and header.torch and header.model == "toy-64"
     samples = dict(data.latency_info(d))
     assert all(len(v) == 3 for v in samples.values())
-    speedups = [s for _, s, _ in data.speedup_info(d)]
+    speedups = [r.speedup for r in data.speedup_info(d)]
     assert speedups == sorted(speedups, reverse=True)
-    assert data.phases_info(d) and all(r["dynamo_s"] > 0 for r in data.phases_info(d))
+    assert data.phases_info(d) and all(r.dynamo_s > 0 for r in data.phases_info(d))
     par = data.parallel_info(d)
-    assert len(par["compile_s"]) == len(par["granularity"]) >= 10
+    assert len(par.compile_s) == len(par.granularity) >= 10
 
 
 def test_pareto_data_on_a_hand_built_study(tmp_path: Path) -> None:
@@ -51,9 +52,9 @@ def test_pareto_data_on_a_hand_built_study(tmp_path: Path) -> None:
     d = dashboard.load(hand_built(tmp_path), "hand", "knee")
     info = data.pareto_info(d)
     a, b = S["A"].key, S["B"].key
-    assert info["front"] == [(0.0, 10.0, "none"), (1.0, 5.0, a), (10.0, 2.0, b)]
-    assert info["chosen"] == (1.0, 5.0, a) and info["eager"] == (0.0, 10.0)
-    shown = {p["key"]: p["on_front"] for p in info["points"]}
+    assert info.front == [(0.0, 10.0, "none"), (1.0, 5.0, a), (10.0, 2.0, b)]
+    assert info.chosen == (1.0, 5.0, a) and info.eager == (0.0, 10.0)
+    shown = {p.key: p.on_front for p in info.points}
     assert shown == {"none": True, a: True, b: True, S["C"].key: False, S["E"].key: False}
 
 
@@ -65,8 +66,8 @@ def test_importances_read_the_latency_objective_wherever_it_stands(in_tmp: Path)
 
     spec = fast_spec(trials=8, sampler="random", objectives="latency,compile",
                      granularity="none,full,regional,nested")  # fmt: skip
-    search = Search(spec, None)
-    search.run(progress=False)
+    search = open_search(spec, None)
+    run(search)
     got = data.importance_info(search.store, search.name, ("latency", "compile"))
     study = optuna.load_study(study_name=search.name, storage=search.store.url)
     with warnings.catch_warnings():
@@ -80,18 +81,38 @@ def test_break_even_crossings_on_a_hand_built_study(tmp_path: Path) -> None:
     d = dashboard.load(hand_built(tmp_path), "hand", "knee")
     info = data.breakeven_info(d)
     # eager 10 ms; A: 1 s to save 5 ms a call; B: 10 s to save 8 ms a call
-    assert info["crossings"][S["A"].key] == pytest.approx(200)
-    assert info["crossings"][S["B"].key] == pytest.approx(1250)
-    calls = info["calls"]
-    a, eager = info["lines"][S["A"].key], info["lines"]["none"]
+    assert info.crossings[S["A"].key] == pytest.approx(200)
+    assert info.crossings[S["B"].key] == pytest.approx(1250)
+    calls = info.calls
+    a, eager = info.lines[S["A"].key], info.lines["none"]
     assert all((x < y) == (n > 200) for n, x, y in zip(calls, a, eager, strict=True) if n != 200)
     assert d.chosen is not None and d.chosen.key == S["A"].key
 
 
 def test_issues_table_shows_failures_breaks_and_wrong_answers(tmp_path: Path) -> None:
-    d = dashboard.load(hand_built(tmp_path), "hand")
-    rows = {r["key"]: r for r in data.issues_info(d)}
-    assert rows[S["D"].key]["status"] == "wrong answers"
+    store = hand_built(tmp_path)
+    broken = Strategy.create("nested", "aot_eager")
+    store.add_measurement("hand", broken.key, 7, {
+        **point(broken, 1.0, 1.0), "status": "failed", "latency": None,
+        "reason": "Unsupported: data-dependent branch",
+    })  # fmt: skip
+    breaks = Strategy.create("full", "eager", dynamic=True)
+    payload = point(breaks, 0.2, 9.0)
+    payload["graphs"] = {"count": 3, "breaks": 2, "break_reasons": ["print() in forward", "x"],
+                         "recompiles": 1, "recompile_reasons": ["size of x changed"]}  # fmt: skip
+    store.add_measurement("hand", breaks.key, 8, payload)
+    rows = {r.key: r for r in data.issues_info(dashboard.load(store, "hand"))}
+    assert rows[S["D"].key].status == "wrong answers"
+    assert rows[S["D"].key].reasons[0].startswith("wrong answers: ")
+    assert rows[broken.key].status == "failed"
+    assert rows[broken.key].reasons == ["Unsupported: data-dependent branch"]
+    assert (rows[breaks.key].status, rows[breaks.key].breaks, rows[breaks.key].recompiles) == (
+        "ok", 2, 1)  # fmt: skip
+    assert "print() in forward" in rows[breaks.key].reasons
+    assert "size of x changed" in rows[breaks.key].reasons
+    assert S["A"].key not in rows and "none" not in rows  # clean trials have no row
+    order = list(rows)
+    assert order.index(breaks.key) > order.index(broken.key)  # failures first
 
 
 def test_reasons_fold_and_options_show(tmp_path: Path) -> None:
@@ -107,8 +128,8 @@ def test_reasons_fold_and_options_show(tmp_path: Path) -> None:
     html = page.render(d, {})
     summary = "<details><summary>BackendCompilerFailed: inductor raised CppCompileError</summary>"
     assert summary in html and html.count("g++ error line") == 400  # all of it, folded
-    assert "options cpp_wrapper" in data.hover(next(t for t in d.trials if t.key == tuned.key))
-    assert "cpp_wrapper" in data.parallel_info(d)["options"]
+    assert "options cpp_wrapper" in figures.hover(d.trial(tuned.key))
+    assert "cpp_wrapper" in data.parallel_info(d).options
     assert page.folded("one line") == "<div>one line</div>"
 
 

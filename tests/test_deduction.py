@@ -8,11 +8,11 @@ import optuna
 import pytest
 import torch
 
-from autotune import deduction, metrics, runner
+from autotune import metrics, runner
 from autotune.measurement import Graphs, Measurement
+from autotune.search import Search, deduction, open_search, run
 from autotune.selection import candidates
 from autotune.strategy import Strategy
-from autotune.study import Search
 from tests.conftest import fast_spec
 
 
@@ -55,7 +55,7 @@ def test_failure_stage_reads_dynamo_s_exceptions() -> None:
 
 def _search(folder: Path, model: str, **space: object) -> Search:
     spec = fast_spec(model=model, layers=None, options="none", **space)
-    return Search(spec, f"sqlite:///{folder}/t.db")
+    return open_search(spec, f"sqlite:///{folder}/t.db")
 
 
 def _trial(search: Search, key: str) -> optuna.trial.FrozenTrial:
@@ -67,7 +67,7 @@ def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Pa
     search = _search(in_tmp, "tests.models:graph_break", granularity="full",
                      backend="eager,aot_eager,inductor", dynamic="none", fullgraph="true",
                      trials=1)  # fmt: skip
-    search.run(progress=False)
+    run(search)
     (measured,) = search.measured()  # one trial of the budget; all the others are implied
     source = Measurement.from_dict(search.store.measurement(search.name, measured).payload)
     assert source.status == "failed" and source.stage == "dynamo"
@@ -88,7 +88,7 @@ def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Pa
         first.strategy), search.spec.settings)  # fmt: skip
     assert real.status == "failed" and real.stage == "dynamo"
     assert search.measured() == {measured}  # one measured, all the others implied
-    assert search.coord.tally(search.keys).measured >= search.keys  # 3 settled: exhausted
+    assert search.coord.tally(search.keys).settled >= search.keys  # 3 settled: exhausted
 
 
 def test_graph_breaks_imply_fullgraph_fails_with_every_backend(in_tmp: Path) -> None:
@@ -114,7 +114,7 @@ def _one_trial(folder: Path, model: str, **space: object) -> tuple[Search, str, 
     that strategy's key and its measurement."""
     search = _search(folder, model, backend="eager", dynamic="none,false", trials=1,
                      equivalence=True, **space)  # fmt: skip
-    search.run(progress=False)
+    run(search)
     (key,) = search.measured() - {"none"}
     return search, key, Measurement.from_dict(search.store.measurement(search.name, key).payload)
 
@@ -132,7 +132,7 @@ def test_no_recompile_makes_dynamic_none_and_false_one_measurement(in_tmp: Path)
         trial = _trial(search, other)
         assert trial.user_attrs["repeat_of"] == first.number and trial.values == first.values
         assert "same compile as" in trial.user_attrs["deduced"]
-    assert {p.key for p in candidates(search.store, search.name)} == {"none", key}
+    assert {p.key for p in candidates(search.store.measurements(search.name))} == {"none", key}
 
 
 def test_a_recompile_keeps_dynamic_none_and_false_apart(in_tmp: Path) -> None:

@@ -16,7 +16,7 @@ import autotune
 from autotune.catalog.toy import Toy
 from autotune.cli import main
 from autotune.export import export
-from autotune.store import Store
+from autotune.storage import Store
 from autotune.strategy import Strategy
 from tests.conftest import S, hand_built, point
 

@@ -9,12 +9,13 @@ import pytest
 import torch
 
 import autotune
-from autotune import cli, export, generate, metrics
+from autotune import cli, device, export, metrics
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
 from autotune.measurement import Latency, Measurement, TokenCheck
 from autotune.runner import Settings, measure
-from autotune.store import Store
+from autotune.scenarios import generate
+from autotune.storage import Store
 from autotune.strategy import Strategy
 from autotune.workload import Workload
 from tests import models
@@ -138,9 +139,10 @@ def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
 def test_cudagraph_steps_are_marked_only_for_cuda_graph_strategies() -> None:
     overhead = Strategy.create("full", "inductor", "reduce-overhead")
     cuda = Workload(device="cuda:0", kind="generate")
-    assert generate.uses_cudagraphs(overhead, cuda)
-    assert not generate.uses_cudagraphs(Strategy.create("full", "inductor"), cuda)
-    assert not generate.uses_cudagraphs(overhead, GEN)
+    assert device.marks_steps(cuda.device, overhead.uses_cuda_graphs())
+    plain = Strategy.create("full", "inductor")
+    assert not device.marks_steps(cuda.device, plain.uses_cuda_graphs())
+    assert not device.marks_steps(GEN.device, overhead.uses_cuda_graphs())
 
 
 def test_generate_fields_round_trip_through_the_store(tmp_path: Path) -> None:

@@ -9,15 +9,15 @@ import optuna
 import sqlalchemy
 
 from autotune.cli import main
-from autotune.study import Search
+from autotune.search import open_search, run
 from tests.conftest import fast_spec
 from tests.postgres import PASSWORD
 
 
 def test_a_search_runs_unchanged_on_postgresql(postgres, in_tmp: Path, capsys) -> None:
     url = postgres.url
-    search = Search(fast_spec(trials=3, study="pg-toy"), url)
-    assert search.run(progress=False).stopped == "budget"
+    search = open_search(fast_spec(trials=3, study="pg-toy"), url)
+    assert run(search).stopped == "budget"
     study = optuna.load_study(study_name="pg-toy", storage=url)
     assert len([t for t in study.trials if t.state.name == "COMPLETE"]) >= 3
     tables = set(sqlalchemy.inspect(sqlalchemy.create_engine(url)).get_table_names())

@@ -15,8 +15,10 @@ def test_readme_setup_commands_install_torch_first_and_test_command_matches_ci()
     commands = [c for c in re.findall(r"```bash\n(.*?)```", text, re.S) if "pip install" in c]
     assert len(commands) == 2
     assert all(c.startswith("pip install torch==2.13.0 && ") for c in commands)
+    test = next(c for c in commands if "pytest" in c).strip()
+    pytest_args = test.split("python -m pytest", 1)[1]
     ci = (README.parent / ".ci" / "run").read_text()
-    assert 'pip install --quiet -e ".[test]" && python3 -m pytest -q' in ci
+    assert f'pip install --quiet -e ".[test]" && python3 -m pytest{pytest_args}\n' in ci
 
 
 def test_readme_python_example_runs(in_tmp: Path) -> None:

@@ -1,16 +1,14 @@
-"""Selection: the policies on a hand-built study, the Pareto front, and the sign test."""
+"""Selection: the policies on hand-built measurements (no database: selection is pure), the
+Pareto front, and the sign test."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from autotune.errors import AutotuneError
 from autotune.measurement import Latency, Measurement
 from autotune.selection import candidates, pareto, pick, sign_test
-from autotune.store import Store
-from tests.conftest import S, hand_built, point
+from tests.conftest import S, hand_rows, point, stored
 
 
 @pytest.mark.parametrize(
@@ -27,40 +25,35 @@ from tests.conftest import S, hand_built, point
         ("latency-budget:10", "none"),  # eager meets the budget: don't compile
     ],
 )
-def test_each_policy_picks_what_its_definition_says(tmp_path: Path, policy: str, expected: str):
-    store = hand_built(tmp_path)
-    assert pick(candidates(store, "hand"), policy).key == S[expected].key
+def test_each_policy_picks_what_its_definition_says(policy: str, expected: str) -> None:
+    assert pick(candidates(hand_rows()), policy).key == S[expected].key
 
 
-def test_front_and_impossible_budget(tmp_path: Path) -> None:
-    points = candidates(hand_built(tmp_path), "hand")
+def test_front_and_impossible_budget() -> None:
+    points = candidates(hand_rows())
     assert S["D"].key not in {p.key for p in points}  # infeasible: never a candidate
     assert [p.key for p in pareto(points)] == [S["none"].key, S["A"].key, S["B"].key]
     with pytest.raises(AutotuneError, match="no strategy meets the latency budget of 1 ms"):
         pick(points, "latency-budget:1")
 
 
-def test_quickest_falls_back_to_eager_when_nothing_beats_it(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path}/slow.db")
-    store.add_study("slow", {}, {})
-    store.add_measurement("slow", "none", 0, point(S["none"], 0.0, 10.0))
-    store.add_measurement("slow", S["C"].key, 1, point(S["C"], 0.5, 12.0))
-    assert pick(candidates(store, "slow"), "quickest").key == "none"
+def test_quickest_falls_back_to_eager_when_nothing_beats_it() -> None:
+    rows = [stored("none", 0, point(S["none"], 0.0, 10.0)),
+            stored(S["C"].key, 1, point(S["C"], 0.5, 12.0))]  # fmt: skip
+    assert pick(candidates(rows), "quickest").key == "none"
 
 
-def test_a_speedup_the_rounds_do_not_show_is_no_speedup(tmp_path: Path) -> None:
+def test_a_speedup_the_rounds_do_not_show_is_no_speedup() -> None:
     """Median 8 ms vs eager 10 ms, but compiled won only 3 of 5 interleaved rounds."""
     assert sign_test([10.0] * 5, [8, 8, 8, 12, 12]) == 1.0
     assert sign_test([10.0] * 8, [9.0] * 8) == pytest.approx(2 / 256)
-    store = Store(f"sqlite:///{tmp_path}/ns.db")
-    store.add_study("ns", {}, {})
-    store.add_measurement("ns", "none", 0, point(S["none"], 0.0, 10.0))
+    rows = [stored("none", 0, point(S["none"], 0.0, 10.0))]
     noisy = Measurement.from_dict(point(S["A"], 1.0, 8.0))
     noisy.latency = Latency([], 0, 0, 0, [8, 8, 8, 12, 12])
     noisy.latency.median_ms = 8.0
     noisy.eager_latency = Latency([], 0, 0, 0, [10.0] * 5)
-    store.add_measurement("ns", S["A"].key, 1, noisy.to_dict())
-    points = {p.key: p for p in candidates(store, "ns")}
+    rows.append(stored(S["A"].key, 1, noisy.to_dict()))
+    points = {p.key: p for p in candidates(rows)}
     assert points[S["A"].key].latency_ms == 10.0 and not points[S["A"].key].significant
     assert points[S["A"].key].raw_latency_ms == 8.0
     assert [p.key for p in pareto(list(points.values()))] == ["none"]
@@ -85,33 +78,33 @@ def _with_warm(strategy, cold: float, warm: float, ms: float) -> dict:
         ("restarts:100:1000", "B"),  # 1000 vs 718 vs 1101 s
     ],
 )
-def test_restarts_counts_one_cold_start_and_warm_restarts(tmp_path: Path, policy, expected):
+def test_restarts_counts_one_cold_start_and_warm_restarts(policy: str, expected: str) -> None:
     """Counting every start cold (amortized) picks regional's quick compile; a service that
     restarts with its caches in place pays full's cold compile once and its 2 s warm start
     after, and picks full."""
-    store = Store(f"sqlite:///{tmp_path}/r.db")
-    store.add_study("r", {}, {})
-    store.add_measurement("r", "none", 0, point(S["none"], 0.0, 10.0))
     full, regional = S["B"], S["C"]  # full/inductor and a regional strategy
-    store.add_measurement("r", full.key, 1, _with_warm(full, 20.0, 2.0, 5.0))
-    store.add_measurement("r", regional.key, 2, _with_warm(regional, 6.0, 5.0, 6.0))
-    chosen = pick(candidates(store, "r"), policy)
+    rows = [stored("none", 0, point(S["none"], 0.0, 10.0)),
+            stored(full.key, 1, _with_warm(full, 20.0, 2.0, 5.0)),
+            stored(regional.key, 2, _with_warm(regional, 6.0, 5.0, 6.0))]  # fmt: skip
+    chosen = pick(candidates(rows), policy)
     assert chosen.key == S[expected].key
-    points = {p.key: p for p in candidates(store, "r")}
+    points = {p.key: p for p in candidates(rows)}
     assert points[full.key].total_s(1000, 10, "warm") == pytest.approx(88.0)
 
 
 def test_objectives_and_policies_that_make_no_sense_are_refused() -> None:
     from autotune.errors import ConfigError
-    from autotune.selection import check_objectives, parse_policy
+    from autotune.objectives import check, parse_policy
 
-    check_objectives(("warm", "latency"), ("cold", "warm"))
+    check(("warm", "latency"), ("cold", "warm"))
     for bad in (("compile", "warm", "latency"), ("latency",), ("compile", "speed")):
         with pytest.raises(ConfigError, match="bad objectives"):
-            check_objectives(bad, ("cold", "warm", "portable"))
+            check(bad, ("cold", "warm", "portable"))
     with pytest.raises(ConfigError, match="needs portable starts"):
-        check_objectives(("portable", "latency"), ("cold", "warm"))
+        check(("portable", "latency"), ("cold", "warm"))
     assert parse_policy("restarts:50:1000") == ("restarts", (50.0, 1000.0))
-    for bad in ("restarts:50", "restarts:0:10", "amortized:x"):
+    assert parse_policy("amortized:1e3") == ("amortized", (1000.0,))
+    for bad in ("restarts:50", "restarts:0:10", "amortized:x", "amortized:nan", "amortized:inf",
+                "restarts:nan:5", "restarts:1.5:10", "latency-budget:-1", 5):  # fmt: skip
         with pytest.raises(ConfigError, match="bad policy"):
             parse_policy(bad)

@@ -121,5 +121,8 @@ def test_durations_and_sizes() -> None:
 
 
 def test_strategy_from_space_is_canonical() -> None:
-    assert all(s == s.canonical() for s in Space.default("cpu").strategies())
+    members = Space.default("cpu").strategies()
+    assert all(Strategy.from_dict(s.to_dict()) == s and Strategy(**s.to_dict()) == s
+               for s in members)  # fmt: skip
+    assert len({s.key for s in members}) == len(members)
     assert Strategy.create("none") in Space.default("cpu").strategies()

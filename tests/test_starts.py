@@ -17,7 +17,7 @@ from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
 from autotune.measurement import Measurement
 from autotune.runner import Settings, measure
-from autotune.store import Store
+from autotune.storage import Store
 from autotune.strategy import Strategy
 from autotune.workload import Workload
 

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy
 
 from autotune.errors import StorageError
-from autotune.store import SCHEMA_VERSION, Store, mask, resolve_url, scrub
+from autotune.storage import SCHEMA_VERSION, Store, mask, resolve_url, scrub
 
 
 def test_masking_hides_the_password_everywhere() -> None:

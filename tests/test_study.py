@@ -13,10 +13,10 @@ import optuna
 import psutil
 import pytest
 
-from autotune.deduction import Tactics
 from autotune.measurement import Measurement
+from autotune.search import Search, open_search, run
+from autotune.search.deduction import Tactics
 from autotune.selection import candidates, pareto
-from autotune.study import Search
 from tests.conftest import fast_spec
 
 
@@ -25,7 +25,7 @@ def test_optuna_reads_the_study_and_agrees_on_the_front(toy_study: Search) -> No
     assert study.metric_names == ["compile_s", "latency_ms"]
     assert len([t for t in study.trials if "repeat_of" not in t.user_attrs]) >= 10
     optuna_front = {t.user_attrs["key"] for t in study.best_trials}
-    ours = {p.key for p in pareto(candidates(toy_study.store, toy_study.name))}
+    ours = {p.key for p in pareto(candidates(toy_study.store.measurements(toy_study.name)))}
     assert optuna_front == ours and ours
 
 
@@ -63,8 +63,8 @@ def test_grid_enumerates_each_strategy_once_and_ends_exhausted(in_tmp: Path) -> 
         sampler="grid", granularity="none,full", backend="eager", dynamic="none,false",
         fullgraph="false", trials=50,
     )  # fmt: skip
-    search = Search(spec, None)
-    outcome = search.run(progress=False)
+    search = open_search(spec, None)
+    outcome = run(search)
     assert outcome.stopped == "exhausted"
     assert {r.key for r in search.store.measurements(search.name)} == {
         "none",
@@ -79,9 +79,9 @@ def test_failing_trial_does_not_stop_the_study(in_tmp: Path) -> None:
         model="tests.models:graph_break", layers=None, sampler="grid", granularity="full",
         backend="eager", dynamic="none", fullgraph="true,false",
     )  # fmt: skip
-    search = Search(spec, None)
+    search = open_search(spec, None)
     search.tactics = Tactics(anchors=False)  # else breaks-ok, an anchor, goes first
-    assert search.run(progress=False).stopped == "exhausted"
+    assert run(search).stopped == "exhausted"
     study = optuna.load_study(study_name=search.name, storage=search.store.url)
     states = {t.user_attrs["key"]: t for t in study.trials}
     failed = states["full/eager/-/dynamic=auto/fullgraph"]
@@ -93,13 +93,13 @@ def test_failing_trial_does_not_stop_the_study(in_tmp: Path) -> None:
 
 
 def test_resume_continues_where_it_stopped(in_tmp: Path) -> None:
-    first = Search(fast_spec(trials=3), None)
-    first.run(progress=False)
+    first = open_search(fast_spec(trials=3), None)
+    run(first)
     before = {r.key: r.id for r in first.store.measurements(first.name)}
     assert len(before) == 3
-    again = Search(fast_spec(trials=5), None)
+    again = open_search(fast_spec(trials=5), None)
     assert again.name == first.name
-    again.run(progress=False)
+    run(again)
     after = {r.key: r.id for r in again.store.measurements(again.name)}
     assert len(after) == 5 and all(after[k] == v for k, v in before.items())
 
@@ -179,14 +179,18 @@ def test_a_killed_search_takes_its_child_along(in_tmp: Path) -> None:
     assert _gone(child), "a SIGKILLed search left its trial's child running"
 
 
-@pytest.mark.parametrize("max_memory", [1.0])
-def test_memory_limit_makes_trials_infeasible(in_tmp: Path, max_memory: float) -> None:
+@pytest.mark.parametrize(("max_memory", "feasible"), [(1.0, False), (10_000_000.0, True)])
+def test_memory_limit_makes_trials_infeasible(in_tmp: Path, max_memory: float, feasible: bool):
+    """Both sides of the gate: a 1 MiB limit makes every trial that ran infeasible (Optuna has
+    no best trial); a limit above every peak leaves them feasible."""
     spec = fast_spec(
         sampler="grid", granularity="none,full", backend="eager", dynamic="none",
-        fullgraph="false", max_memory=max_memory,
+        fullgraph="false", max_memory=max_memory, study=f"mem-{feasible}",
     )  # fmt: skip
-    search = Search(spec, None)
-    search.run(progress=False)
+    search = open_search(spec, None)
+    run(search)
     study = optuna.load_study(study_name=search.name, storage=search.store.url)
-    assert all(t.constraints["memory"] > 0 for t in study.trials if t.state.name == "COMPLETE")
-    assert study.best_trials == []
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert done, "no trial ran: the gate was never tested"
+    assert all((t.constraints["memory"] <= 0) == feasible for t in done)
+    assert bool(study.best_trials) == feasible

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import optuna
+import pytest
 
-from autotune.store import Store
+from autotune.storage import Store
 from tests.postgres import PASSWORD
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -65,11 +66,14 @@ def _measured_once(url: str, study: str) -> collections.Counter:
     return collections.Counter(measured)
 
 
-def _consistent(url: str, study: str, budget: int) -> None:
-    """What a fault must never break: the budget measured, each strategy once, every stored
-    measurement one COMPLETE trial's (or FAIL's, for a failed one), nothing left RUNNING."""
+def _consistent(url: str, study: str, budget: int, returning: int = 0) -> None:
+    """What a fault must never break: the budget measured (plus at most one measurement per
+    worker that came back after being presumed dead: it is kept, never lost), each strategy
+    stored once, every stored measurement one COMPLETE trial's (or FAIL's, for a failed one),
+    nothing left RUNNING."""
     rows = Store(url).measurements(study)
-    assert len(rows) == budget and len({r.key for r in rows}) == budget
+    assert budget <= len(rows) <= budget + returning, (len(rows), budget, returning)
+    assert len({r.key for r in rows}) == len(rows)
     s = optuna.load_study(study_name=study, storage=url)
     assert not [t.number for t in s.trials if t.state.name == "RUNNING"]
     for r in rows:
@@ -80,6 +84,7 @@ def _consistent(url: str, study: str, budget: int) -> None:
     assert max(_measured_once(url, study).values()) == 1
 
 
+@pytest.mark.long
 def test_three_concurrent_workers_measure_each_strategy_once(postgres, tmp_path: Path) -> None:
     url = postgres.url
     _submit(tmp_path, url, "three", 8)
@@ -126,6 +131,7 @@ study = "killed"
 """
 
 
+@pytest.mark.long
 def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: Path) -> None:
     import time
 
@@ -171,6 +177,7 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
     assert max(_measured_once(url, "killed").values()) == 1
 
 
+@pytest.mark.long
 def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) -> None:
     """Longer than the grace period (30 s): every claim looks silent when the server is back,
     and no worker may reap a live peer for it."""
@@ -219,6 +226,7 @@ study = "frozen"
 """
 
 
+@pytest.mark.long
 def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None:
     """SIGSTOP a worker with its trial child for 2.5 grace periods: its peer fails its trial
     and goes on; when it comes back, its measurement is kept (told in a new trial) unless the
@@ -257,11 +265,12 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
     assert frozen.returncode == 0 and peer.returncode == 0, errs[-3000:]
     assert "Traceback" not in errs and "IntegrityError" not in errs
     assert ("failed by another worker" in outs[0][1]) or ("copy is dropped" in outs[0][1])
-    _consistent(url, "frozen", 8)
+    _consistent(url, "frozen", 8, returning=1)
     study = optuna.load_study(study_name="frozen", storage=url)
     assert study.trials[busy[0].trial_number].state.name == "FAIL"  # reaped by the peer
 
 
+@pytest.mark.long
 def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT}
     env.pop("AUTOTUNE_STORAGE", None)
@@ -281,6 +290,7 @@ def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     assert (tmp_path / "studies" / "two" / "best.json").is_file()
 
 
+@pytest.mark.long
 def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Path) -> None:
     import sqlalchemy
 
@@ -302,12 +312,13 @@ def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Pa
     assert len(Store(url).measurements("elsewhere")) == 2
 
 
+@pytest.mark.long
 def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     import time
 
-    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers",
-            "4", "--backend", "eager,aot_eager", "--granularity", "none,full,regional,nested",
-            "--dynamic", "none,false", "--fullgraph", "false", "--iters", "30", "--trials",
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:slow_toy",
+            "--backend", "eager,aot_eager", "--granularity", "none,full,regional,nested",
+            "--dynamic", "none,false", "--fullgraph", "false", "--iters", "20", "--trials",
             "7", "--no-progress", "--study", "resume"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": ROOT, "AUTOTUNE_HEARTBEAT_S": "1",
            "AUTOTUNE_GRACE_S": "3"}  # fmt: skip
@@ -322,6 +333,8 @@ def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
             claims, rows = Store(db).claims("resume"), Store(db).measurements("resume")
             if len(rows) >= 3 and len(claims) > len(rows):  # mid-trial
                 break
+    else:
+        raise AssertionError("the search never reached the middle of a trial")
     first.kill()  # kill -9, mid-study
     first.wait()
     before = {r.key: r.id for r in Store(db).measurements("resume")}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.catalog.presets import PRESETS, preset_layers, presets
+from autotune.config import option
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,10 +31,11 @@ ACCEPTED = "a local directory with a config.json, or package.module:function"
 class ModelRef:
     """A model to measure: a preset name, a local directory, or ``package.module:function``."""
 
-    name: str
-    layers: int | None = None
-    seed: int = 0
-    weights: str | None = None
+    name: str = option(None, "a preset, a directory with a config.json, or module:function",
+                       flag="--model")  # fmt: skip
+    layers: int | None = option(None, "shorten a preset to N repeated blocks", cli_type=int)
+    seed: int = option(0, "seed of the random weights and inputs", cli_type=int)
+    weights: str | None = option(None, "a local directory holding the model's real weights")
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():

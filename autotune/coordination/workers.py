@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from autotune.errors import ConfigError
 
@@ -31,6 +33,10 @@ def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool)
         )
 
 
+class Following(Protocol):
+    def measured(self, key: str, done: int) -> None: ...
+
+
 class LocalWorkers:
     """``search --workers K``: K worker processes on this machine, one per GPU where there
     are GPUs, joined to the study through its storage URL (passed in the environment, which
@@ -54,6 +60,21 @@ class LocalWorkers:
         import torch
 
         return [f"cuda:{i % torch.cuda.device_count()}" for i in range(count)]
+
+    def follow(self, done: Callable[[], int], listener: Following) -> str:
+        """Wait for the workers to end, telling ``listener`` each time ``done()`` (the study's
+        measured strategies) grows; ``finished``, or ``interrupted`` (Ctrl-C stops them all)."""
+        seen = -1
+        try:
+            while self.running():
+                if (now := done()) != seen:
+                    seen = now
+                    listener.measured(f"{len(self.procs)} workers", now)
+                time.sleep(2)
+        except KeyboardInterrupt:
+            self.stop()
+            return "interrupted"
+        return "finished"
 
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs)

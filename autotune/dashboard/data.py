@@ -1,19 +1,21 @@
-"""The dashboard's data: a study read once from the store, then one pure function per plot.
-
-Each ``*_info`` function is testable on its own; :mod:`.figures` only draws what they return.
+"""The dashboard's data: a study read once from the store, then one pure function per figure,
+each returning a NamedTuple (or a list of them) that :mod:`.figures` only draws.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from autotune.errors import ConfigError
 from autotune.measurement import Measurement
-from autotune.selection import SPEEDS, Point, candidates, gain, pareto, pick
-from autotune.store import Store, mask
+from autotune.objectives import SPEEDS
+from autotune.objectives import default as default_objectives
+from autotune.selection import Point, candidates, gain, pareto, pick
+from autotune.storage import Store, mask
 from autotune.strategy import Strategy
 
 CALLS = [10**e for e in range(0, 9)]  # the break-even plot's x axis, calls made after compiling
@@ -22,7 +24,7 @@ MIN_TRIALS_FOR_IMPORTANCE = 6
 
 @dataclass
 class Trial:
-    """One measured strategy of the study, as the dashboard shows it."""
+    """One stored strategy of the study, as the dashboard shows it."""
 
     key: str
     strategy: Strategy
@@ -51,97 +53,110 @@ class StudyData:
 
     @property
     def objectives(self) -> tuple[str, ...]:
-        return tuple(self.spec.get("objectives") or ("compile", "latency"))
+        kind = (self.spec.get("workload") or {}).get("kind", "inference")
+        return tuple(self.spec.get("objectives") or default_objectives(kind))
+
+    def trial(self, key: str) -> Trial | None:
+        return next((t for t in self.trials if t.key == key), None)
 
 
 def load(store: Store, study: str, policy: str | None = None) -> StudyData:
-    """Read a study: its spec, every measurement, the candidates and the chosen point."""
+    """Read a study once: its spec, every stored measurement and export; then the candidates
+    and the chosen point, from what was read."""
     row = store.study(study)
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
-    trials = [
-        Trial(
-            r.key,
-            Strategy.from_dict(r.payload["strategy"]),
-            Measurement.from_dict(r.payload),
-            r.trial_number,
-        )
-        for r in store.measurements(study)
-    ]
+    stored = store.measurements(study)
+    trials = [Trial(r.key, Strategy.from_dict(r.payload["strategy"]),
+                    Measurement.from_dict(r.payload), r.trial_number) for r in stored]  # fmt: skip
     exports = store.exports(study)
     policy = policy or (exports[-1].policy if exports else row.spec.get("policy", "knee"))
-    points = candidates(store, study, row.spec.get("max_memory_mb"))
+    points = candidates(stored, row.spec.get("max_memory_mb"))
+    d = StudyData(study, mask(store.url), row.spec, row.environment, trials, points, None, policy)
     try:
-        objectives = tuple(row.spec.get("objectives") or ("compile", "latency"))
-        chosen = pick(points, policy, objectives) if points else None
+        d.chosen = pick(points, policy, d.objectives) if points else None
     except Exception:  # a policy no point meets (an impossible latency budget): show none
-        chosen = None
-    counts: dict[str, int] = {}
+        d.chosen = None
     for t in trials:
         status = t.measurement.status
         if status == "ok" and not t.feasible:
             status = "wrong answers"
-        if t.measurement.deduced:  # settled without measuring (autotune.deduction)
+        if t.measurement.deduced:  # settled without measuring (autotune.search.deduction)
             status = "implied failures" if status != "ok" else "told as repeats"
-        counts[status] = counts.get(status, 0) + 1
-    return StudyData(
-        study, mask(store.url), row.spec, row.environment, trials, points, chosen, policy, counts
-    )
+        d.counts[status] = d.counts.get(status, 0) + 1
+    return d
 
 
-def header_info(d: StudyData) -> dict[str, Any]:
+class Header(NamedTuple):
+    study: str
+    storage: str
+    model: str | None
+    workload: str
+    device: str
+    torch: str | None
+    counts: dict[str, int]
+    eager_ms: float | None
+    chosen: str | None
+    policy: str
+
+
+def header_info(d: StudyData) -> Header:
     """The header: what was studied where, trial counts, the baseline and the choice."""
     w = d.spec.get("workload", {})
-    baseline = next((t for t in d.trials if t.key == "none"), None)
-    eager_ms = (
-        baseline.measurement.latency.median_ms
-        if baseline and baseline.measurement.latency
-        else None
-    )
-    return {
-        "study": d.name,
-        "storage": d.storage,
-        "model": (d.spec.get("model") or {}).get("name"),
-        "workload": f"{w.get('kind')} · batch {w.get('batch_size')} · seq {w.get('seq_len')} · "
+    baseline = d.trial("none")
+    latency = baseline.measurement.latency if baseline else None
+    return Header(
+        d.name, d.storage, (d.spec.get("model") or {}).get("name"),
+        f"{w.get('kind')} · batch {w.get('batch_size')} · seq {w.get('seq_len')} · "
         f"{w.get('dtype')}",
-        "device": f"{w.get('device')} · {d.environment.get('device_name')}",
-        "torch": d.environment.get("torch"),
-        "counts": dict(sorted(d.counts.items())),
-        "eager_ms": eager_ms,
-        "chosen": d.chosen.key if d.chosen else None,
-        "policy": d.policy,
-    }
+        f"{w.get('device')} · {d.environment.get('device_name')}", d.environment.get("torch"),
+        dict(sorted(d.counts.items())), latency.median_ms if latency else None,
+        d.chosen.key if d.chosen else None, d.policy,
+    )  # fmt: skip
 
 
-def pareto_info(d: StudyData) -> dict[str, Any]:
+class ParetoPoint(NamedTuple):
+    key: str
+    compile_s: float
+    latency_ms: float
+    granularity: str
+    backend: str
+    speedup: float
+    on_front: bool
+    trial: Trial | None  # for the hover box
+
+
+class ParetoInfo(NamedTuple):
+    points: list[ParetoPoint]
+    front: list[tuple[float, float, str]]  # compile, latency, key: in compile order
+    eager: tuple[float, float] | None
+    chosen: tuple[float, float, str] | None
+
+
+def pareto_info(d: StudyData) -> ParetoInfo:
     """Every feasible point, the front (joined in order), eager, and the chosen point."""
-    front = pareto(d.points)
-    by_key = {t.key: t for t in d.trials}
+    front = pareto(d.points)  # the figure's two axes: cold compile and latency
     rows = []
     for p in d.points:
-        s = by_key[p.key].strategy if p.key in by_key else Strategy.from_dict(p.strategy)
-        rows.append(
-            {
-                "key": p.key,
-                "compile_s": p.compile_s,
-                "latency_ms": p.latency_ms,
-                "granularity": s.granularity,
-                "backend": s.backend,
-                "speedup": p.speedup,
-                "on_front": p in front,
-                "hover": hover(by_key.get(p.key)),
-            }
-        )
+        t = d.trial(p.key)
+        s = t.strategy if t else Strategy.from_dict(p.strategy)
+        rows.append(ParetoPoint(p.key, p.compile_s, p.latency_ms, s.granularity, s.backend,
+                                p.speedup, p in front, t))  # fmt: skip
     eager = next((p for p in d.points if p.key == "none"), None)
-    return {
-        "points": rows,
-        "front": [(p.compile_s, p.latency_ms, p.key) for p in front],
-        "eager": (eager.compile_s, eager.latency_ms) if eager else None,
-        "chosen": (d.chosen.compile_s, d.chosen.latency_ms, d.chosen.key) if d.chosen else None,
-    }
+    chosen = (d.chosen.compile_s, d.chosen.latency_ms, d.chosen.key) if d.chosen else None
+    return ParetoInfo(rows, [(p.compile_s, p.latency_ms, p.key) for p in front],
+                      (eager.compile_s, eager.latency_ms) if eager else None, chosen)  # fmt: skip
 
 
-def breakeven_info(d: StudyData) -> dict[str, Any]:
+class BreakevenInfo(NamedTuple):
+    calls: list[int]
+    lines: dict[str, list[float]]  # key -> a cold start and its calls, per number of calls
+    crossings: dict[str, float]  # key -> calls after which it beats eager (inf: never)
+    warm: dict[str, list[float]]  # the same after a warm start, where one is cheaper
+    warm_crossings: dict[str, float]
+
+
+def breakeven_info(d: StudyData) -> BreakevenInfo:
     """Time of one start and its calls, against calls, for the front and eager: after a cold
     start and after a warm one (a restart with the caches in place), and where each beats
     eager."""
@@ -160,44 +175,69 @@ def breakeven_info(d: StudyData) -> dict[str, Any]:
         crossings[p.key] = p.compile_s / gain_s if gain_s > 0 else math.inf
         if p.key in warm:
             warm_crossings[p.key] = p.warm_s / gain_s if gain_s > 0 else math.inf
-    return {"calls": CALLS, "lines": lines, "crossings": crossings, "warm": warm,
-            "warm_crossings": warm_crossings}  # fmt: skip
+    return BreakevenInfo(CALLS, lines, crossings, warm, warm_crossings)
 
 
-def speedup_info(d: StudyData) -> list[tuple[str, float, bool]]:
-    """Speedup over eager of each feasible compiled trial, best first, and whether the
-    interleaved rounds show it (sign test)."""
-    rows = [
-        (t.key, t.measurement.speedup or 0.0, gain(t.measurement) != 1.0)
-        for t in d.trials
-        if t.feasible and t.key != "none"
-    ]
-    return sorted(rows, key=lambda r: -r[1])
+class SpeedupRow(NamedTuple):
+    key: str
+    speedup: float
+    shown: bool  # the interleaved rounds show it (sign test)
 
 
-def latency_info(d: StudyData) -> list[tuple[str, list[float]]]:
+def speedup_info(d: StudyData) -> list[SpeedupRow]:
+    """Speedup over eager of each feasible compiled trial, best first."""
+    rows = [SpeedupRow(t.key, t.measurement.speedup or 0.0, gain(t.measurement) != 1.0)
+            for t in d.trials if t.feasible and t.key != "none"]  # fmt: skip
+    return sorted(rows, key=lambda r: -r.speedup)
+
+
+class LatencyRow(NamedTuple):
+    key: str
+    samples_ms: list[float]
+
+
+def latency_info(d: StudyData) -> list[LatencyRow]:
     """The raw latency samples of each trial that ran (eager first), for box plots."""
-    rows = [(t.key, t.measurement.latency.samples_ms) for t in d.trials if t.measurement.latency]
-    return sorted(rows, key=lambda r: (r[0] != "none", sorted(r[1])[len(r[1]) // 2]))
+    rows = [LatencyRow(t.key, t.measurement.latency.samples_ms)
+            for t in d.trials if t.measurement.latency]  # fmt: skip
+    return sorted(rows, key=lambda r: (r.key != "none", statistics.median(r.samples_ms)))
 
 
-def parallel_info(d: StudyData) -> dict[str, list[Any]]:
-    """Strategy fields and both objectives, one column per axis, for the trials that ran."""
-    ms = [(t, t.measurement) for t in d.trials]
-    ran = [t for t, m in ms if m.ok and m.latency and not m.deduced]
-    return {
-        "granularity": [t.strategy.granularity for t in ran],
-        "backend": [t.strategy.backend for t in ran],
-        "mode": [t.strategy.mode or "-" for t in ran],
-        "options": ["+".join(t.strategy.options) or "none" for t in ran],
-        "dynamic": [str(t.strategy.dynamic) for t in ran],
-        "fullgraph": [str(t.strategy.fullgraph) for t in ran],
-        "compile_s": [t.measurement.compile_s for t in ran],
-        "latency_ms": [t.measurement.latency.median_ms for t in ran],  # type: ignore[union-attr]
-    }
+class ParallelInfo(NamedTuple):
+    """One column per axis, one row per trial that ran."""
+
+    granularity: list[str]
+    backend: list[str]
+    mode: list[str]
+    options: list[str]
+    dynamic: list[str]
+    fullgraph: list[str]
+    compile_s: list[float]
+    latency_ms: list[float]
 
 
-def phases_info(d: StudyData) -> list[dict[str, float | str]]:
+def parallel_info(d: StudyData) -> ParallelInfo:
+    """Strategy fields and both objectives, for the trials that ran."""
+    ran = [t for t in d.trials if t.measurement.ok and t.measurement.latency
+           and not t.measurement.deduced]  # fmt: skip
+    return ParallelInfo(
+        [t.strategy.granularity for t in ran], [t.strategy.backend for t in ran],
+        [t.strategy.mode or "-" for t in ran],
+        ["+".join(t.strategy.options) or "none" for t in ran],
+        [str(t.strategy.dynamic) for t in ran], [str(t.strategy.fullgraph) for t in ran],
+        [t.measurement.compile_s or 0.0 for t in ran],
+        [t.measurement.latency.median_ms for t in ran],  # type: ignore[union-attr]
+    )  # fmt: skip
+
+
+class PhaseRow(NamedTuple):
+    key: str
+    dynamo_s: float
+    backend_s: float  # AOT autograd and inductor, without its code generation
+    codegen_s: float
+
+
+def phases_info(d: StudyData) -> list[PhaseRow]:
     """Compile time split into dynamo and the backend (inductor's codegen within it)."""
     rows = []
     for t in d.trials:
@@ -206,18 +246,19 @@ def phases_info(d: StudyData) -> list[dict[str, float | str]]:
             continue
         backend = ph.get("backend_s", 0.0)
         codegen = min(ph.get("codegen_s", 0.0), backend)
-        rows.append(
-            {
-                "key": t.key,
-                "dynamo_s": ph.get("dynamo_s", 0.0),
-                "backend_s": backend - codegen,
-                "codegen_s": codegen,
-            }
-        )
+        rows.append(PhaseRow(t.key, ph.get("dynamo_s", 0.0), backend - codegen, codegen))
     return rows
 
 
-def issues_info(d: StudyData) -> list[dict[str, Any]]:
+class IssueRow(NamedTuple):
+    key: str
+    status: str
+    breaks: int
+    recompiles: int
+    reasons: list[str]
+
+
+def issues_info(d: StudyData) -> list[IssueRow]:
     """Graph breaks, recompiles and failures, with their reasons, worst first."""
     rows = []
     for t in d.trials:
@@ -237,26 +278,20 @@ def issues_info(d: StudyData) -> list[dict[str, Any]]:
             if m.ok:
                 continue  # a repeat of a measured trial, whose row is there already
             status = f"{status} (implied)"
-        rows.append(
-            {
-                "key": t.key,
-                "status": "recompile limit hit" if status == "ok" and m.limit_hit else status,
-                "breaks": g.breaks if g else 0,
-                "recompiles": g.recompiles if g else 0,
-                "reasons": reasons,
-            }
-        )
-    return sorted(rows, key=lambda r: (r["status"] == "ok", -r["breaks"] - r["recompiles"]))
+        status = "recompile limit hit" if status == "ok" and m.limit_hit else status
+        rows.append(IssueRow(t.key, status, g.breaks if g else 0, g.recompiles if g else 0,
+                             reasons))  # fmt: skip
+    return sorted(rows, key=lambda r: (r.status == "ok", -r.breaks - r.recompiles))
 
 
 def importance_info(store: Store, study: str, objectives: tuple[str, ...]) -> dict[str, float]:
-    """Optuna's parameter importances for latency, once there are enough completed trials."""
+    """Optuna's parameter importances for latency (read from Optuna's tables), once there are
+    enough completed trials."""
     import optuna
 
-    from autotune.trials import quiet_optuna
+    from autotune.search.sampler import quiet_optuna
 
     latency = next(i for i, o in enumerate(objectives) if o in SPEEDS)
-
     quiet_optuna()
     try:
         s = optuna.load_study(study_name=study, storage=store.url)
@@ -272,43 +307,3 @@ def importance_info(store: Store, study: str, objectives: tuple[str, ...]) -> di
             return optuna.importance.get_param_importances(s, target=lambda t: t.values[latency])
     except (ValueError, RuntimeError):  # a parameter that never varied, too few trials, ...
         return {}
-
-
-def hover(t: Trial | None) -> str:
-    """The full strategy and its measurements, for a point's hover box."""
-    if t is None:
-        return ""
-    m, s = t.measurement, t.strategy
-    lines = [
-        f"<b>{s.key}</b>",
-        f"mode {s.mode or '-'} · options {'+'.join(s.options) or 'none'} · "
-        f"dynamic {s.dynamic} · fullgraph {s.fullgraph}",
-    ]
-    if m.deduced:
-        lines.append(f"not measured: {m.deduced}")
-    if m.latency and m.compile_s is not None:
-        lines.append(
-            f"compile {m.compile_s:.2f} s · latency {m.latency.median_ms:.3f} ms "
-            f"(p10 {m.latency.p10_ms:.3f}, p90 {m.latency.p90_ms:.3f})"
-        )
-    if m.starts.get("warm") or m.starts.get("portable"):
-        costs = " · ".join(f"{k} {m.start_s(k):.2f} s" for k in ("warm", "portable")
-                           if m.start_s(k) is not None)  # fmt: skip
-        lines.append(f"later starts: {costs or 'not measured'}")
-    if m.ttft and m.tokens_per_s:
-        lines.append(f"TTFT {m.ttft.median_ms:.1f} ms · {m.tokens_per_s:.1f} tokens/s "
-                     "(latency: per decoded token)")  # fmt: skip
-    if m.speedup:
-        lines.append(f"speedup {m.speedup:.2f}x vs eager in the same process")
-    if m.graphs and m.graphs.limit_hit:
-        lines.append(f"<b>{m.graphs.limit_hit[:160]}</b>: not the compiled latency")
-    if m.memory:
-        lines.append(f"peak memory {m.memory.compiled_peak_mb:.0f} MiB ({m.memory.kind})")
-    if m.graphs:
-        lines.append(
-            f"{m.graphs.count} graphs · {m.graphs.breaks} breaks · "
-            f"{m.graphs.recompiles} recompiles"
-        )
-    if t.trial_number is not None:
-        lines.append(f"trial {t.trial_number}")
-    return "<br>".join(lines)

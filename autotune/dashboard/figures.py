@@ -1,11 +1,22 @@
-"""The dashboard's figures: thin Plotly builders over what :mod:`.data` computed."""
+"""The dashboard's figures: thin Plotly builders over what :mod:`.data` computed, and the
+hover text of a point."""
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Any
 
-from autotune.dashboard.data import MIN_TRIALS_FOR_IMPORTANCE
+from autotune.dashboard.data import (
+    MIN_TRIALS_FOR_IMPORTANCE,
+    BreakevenInfo,
+    LatencyRow,
+    ParallelInfo,
+    ParetoInfo,
+    PhaseRow,
+    SpeedupRow,
+    Trial,
+)
 
 MAX_ROWS = 40  # per-trial bar and box charts show at most this many rows (the best ones)
 
@@ -26,32 +37,74 @@ def _empty(fig: Any, text: str) -> Any:
     return fig
 
 
-def pareto_figure(info: dict[str, Any]) -> Any:
+def hover(t: Trial | None) -> str:
+    """The full strategy and its measurements, for a point's hover box (HTML, escaped)."""
+    if t is None:
+        return ""
+    m, s = t.measurement, t.strategy
+    lines = [
+        f"<b>{html.escape(s.key)}</b>",
+        html.escape(
+            f"mode {s.mode or '-'} · options {'+'.join(s.options) or 'none'} · "
+            f"dynamic {s.dynamic} · fullgraph {s.fullgraph}"
+        ),
+    ]
+    if m.deduced:
+        lines.append(html.escape(f"not measured: {m.deduced}"))
+    if m.latency and m.compile_s is not None:
+        lines.append(
+            f"compile {m.compile_s:.2f} s · latency {m.latency.median_ms:.3f} ms "
+            f"(p10 {m.latency.p10_ms:.3f}, p90 {m.latency.p90_ms:.3f})"
+        )
+    if m.starts.get("warm") or m.starts.get("portable"):
+        costs = " · ".join(f"{k} {m.start_s(k):.2f} s" for k in ("warm", "portable")
+                           if m.start_s(k) is not None)  # fmt: skip
+        lines.append(f"later starts: {costs or 'not measured'}")
+    if m.ttft and m.tokens_per_s:
+        lines.append(f"TTFT {m.ttft.median_ms:.1f} ms · {m.tokens_per_s:.1f} tokens/s "
+                     "(latency: per decoded token)")  # fmt: skip
+    if m.speedup:
+        lines.append(f"speedup {m.speedup:.2f}x vs eager in the same process")
+    if m.graphs and m.graphs.limit_hit:
+        lines.append(f"<b>{html.escape(m.graphs.limit_hit[:160])}</b>: not the compiled latency")
+    if m.memory:
+        lines.append(f"peak memory {m.memory.compiled_peak_mb:.0f} MiB ({m.memory.kind})")
+    if m.graphs:
+        lines.append(
+            f"{m.graphs.count} graphs · {m.graphs.breaks} breaks · "
+            f"{m.graphs.recompiles} recompiles"
+        )
+    if t.trial_number is not None:
+        lines.append(f"trial {t.trial_number}")
+    return "<br>".join(lines)
+
+
+def pareto_figure(info: ParetoInfo) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    backends = sorted({p["backend"] for p in info["points"]})
+    backends = sorted({p.backend for p in info.points})
     for g in ("none", "full", "regional", "nested"):
-        pts = [p for p in info["points"] if p["granularity"] == g]
+        pts = [p for p in info.points if p.granularity == g]
         if pts:
             fig.add_trace(
                 go.Scatter(
-                    x=[p["compile_s"] for p in pts],
-                    y=[p["latency_ms"] for p in pts],
+                    x=[p.compile_s for p in pts],
+                    y=[p.latency_ms for p in pts],
                     mode="markers",
                     name=g,
-                    hovertext=[p["hover"] for p in pts],
+                    hovertext=[hover(p.trial) for p in pts],
                     hovertemplate="%{hovertext}<extra></extra>",
                     marker={
                         "size": 11,
                         "color": COLOURS[g],
                         "line": {"width": 1, "color": "white"},
-                        "symbol": [SYMBOLS[backends.index(p["backend"]) % 8] for p in pts],
+                        "symbol": [SYMBOLS[backends.index(p.backend) % 8] for p in pts],
                     },
                 )
             )
-    if info["front"]:
-        xs, ys, keys = zip(*info["front"], strict=True)
+    if info.front:
+        xs, ys, keys = zip(*info.front, strict=True)
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -63,24 +116,24 @@ def pareto_figure(info: dict[str, Any]) -> Any:
                 hoverinfo="text",
             )
         )
-    if info["eager"]:
+    if info.eager:
         fig.add_trace(
             go.Scatter(
-                x=[info["eager"][0]],
-                y=[info["eager"][1]],
+                x=[info.eager[0]],
+                y=[info.eager[1]],
                 mode="markers",
                 name="eager (reference)",
                 hoverinfo="name",
                 marker={"symbol": "star", "size": 18, "color": "black"},
             )
         )
-    if info["chosen"]:
+    if info.chosen:
         fig.add_trace(
             go.Scatter(
-                x=[info["chosen"][0]],
-                y=[info["chosen"][1]],
+                x=[info.chosen[0]],
+                y=[info.chosen[1]],
                 mode="markers",
-                name=f"chosen: {info['chosen'][2]}",
+                name=f"chosen: {info.chosen[2]}",
                 hoverinfo="name",
                 marker={
                     "symbol": "circle-open",
@@ -95,7 +148,7 @@ def pareto_figure(info: dict[str, Any]) -> Any:
         xaxis_title="cold compile (s)",
         yaxis_title="median latency (ms)",
     )
-    if not info["points"]:
+    if not info.points:
         _empty(fig, "no feasible trial yet")
     return fig
 
@@ -108,17 +161,17 @@ def _breakeven_label(key: str, cross: float | None, start: str) -> str:
     return f"{key}{start} (beats eager after {cross:,.0f} calls)"
 
 
-def breakeven_figure(info: dict[str, Any]) -> Any:
+def breakeven_figure(info: BreakevenInfo) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    curves = [(k, v, info["crossings"].get(k), "", "dash" if k == "none" else "solid")
-              for k, v in info["lines"].items()]  # fmt: skip
-    curves += [(k, v, info["warm_crossings"].get(k), ", warm start", "dot")
-               for k, v in info.get("warm", {}).items()]  # fmt: skip
+    curves = [(k, v, info.crossings.get(k), "", "dash" if k == "none" else "solid")
+              for k, v in info.lines.items()]  # fmt: skip
+    curves += [(k, v, info.warm_crossings.get(k), ", warm start", "dot")
+               for k, v in info.warm.items()]  # fmt: skip
     for key, totals, cross, start, dash in curves:
         fig.add_trace(go.Scatter(
-            x=info["calls"], y=totals, mode="lines+markers",
+            x=info.calls, y=totals, mode="lines+markers",
             name=_breakeven_label(key, cross, start), line={"dash": dash},
         ))  # fmt: skip
     fig.update_layout(
@@ -128,20 +181,21 @@ def breakeven_figure(info: dict[str, Any]) -> Any:
         xaxis_type="log",
         yaxis_type="log",
     )
-    return fig if info["lines"] else _empty(fig, "no feasible trial yet")
+    return fig if info.lines else _empty(fig, "no feasible trial yet")
 
 
-def speedup_figure(rows: list[tuple[str, float, bool]]) -> Any:
+def speedup_figure(rows: list[SpeedupRow]) -> Any:
     import plotly.graph_objects as go
 
     rows, more = _shown(rows, "the best")
     fig = go.Figure(
         go.Bar(
-            x=[r[1] for r in rows][::-1],
-            y=[r[0] for r in rows][::-1],
+            x=[r.speedup for r in rows][::-1],
+            y=[r.key for r in rows][::-1],
             orientation="h",
             marker_color=[
-                "#bbbbbb" if not r[2] else "#2ca02c" if r[1] >= 1 else "#d62728" for r in rows
+                "#bbbbbb" if not r.shown else "#2ca02c" if r.speedup >= 1 else "#d62728"
+                for r in rows
             ][::-1],
         )
     )
@@ -155,7 +209,7 @@ def speedup_figure(rows: list[tuple[str, float, bool]]) -> Any:
     return fig if rows else _empty(fig, "no compiled trial has run yet")
 
 
-def latency_figure(rows: list[tuple[str, list[float]]]) -> Any:
+def latency_figure(rows: list[LatencyRow]) -> Any:
     import plotly.graph_objects as go
 
     rows, more = _shown(rows, "the fastest")
@@ -175,11 +229,11 @@ def latency_figure(rows: list[tuple[str, list[float]]]) -> Any:
     return fig if rows else _empty(fig, "no trial has run yet")
 
 
-def parallel_figure(info: dict[str, list[Any]]) -> Any:
+def parallel_figure(info: ParallelInfo) -> Any:
     import plotly.graph_objects as go
 
     dims = []
-    for name, values in info.items():
+    for name, values in info._asdict().items():
         if name in ("compile_s", "latency_ms"):
             dims.append({"label": name, "values": values})
             continue
@@ -192,7 +246,7 @@ def parallel_figure(info: dict[str, list[Any]]) -> Any:
                 "ticktext": levels,
             }
         )
-    latency = info["latency_ms"]
+    latency = info.latency_ms
     fig = go.Figure(
         go.Parcoords(
             dimensions=dims,
@@ -213,15 +267,15 @@ def importance_figure(importances: dict[str, float]) -> Any:
     return fig
 
 
-def phases_figure(rows: list[dict[str, Any]]) -> Any:
+def phases_figure(rows: list[PhaseRow]) -> Any:
     import plotly.graph_objects as go
 
-    rows, more = _shown(sorted(rows, key=lambda r: r["dynamo_s"] + r["backend_s"]
-                               + r["codegen_s"]), "the quickest")  # fmt: skip
-    keys = [r["key"] for r in rows]
+    rows, more = _shown(sorted(rows, key=lambda r: r.dynamo_s + r.backend_s + r.codegen_s),
+                        "the quickest")  # fmt: skip
+    keys = [r.key for r in rows]
     fig = go.Figure(
         [
-            go.Bar(y=keys, x=[r[f] for r in rows], name=label, orientation="h")
+            go.Bar(y=keys, x=[getattr(r, f) for r in rows], name=label, orientation="h")
             for f, label in (
                 ("dynamo_s", "dynamo"),
                 ("backend_s", "backend (AOT, inductor)"),

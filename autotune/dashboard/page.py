@@ -21,7 +21,7 @@ from autotune.dashboard.data import (
     speedup_info,
 )
 from autotune.errors import ConfigError
-from autotune.store import Store
+from autotune.storage import Store
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fafafa}
@@ -58,17 +58,17 @@ def render(d: StudyData, importances: dict[str, float]) -> str:
     from plotly.offline import get_plotlyjs
 
     h = header_info(d)
-    counts = ", ".join(f"{n} {s}" for s, n in h["counts"].items()) or "none yet"
-    eager = "—" if h["eager_ms"] is None else f"{h['eager_ms']:.3f} ms"
+    counts = ", ".join(f"{n} {s}" for s, n in h.counts.items()) or "none yet"
+    eager = "—" if h.eager_ms is None else f"{h.eager_ms:.3f} ms"
     cards = "".join(
         [
-            _card("model", h["model"]),
-            _card("workload", h["workload"]),
-            _card("device", h["device"]),
-            _card("torch", h["torch"]),
+            _card("model", h.model),
+            _card("workload", h.workload),
+            _card("device", h.device),
+            _card("torch", h.torch),
             _card("trials", counts),
             _card("eager baseline", eager),
-            _card(f"chosen ({h['policy']})", h["chosen"] or "nothing feasible yet", "choice"),
+            _card(f"chosen ({h.policy})", h.chosen or "nothing feasible yet", "choice"),
         ]
     )
     drawn = [
@@ -92,9 +92,9 @@ def render(d: StudyData, importances: dict[str, float]) -> str:
         for i, f in enumerate(drawn)
     )
     rows = "".join(
-        f"<tr><td>{html.escape(r['key'])}</td><td>{html.escape(r['status'])}</td>"
-        f"<td>{r['breaks']}</td><td>{r['recompiles']}</td><td>"
-        + "".join(folded(x) for x in r["reasons"][:6])
+        f"<tr><td>{html.escape(r.key)}</td><td>{html.escape(r.status)}</td>"
+        f"<td>{r.breaks}</td><td>{r.recompiles}</td><td>"
+        + "".join(folded(x) for x in r.reasons[:6])
         + "</td></tr>"
         for r in issues_info(d)
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import trials
+from autotune.search import sampler as trials
 from autotune.space import DIMENSIONS, Space
 from autotune.strategy import Strategy
 

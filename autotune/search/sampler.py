@@ -1,8 +1,6 @@
-"""Optuna's side of a study: its public RDB storage, quiet logging, and a steered sampler.
+"""The sampler: Optuna's samplers, steered away from strategies that are taken.
 
-Optuna's own tables hold the trials, so ``optuna`` and optuna-dashboard read every study as
-always. Only Optuna's public API is used: ``RDBStorage`` (``create_study`` wraps it in Optuna's
-in-process cache), ``Study.ask``/``tell`` and the ``BaseSampler`` interface.
+Only Optuna's public API is used: the ``BaseSampler`` interface and Optuna's own samplers.
 
 Several workers share a study and each strategy is measured once, so a sampler's proposal of a
 strategy that is measured or being measured is wasted work. :class:`Steered` wraps Optuna's
@@ -15,13 +13,12 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from autotune.deduction import cost
+from autotune.search.deduction import cost
 from autotune.space import Space
 from autotune.strategy import Strategy
 
@@ -35,11 +32,7 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage on the study database (SQLite waits for its write lock)."""
-    quiet_optuna()
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+SAMPLERS = ("tpe", "gp", "nsga2", "random", "grid")
 
 
 def base_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler | None:
@@ -146,27 +139,3 @@ class Steered(optuna.samplers.BaseSampler):
     ) -> None:  # fmt: skip
         if self.base is not None:
             self.base.after_trial(study, trial, state, values)
-
-
-def open_study(
-    url: str, name: str, space: Space, sampler: str, seed: int, size: int,
-    directions: int, metrics: list[str],
-) -> tuple[optuna.Study, Steered]:  # fmt: skip
-    """Create or load the Optuna study beside autotune's tables, with its steered sampler."""
-    quiet_optuna()
-    steered = Steered(base_sampler(sampler, seed, size), space, seed)
-    study = optuna.create_study(
-        storage=storage(url), study_name=name, load_if_exists=True, sampler=steered,
-        directions=["minimize"] * directions,
-    )  # fmt: skip
-    study.set_metric_names(metrics)
-    return study, steered
-
-
-def finished_as(study: optuna.Study, tell: Callable[[], FrozenTrial]) -> FrozenTrial | None:
-    """Tell Optuna; the trial as it ended, or None if it had ended already (failed by a peer
-    as its worker's while it was away)."""
-    try:
-        return tell()
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return None

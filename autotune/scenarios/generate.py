@@ -1,0 +1,200 @@
+"""The generate workload: a prefill, then greedy decode steps against a static KV cache, each
+step timed.
+
+A generation of N new tokens is what ``model.generate(max_new_tokens=N)`` runs greedily: one
+prefill forward of ``batch x seq_len`` tokens gives the first token, then N - 1 decode steps,
+each one forward of ``batch x 1`` with its ``cache_position``, give the rest. The cache is a
+``transformers.StaticCache`` of ``seq_len + N`` positions, allocated once: the compiled
+generation's cache is allocated before any compiled call sees it, so its tensors keep fixed
+addresses (marked static, as CUDA graphs need), and reset in place between generations. The
+forward called is the model's ``__call__``, as ``generate`` calls it, compiled at the trial's
+granularity by :func:`autotune.compile.generator`, which :func:`autotune.apply_generation` uses
+too.
+
+Per trial: cold compile until the first decode step has run; TTFT (prefill) and per-token decode
+latency over interleaved rounds with eager; tokens/s; every round's tokens against eager's; the
+first decode step's logits against eager's under the dtype's tolerance; recompiles, and a
+recompile limit hit in words.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune import catalog, compile, metrics, timing
+from autotune import device as device_
+from autotune.errors import ConfigError
+from autotune.measurement import Latency, TokenCheck
+from autotune.scenarios.base import Scenario
+from autotune.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
+
+
+def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> Any:
+    """A static KV cache of ``workload.cache_len`` positions; allocated now if ``like`` (a cache
+    that has run) gives the layers' shapes, else on its first update."""
+    from transformers import StaticCache
+
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=workload.cache_len)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"no static KV cache for {type(model).__name__}: {exc}") from exc
+    if like is not None:
+        layers = like.layers
+        cache.early_initialization(
+            workload.batch_size, [layer.num_heads for layer in layers],
+            [layer.k_head_dim for layer in layers], workload.torch_dtype, workload.device,
+        )  # fmt: skip
+    return cache
+
+
+@dataclass
+class Run:
+    """One generation: its tokens ``(batch, N)``, per-forward seconds, first decode logits."""
+
+    tokens: Any
+    prefill_s: float
+    steps_s: list[float] = field(default_factory=list)
+    first_logits: Any = None
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + sum(self.steps_s)
+
+
+class Generation:
+    """Greedy generation with one model forward and one static cache, a step at a time."""
+
+    def __init__(self, forward: Callable[..., Any], cache: Any, prompt: torch.Tensor,
+                 new_tokens: int, device: str, mark_steps: bool = False) -> None:  # fmt: skip
+        import torch
+
+        self.forward, self.cache, self.prompt = forward, cache, prompt
+        self.new_tokens, self.device, self.mark_steps = new_tokens, device, mark_steps
+        seq = prompt.shape[1]
+        self.prefill_positions = torch.arange(seq, device=device)
+        self.position = torch.tensor([seq], device=device)  # one tensor, updated in place
+        params = inspect.signature(getattr(forward, "forward", forward)).parameters
+        self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.token: Any = None
+        self.logits: Any = None
+
+    def _call(self, ids: torch.Tensor, positions: torch.Tensor) -> None:
+        import torch
+
+        if self.mark_steps:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.no_grad():
+            out = self.forward(input_ids=ids, past_key_values=self.cache,
+                               cache_position=positions, use_cache=True, **self.extra)  # fmt: skip
+        logits = out.logits if hasattr(out, "logits") else metrics.tensors(out)[0]
+        self.logits = logits[:, -1]
+        self.token = self.logits.argmax(-1, keepdim=True)
+
+    def prefill(self) -> None:
+        """Reset the cache in place and run the prompt: the first token."""
+        self.cache.reset()
+        self.position.fill_(self.prompt.shape[1])
+        self._call(self.prompt, self.prefill_positions)
+
+    def decode(self) -> None:
+        """One decode step: the last token in, the next one out."""
+        self._call(self.token, self.position)
+        self.position.add_(1)
+
+    def run(self, timer: Callable[[Callable[[], Any]], float]) -> Run:
+        """A whole generation, every forward timed by ``timer``."""
+        prefill_s = timer(self.prefill)
+        tokens = [self.token]
+        result = Run(None, prefill_s)
+        for step in range(self.new_tokens - 1):
+            result.steps_s.append(timer(self.decode))
+            if step == 0:
+                result.first_logits = self.logits.float().clone()
+            tokens.append(self.token)
+        import torch
+
+        result.tokens = torch.cat(tokens, dim=1)
+        return result
+
+
+def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "") -> TokenCheck:
+    """All greedy tokens equal, or where they first differ."""
+    same = (expected == actual).all(dim=0).tolist()
+    matched = same.index(False) if False in same else len(same)
+    detail = "" if all(same) else f"token {matched + 1} of {len(same)} differs from eager{where}"
+    return TokenCheck(all(same), len(same), matched, detail)
+
+
+class Generate(Scenario):
+    """``--workload generate``: whole generations, eager and compiled, on the same prompt."""
+
+    def setup(self) -> None:
+        ctx = self.ctx
+        self.model, inputs = catalog.build(ctx.ref, ctx.workload)
+        self.prompt = inputs[0]
+        self.compiled = compile.generator(self.model, ctx.strategy)
+        forward = getattr(self.compiled.forward, "compiled", self.compiled)
+        ctx.result.regions = compile.count_regions(forward)
+
+    def clock(self, fn: Callable[[], Any]) -> float:
+        return timing.timed(fn, self.ctx.device)
+
+    def first(self) -> None:
+        ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
+        device, n = ctx.device, w.new_tokens
+
+        def first(fn: Callable[[], Any]) -> float:
+            return timing.wall(fn, device)[0]
+
+        self.eager = Generation(self.model, new_cache(self.model, w), self.prompt, n, device)
+        self.reference = self.eager.run(first)
+        m.eager_first_s = self.reference.prefill_s + self.reference.steps_s[0]
+        cache = new_cache(self.model, w, like=self.eager.cache)  # fixed addresses first
+        mark = device_.marks_steps(device, ctx.strategy.uses_cuda_graphs())
+        self.gen = Generation(self.compiled, cache, self.prompt, n, device, mark)
+        ctx.memory.reset()
+        run = self.gen.run(first)  # cold: prefill's graphs, the recompile for decode, decode's
+        m.compile_s = 0.0 if ctx.strategy.granularity == "none" else run.prefill_s + run.steps_s[0]
+        m.accuracy = metrics.compare([self.reference.first_logits], [run.first_logits], w.dtype)
+        self.tokens = check_tokens(self.reference.tokens, run.tokens)
+
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        return {"eager": lambda: self.eager.run(self.clock),
+                "compiled": lambda: self.gen.run(self.clock)}  # fmt: skip
+
+    def timer(self, call: Callable[[], Any]) -> Any:
+        return call()  # a generation times each of its own forwards
+
+    def after_round(self, samples: dict[str, list[Any]]) -> None:
+        if self.tokens.passed:
+            done = len(samples["compiled"])
+            self.tokens = check_tokens(self.reference.tokens, samples["compiled"][-1].tokens,
+                                       f" in timed round {done}")  # fmt: skip
+
+    def record(self, samples: dict[str, list[Any]]) -> None:
+        m, n = self.ctx.result, self.ctx.workload.new_tokens
+        if not self.tokens.passed:  # a strategy that changes the tokens is infeasible
+            assert m.accuracy is not None
+            m.accuracy.passed = False
+            m.accuracy.detail = "; ".join(filter(None, (self.tokens.detail, m.accuracy.detail)))
+        m.tokens = self.tokens
+
+        def stats(runs: list[Run]) -> tuple[Latency, Latency, float]:
+            decode = Latency.from_samples([s for run in runs for s in run.steps_s])
+            prefill = Latency.from_samples([run.prefill_s for run in runs])
+            per_s = self.ctx.workload.batch_size * n / statistics.median(r.total_s for r in runs)
+            return decode, prefill, per_s
+
+        m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])
+        m.latency, m.ttft, m.tokens_per_s = stats(samples["compiled"])
+        m.speedup = m.eager_latency.median_ms / m.latency.median_ms
+
+    def probes(self) -> dict[str, Callable[[], Any]]:
+        return {"prefill": self.gen.prefill, "decode": self.gen.decode}

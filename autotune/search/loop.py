@@ -1,0 +1,105 @@
+"""The search loop: steps until the study's budget, time or space runs out, reporting through a
+:class:`Listener` (the CLI's progress bar, or plain lines), never printing itself."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from autotune.coordination import REAP_S, LocalWorkers, Tally
+from autotune.errors import AutotuneError
+from autotune.search import step
+from autotune.search.state import Lines, Listener, Search
+
+
+@dataclass
+class Outcome:
+    """How a search run ended: ``measured_here`` by this process; ``measured`` and ``deduced``
+    strategies of the study's space in the whole study (what ``autotune studies`` shows)."""
+
+    study: str
+    measured_here: int
+    measured: int
+    deduced: int
+    repeats: int
+    stopped: str  # budget | time | exhausted | interrupted | worker limit
+
+
+def run(
+    search: Search, listener: Listener | None = None, max_measure: int | None = None
+) -> Outcome:
+    """Measure the baseline, then trials until the budget, time or space runs out (or, with
+    ``max_measure``, until this process has measured that many)."""
+    listener = listener or Lines()
+    start = time.monotonic()
+    step.baseline(search, listener)
+    measured = repeats = 0
+    stopped = "budget"
+    reaped = 0.0
+    try:
+        with search.coord.pulse:
+            while True:
+                tally = search.coord.tally(search.keys)
+                if tally.stale or time.monotonic() - reaped >= REAP_S:  # dead workers
+                    own = {search.current} if search.current is not None else set()
+                    step.db(search, lambda t=tally, o=own: search.coord.reap(search.optuna, t, o),
+                            "reap")  # fmt: skip
+                    reaped = time.monotonic()
+                if not tally.unadopted & search.run_keys:  # none is left without a trial
+                    if stop := stop_reason(search, tally, start, measured, max_measure):
+                        stopped = stop
+                        break
+                    if tally.spent >= search.spec.trials or tally.claimed >= search.run_keys:
+                        listener.now("waiting for other workers")  # the rest is in their hands
+                        time.sleep(step.POLL_S)
+                        continue
+                key, what = step.step(search, tally, listener)
+                repeats += what == "repeat"
+                measured += what == "measured"
+                if what == "measured":
+                    listener.measured(key, len(search.measured()))
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+    return outcome(search, measured, repeats, stopped)
+
+
+def outcome(search: Search, measured_here: int, repeats: int, stopped: str) -> Outcome:
+    tally = search.coord.tally(search.keys)
+    return Outcome(search.name, measured_here, len(tally.measured), len(tally.deduced), repeats,
+                   stopped)  # fmt: skip
+
+
+def stop_reason(
+    search: Search, tally: Tally, start: float, measured: int, limit: int | None
+) -> str | None:
+    if tally.settled >= search.run_keys:
+        return "exhausted"
+    if len(tally.measured) >= search.spec.trials:
+        return "budget"
+    if limit is not None and measured >= limit:
+        return "worker limit"
+    budget = search.spec.time_budget_s
+    if budget is not None and time.monotonic() - start >= budget:
+        return "time"
+    return None
+
+
+def run_workers(search: Search, count: int, listener: Listener | None = None) -> Outcome:
+    """Start ``count`` local worker processes on the study and follow them to the end."""
+    listener = listener or Lines()
+    workload = search.spec.workload
+    devices = LocalWorkers.devices(workload.device, count)
+    if not workload.is_cuda:
+        listener.note("warning: parallel trials on a CPU share its cores, which skews both "
+                      "compile time and latency")  # fmt: skip
+    step.baseline(search, listener)
+    workers = LocalWorkers(search.name, search.store.url, devices)
+    stopped = workers.follow(lambda: len(search.measured()), listener)
+    if stopped == "interrupted":
+        return outcome(search, 0, 0, stopped)
+    if failed := workers.failures():
+        raise AutotuneError(f"{len(failed)} of {count} workers failed (exit {failed[0]})")
+    result = outcome(search, 0, 0, "budget")
+    if result.measured + result.deduced >= len(search.keys):
+        result.stopped = "exhausted"
+    return result

@@ -1,0 +1,255 @@
+"""One step of a search: ask Optuna for a trial → de-duplicate → claim → measure → store → tell,
+and what the measurement proves about other strategies (:mod:`.deduction`).
+
+A trial always ends: told its values, failed with its reason, or failed as skipped (a strategy
+taken by a peer in the meantime). A measurement is never left without a trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from autotune.errors import AutotuneError
+from autotune.measurement import Measurement
+from autotune.search import deduction
+from autotune.selection import objective_values
+from autotune.storage import retrying
+from autotune.strategy import Strategy
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+    from autotune.coordination import Tally
+    from autotune.search.state import Listener, Search
+
+T = TypeVar("T")
+POLL_S = 5.0  # how often a worker with nothing to claim looks again
+
+
+def db(search: Search, fn: Callable[[], T], what: str) -> T:
+    """An Optuna storage call that outlasts a database restart (see storage.retrying)."""
+    return retrying(fn, what, search.store.url)
+
+
+def baseline(search: Search, listener: Listener) -> Measurement:
+    """The eager baseline, measured once per study (by whichever worker claims it). One that
+    failed (a timeout, OOM or crash) is measured again on resume."""
+    import time
+
+    if search.baseline is not None:
+        return search.baseline
+    coord = search.coord
+    if reason := coord.forget_failed_baseline():
+        listener.note(f"the eager baseline failed before ({reason[:200]}); measuring it again")
+    with coord.pulse:
+        while (row := search.store.measurement(search.name, "none")) is None:
+            if coord.claim("none", None, 1, set()) == "claimed":
+                listener.now("measuring the eager baseline")
+                try:
+                    m = search.measure(Strategy("none"))
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        coord.release("none")  # interrupted: nobody is measuring it now
+                    raise
+                coord.record("none", None, m.to_dict())
+                coord.done("none")
+                continue
+            tally = coord.tally({"none"})  # its worker may be dead
+            db(search, lambda t=tally: coord.reap(search.optuna, t), "reap")
+            listener.now("waiting for another worker's eager baseline")
+            time.sleep(POLL_S)
+    m = Measurement.from_dict(row.payload)
+    if not m.ok:
+        raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
+    search.baseline = m
+    return m
+
+
+def finished_as(study: optuna.Study, tell: Callable[[], FrozenTrial]) -> FrozenTrial | None:
+    """Tell Optuna; the trial as it ended, or None if it had ended already (failed by a peer
+    as its worker's while it was away)."""
+    import optuna
+
+    try:
+        return tell()
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return None
+
+
+def tell(search: Search, trial: optuna.trial.Trial, m: Measurement, repeat_of: int | None) -> bool:
+    """Tell Optuna, retried until it is stored. False when the trial had been failed by a peer
+    (its worker was silent too long): then it holds none of this."""
+    import optuna
+
+    spec = search.spec
+
+    def told() -> FrozenTrial:
+        trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
+        details = {"strategy": m.strategy, "status": m.status, "worker": search.worker}
+        if repeat_of is not None:
+            trial.set_user_attr("repeat_of", repeat_of)
+        if m.deduced:
+            trial.set_user_attr("deduced", m.deduced)
+        if not m.ok:
+            trial.set_user_attr("reason", m.reason[:2000])
+            trial.set_user_attr("autotune", details)
+            return search.optuna.tell(trial, state=optuna.trial.TrialState.FAIL,
+                                      skip_if_finished=True)  # fmt: skip
+        measured_ms = m.latency and m.latency.median_ms
+        details.update(speedup=m.speedup, latency_ms_measured=measured_ms)
+        trial.set_user_attr("autotune", details)
+        trial.set_constraint("accuracy", 0.0 if m.feasible else 1.0)
+        if spec.max_memory_mb is not None and m.memory is not None:
+            trial.set_constraint("memory", m.memory.compiled_peak_mb - spec.max_memory_mb)
+        values = objective_values(m, spec.objectives, search.baseline)
+        return search.optuna.tell(trial, values, skip_if_finished=True)
+
+    ended = db(search, lambda: finished_as(search.optuna, told), "tell")
+    expected = "COMPLETE" if m.ok else "FAIL"
+    return ended is not None and ended.state.name == expected
+
+
+def skip(search: Search, trial: optuna.trial.Trial, key: str, why: str) -> None:
+    """End a trial that measured nothing as FAIL, which no sampler learns from (a PRUNED one
+    would teach TPE that a peer's strategy is bad)."""
+    import optuna
+
+    def told() -> FrozenTrial:
+        trial.set_user_attr("key", key)
+        trial.set_user_attr("skipped", why)
+        return search.optuna.tell(trial, state=optuna.trial.TrialState.FAIL,
+                                  skip_if_finished=True)  # fmt: skip
+
+    db(search, lambda: finished_as(search.optuna, told), "tell")
+
+
+def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
+    """Ask for one trial and answer it. Returns the strategy's key and what happened:
+    ``measured``, ``adopted`` (a stored measurement became this trial's), ``repeat``,
+    ``taken`` (by another worker in the meantime) or ``dropped``."""
+    free = [s for s in search.members if s.key not in tally.claimed]
+    forced = next((s for s in search.members if s.key in tally.unadopted), None)
+    search.sampler.cheap_first = search.tactics.cheap_first
+    search.sampler.plan(free, forced or steer(search, tally, free))
+    trial = db(search, search.optuna.ask, "ask")
+    search.current = trial.number
+    key = ""
+    try:
+        strategy = search.space.suggest(trial)  # parameters wait in Optuna's cache
+        key = strategy.key
+        if key in tally.settled or key not in {s.key for s in free}:
+            return key, reuse(search, trial, key)
+        counted = set(search.keys - tally.deduced)
+        verdict = search.coord.claim(key, trial.number, search.spec.trials, counted)
+        if verdict != "claimed":
+            why = "taken by another worker" if verdict == "taken" else "the budget is spent"
+            skip(search, trial, key, why)
+            return key, "taken"
+        listener.now(f"measuring {key}")
+        m = search.measure(strategy)
+        what = finish(search, trial, key, m, listener)
+    except BaseException:
+        abandon(search, trial, key)
+        raise
+    finally:
+        search.current = None
+    if what == "measured":
+        deduce(search, m, trial.number)
+    return key, what
+
+
+def steer(search: Search, tally: Tally, free: list[Strategy]) -> Strategy | None:
+    """The strategy the next trial must be, if the domain says so: an anchor not yet measured,
+    or, when the budget covers every strategy left, the cheapest of them."""
+    if search.tactics.anchors and (first := deduction.anchors(free)):
+        return first[0]
+    if search.tactics.exhaustive and free and search.spec.trials - tally.spent >= len(free):
+        return min(free, key=deduction.cost)
+    return None
+
+
+def deduce(search: Search, m: Measurement, number: int) -> int:
+    """Settle, without measuring, the strategies that trial ``number``'s measurement ``m``
+    proves (see :mod:`.deduction`): each gets a trial of its own, told ``m``'s values as a
+    repeat, or its failure. Returns how many it settled."""
+    found = []
+    if search.tactics.implication:
+        found += [(t, "implied") for t in deduction.implied_failures(m, search.members)]
+    if search.tactics.equivalence:
+        found += [(t, "equivalent") for t in deduction.equivalents(m, search.members)]
+    if not found:
+        return 0
+    tally = search.coord.tally(search.keys)
+    source = Strategy.from_dict(m.strategy).key
+    settled = 0
+    for target, how in found:
+        if target.key in tally.claimed:
+            continue
+        search.sampler.plan([target], target)
+        trial = db(search, search.optuna.ask, "ask")
+        try:
+            claim = search.coord.claim(target.key, trial.number, len(search.keys), set())
+            if claim != "claimed":
+                skip(search, trial, target.key, "taken by another worker")
+                continue
+            told = deduction.deduced(m, target, how)
+            search.coord.record(target.key, trial.number, told.to_dict(), deduced_from=source)
+            tell(search, trial, told, number if how == "equivalent" else None)
+            search.coord.done(target.key)
+            settled += 1
+        except BaseException:
+            abandon(search, trial, target.key)
+            raise
+    return settled
+
+
+def reuse(search: Search, trial: optuna.trial.Trial, key: str) -> str:
+    """A proposal of a settled strategy: adopt its measurement if no trial has, else tell the
+    stored values again as a repeat; a strategy in flight elsewhere is skipped."""
+    row = search.store.measurement(search.name, key)
+    if row is None:
+        skip(search, trial, key, "taken by another worker")
+        return "taken"
+    m = Measurement.from_dict(row.payload)
+    if row.trial_number is None and search.coord.adopt(key, trial.number):
+        if not tell(search, trial, m, None):
+            search.coord.unadopt(key, trial.number)
+        return "adopted"
+    tell(search, trial, m, row.trial_number)
+    return "repeat"
+
+
+def finish(
+    search: Search, trial: optuna.trial.Trial, key: str, m: Measurement, listener: Listener
+) -> str:
+    """Store a measurement, then tell it; what became of it."""
+    coord = search.coord
+    stored = coord.record(key, trial.number, m.to_dict())
+    if stored == "duplicate":
+        listener.note(f"{key} was measured by another worker meanwhile; this worker's copy is "
+                      "dropped")  # fmt: skip
+        coord.done(key)
+        reuse(search, trial, key)
+        return "dropped"
+    if stored == "unadopted" or not tell(search, trial, m, None):
+        listener.note(f"trial {trial.number} was failed by another worker while this one was "
+                      f"silent; its measurement of {key} is kept for the next trial")  # fmt: skip
+        coord.unadopt(key, trial.number)
+    coord.done(key)
+    return "measured"
+
+
+def abandon(search: Search, trial: optuna.trial.Trial, key: str) -> None:
+    """Fail a trial interrupted before its measurement was stored and free its strategy (best
+    effort: a claim left behind keeps no heartbeat, and is reaped)."""
+    import optuna
+
+    with contextlib.suppress(Exception):
+        trial.set_user_attr("reason", "interrupted before it was measured")
+        search.optuna.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    if key:
+        with contextlib.suppress(Exception):
+            search.coord.release(key)

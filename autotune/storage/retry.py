@@ -1,0 +1,83 @@
+"""Retry: a running search outlasts a database restart or a network drop, and fails at once
+on anything else (a wrong query, a full disk, a read-only file)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from autotune.errors import StorageError
+from autotune.storage.urls import mask
+
+RETRY_S = float(os.environ.get("AUTOTUNE_DB_RETRY_S", "300"))
+T = TypeVar("T")
+# the database answered, and what it said will not change on a retry
+_FINAL = ("disk is full", "database or disk is full", "readonly database", "read-only",
+          "no space left", "disk full", "permission denied")  # fmt: skip
+
+
+def final_reason(exc: BaseException) -> str | None:
+    """A database error that no retry mends (disk full, read-only), in a few words."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    if "full" in text or "no space" in text:
+        return "the disk is full"
+    if "readonly" in text or "read-only" in text or "permission denied" in text:
+        return "it is read-only"
+    return None
+
+
+def transient(exc: BaseException) -> bool:
+    """A lost connection (a restart, a network drop), as opposed to a wrong query or URL."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StorageError):
+            return seen.transient
+        if isinstance(seen, (OperationalError, InterfaceError)) or getattr(
+            seen, "connection_invalidated", False
+        ):
+            return final_reason(seen) is None
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def retrying(fn: Callable[[], T], what: str, url: str) -> T:
+    """Run ``fn``, retrying with back-off while the database cannot be reached (RETRY_S)."""
+    delay, deadline = 0.5, time.monotonic() + RETRY_S
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not transient(exc) or time.monotonic() > deadline:
+                raise
+            print(f"autotune: storage {mask(url)} unreachable during {what}; retrying in "
+                  f"{delay:g} s", file=sys.stderr, flush=True)  # fmt: skip
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+
+class Retrying(Protocol):
+    """What :func:`resilient` needs of its object: the one flag, and the URL to name."""
+
+    @property
+    def retry(self) -> bool: ...
+
+    @property
+    def url(self) -> str: ...
+
+
+def resilient(method: Callable[..., T]) -> Callable[..., T]:
+    """A method that, once its object's ``retry`` is set, outlasts lost connections."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> T:
+        if not self.retry:
+            return method(self, *args, **kwargs)
+        return retrying(lambda: method(self, *args, **kwargs), method.__name__, self.url)
+
+    return wrapper

@@ -1,0 +1,148 @@
+"""The schema of autotune's own tables (prefix ``autotune_``), and its migrations.
+
+Optuna's tables hold the trials; these sit beside them in the same database and hold what Optuna
+does not model well: each study's spec and environment, every run's fingerprint, each measured
+strategy with its raw samples and phase times, the claims that keep workers apart, and every
+export. A database made by an older autotune is brought up to :data:`SCHEMA_VERSION` by adding
+the columns each later version added (:data:`MIGRATIONS`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column
+
+SCHEMA_VERSION = 3
+MIGRATIONS = {  # version -> what it added to an existing database
+    2: ["ALTER TABLE autotune_claims ADD COLUMN heartbeat FLOAT",  # claims' heartbeat
+        "ALTER TABLE autotune_measurements ADD COLUMN worker VARCHAR(256)"],
+    3: ["ALTER TABLE autotune_measurements ADD COLUMN deduced_from VARCHAR(256)"],
+}  # fmt: skip
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON}
+
+
+class Meta(Base):
+    __tablename__ = "autotune_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class StudyRow(Base):
+    __tablename__ = "autotune_studies"
+    name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    environment: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class OfStudy:
+    """Columns of a row that belongs to one study."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), index=True)
+
+
+class RunRow(OfStudy, Base):
+    """One process that worked on a study: a search or a worker."""
+
+    __tablename__ = "autotune_runs"
+    environment: Mapped[dict[str, Any]]
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int]
+    started_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class OfStrategy(OfStudy):
+    """Columns of a row about one canonical strategy of a study: at most one per key."""
+
+    key: Mapped[str] = mapped_column(String(256))
+    trial_number: Mapped[int | None]
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple:  # a constraint of each table's own
+        return (UniqueConstraint("study", "key"),)
+
+
+class MeasurementRow(OfStrategy, Base):
+    """A measured canonical strategy: unique per study, so nothing is measured twice. Its
+    ``trial_number`` is None until a trial adopts it (the baseline, or a measurement whose
+    worker's trial was failed while the worker was away)."""
+
+    __tablename__ = "autotune_measurements"
+    status: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]]
+    worker: Mapped[str | None] = mapped_column(String(256), default=None)
+    # not measured: the key of the measured strategy it follows from (autotune.search.deduction)
+    deduced_from: Mapped[str | None] = mapped_column(String(256), default=None)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class ClaimRow(OfStrategy, Base):
+    """A strategy taken by one worker: unique per study, so no two workers measure it. While
+    its measurement is in flight, ``heartbeat`` holds the database clock's last beat of its
+    worker (seconds since the epoch); None once the trial is told."""
+
+    __tablename__ = "autotune_claims"
+    worker: Mapped[str] = mapped_column(String(256))
+    claimed_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+    heartbeat: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class ExportRow(OfStudy, Base):
+    """Every configuration exported from a study, with its policy and format."""
+
+    __tablename__ = "autotune_exports"
+    policy: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(256))
+    content: Mapped[str] = mapped_column(Text)
+    exported_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+def create(engine: Engine) -> None:
+    """Create the tables that are missing (a new database, or one made by Optuna alone)."""
+    Base.metadata.create_all(engine)
+
+
+def version(s: Session) -> int | None:
+    """The schema version the database records (None: no autotune tables yet)."""
+    row = s.get(Meta, "schema_version")
+    return int(row.value) if row is not None else None
+
+
+def stamp(s: Session) -> None:
+    """Record the current version in a database that has none."""
+    s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+
+
+def upgrade(s: Session) -> bool:
+    """Bring an older database up to :data:`SCHEMA_VERSION`; whether anything changed."""
+    row = s.get(Meta, "schema_version")
+    if row is None or int(row.value) >= SCHEMA_VERSION:
+        return False
+    for v in range(int(row.value) + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS.get(v, []):
+            s.execute(text(statement))
+    row.value = str(SCHEMA_VERSION)
+    return True

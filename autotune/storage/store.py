@@ -1,0 +1,237 @@
+"""The store: autotune's tables in one database, reached through plain records.
+
+Every database error becomes a one-line ``StorageError`` (its ``transient`` flag says whether a
+retry may mend it); a lost connection is waited out once ``retry`` is set (:mod:`.retry`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, select
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from autotune.errors import StorageError
+from autotune.storage import records, schema
+from autotune.storage.ledger import Ledger
+from autotune.storage.records import ExportRecord, RunRecord, Stored, StudyRecord
+from autotune.storage.retry import final_reason, resilient, transient
+from autotune.storage.schema import ExportRow, MeasurementRow, RunRow, StudyRow
+from autotune.storage.urls import DEFAULT_URL, mask, resolve_url, scrub
+
+
+class Store:
+    """autotune's tables in one database. ``retry``, set once a search runs, makes every
+    method outlast a lost connection (the one flag: coordination reads it from here)."""
+
+    def __init__(self, url: str | None = None, *, create: bool = True) -> None:
+        self.retry = False
+        self._found = False  # autotune's tables seen in the database
+        self.url = resolve_url(url)
+        parsed = make_url(self.url)
+        sqlite = parsed.get_backend_name() == "sqlite"
+        if not create and sqlite and not Path(parsed.database or "").is_file():
+            raise StorageError(f"no study database at {parsed.database}")
+        if create and self.url == DEFAULT_URL:
+            Path(parsed.database or "").parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = _engine(self.url)
+        except ImportError as exc:
+            raise StorageError(
+                f"storage {mask(self.url)}: its database driver is not installed ({exc.name})"
+            ) from None
+        except (SQLAlchemyError, ValueError, TypeError) as exc:
+            raise StorageError(
+                f"storage {mask(self.url)}: {scrub(_line(exc), self.url)}"
+            ) from None
+        with self.session() as s:  # reach the server now: fail early, with one clear line
+            s.connection()
+        self._schema(create)
+
+    def __repr__(self) -> str:
+        return f"Store({mask(self.url)!r})"
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A transaction; commits on success, turns database errors into ``StorageError``."""
+        try:
+            with Session(self.engine, expire_on_commit=False) as s, s.begin():
+                yield s
+        except IntegrityError:
+            raise
+        except SQLAlchemyError as exc:
+            why = final_reason(exc)
+            message = f"{why}: {_line(exc)}" if why else _line(exc)
+            error = StorageError(f"storage {mask(self.url)}: {scrub(message, self.url)}")
+            error.transient = transient(exc)
+            raise error from None
+
+    def _schema(self, create: bool) -> None:
+        """Create missing tables (when ``create``) and migrate an older autotune's database.
+        A database without autotune's tables, opened only to read, reads as empty."""
+        if create:
+            schema.create(self.engine)
+        with self.session() as s:
+            found = schema.version(s) if self._has_tables() else None
+            if found is None:
+                if create:
+                    schema.stamp(s)
+                return
+            if found > schema.SCHEMA_VERSION:
+                raise StorageError(
+                    f"storage {mask(self.url)} has autotune schema {found}, newer than this "
+                    f"autotune's {schema.SCHEMA_VERSION}: upgrade autotune"
+                )
+            schema.upgrade(s)
+
+    def _has_tables(self) -> bool:
+        if not self._found:  # once there, they stay: look until then
+            from sqlalchemy import inspect
+
+            self._found = inspect(self.engine).has_table(schema.Meta.__tablename__)
+        return self._found
+
+    @property
+    def ready(self) -> bool:
+        """Whether autotune's tables exist (a new, empty database has none)."""
+        return self._has_tables()
+
+    def schema_version(self) -> int:
+        with self.session() as s:
+            return (schema.version(s) if self._has_tables() else None) or 0
+
+    @contextlib.contextmanager
+    def ledger(self, study: str, *, lock: bool = False) -> Iterator[Ledger]:
+        """One transaction on a study's claims and measurements (with ``lock``, serialised with
+        every other locked one on the study), for :mod:`autotune.coordination`."""
+        with self.session() as s:
+            ledger = Ledger(s, study)
+            if lock:
+                ledger.lock()
+            yield ledger
+
+    # studies and runs
+    @resilient
+    def study(self, name: str) -> StudyRecord | None:
+        if not self._has_tables():
+            return None
+        with self.session() as s:
+            row = s.get(StudyRow, name)
+            return None if row is None else _study(row)
+
+    @resilient
+    def studies(self) -> list[StudyRecord]:
+        if not self._has_tables():
+            return []
+        with self.session() as s:
+            return [_study(r) for r in s.scalars(select(StudyRow).order_by(StudyRow.created_at))]
+
+    @resilient
+    def add_study(self, name: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
+        """Create the study, or store the latest spec (a resumed study's new budget, say)."""
+        with self.session() as s:
+            row = s.get(StudyRow, name)
+            if row is None:
+                s.add(StudyRow(name=name, spec=spec, environment=environment))
+            else:
+                row.spec = spec
+
+    @resilient
+    def set_environment(self, name: str, environment: dict[str, Any]) -> None:
+        with self.session() as s:
+            row = s.get(StudyRow, name)
+            if row is not None:
+                row.environment = environment
+
+    @resilient
+    def add_run(self, study: str, environment: dict[str, Any]) -> None:
+        with self.session() as s:
+            s.add(RunRow(study=study, environment=environment, host=socket.gethostname(),
+                         pid=os.getpid()))  # fmt: skip
+
+    @resilient
+    def runs(self, study: str) -> list[RunRecord]:
+        with self.session() as s:
+            rows = s.scalars(select(RunRow).where(RunRow.study == study))
+            return [RunRecord(r.environment, r.host, r.pid, r.started_at) for r in rows]
+
+    # measurements
+    @resilient
+    def measurement(self, study: str, key: str) -> Stored | None:
+        with self.session() as s:
+            return Ledger(s, study).measurement(key)
+
+    @resilient
+    def measurements(self, study: str, after: int = 0) -> list[Stored]:
+        """The study's stored measurements in the order stored (``after``: only those stored
+        after the one with that id, for a reader that follows a study as it grows)."""
+        with self.session() as s:
+            query = select(MeasurementRow).where(
+                MeasurementRow.study == study, MeasurementRow.id > after
+            )
+            return [records.stored(r) for r in s.scalars(query.order_by(MeasurementRow.id))]
+
+    @resilient
+    def measured_keys(self, study: str) -> set[str]:
+        """The keys measured by a trial in the study, not those deduced (no payloads read)."""
+        with self.session() as s:
+            query = select(MeasurementRow.key).where(
+                MeasurementRow.study == study, MeasurementRow.deduced_from.is_(None)
+            )
+            return set(s.scalars(query))
+
+    @resilient
+    def add_measurement(
+        self, study: str, key: str, trial_number: int | None, payload: dict[str, Any]
+    ) -> None:
+        """Store a measurement outside any coordination (tests, imports); workers record
+        theirs through :class:`autotune.coordination.Coordinator`."""
+        with self.session() as s:
+            Ledger(s, study).add_measurement(key, trial_number, payload, None, None)
+
+    @resilient
+    def claims(self, study: str) -> list[records.Claim]:
+        with self.session() as s:
+            return Ledger(s, study).claims()
+
+    # exports
+    @resilient
+    def add_export(self, study: str, policy: str, fmt: str, key: str, content: str) -> None:
+        with self.session() as s:
+            s.add(ExportRow(study=study, policy=policy, format=fmt, key=key, content=content))
+
+    @resilient
+    def exports(self, study: str) -> list[ExportRecord]:
+        with self.session() as s:
+            query = select(ExportRow).where(ExportRow.study == study).order_by(ExportRow.id)
+            return [ExportRecord(r.policy, r.format, r.key, r.content, r.exported_at)
+                    for r in s.scalars(query)]  # fmt: skip
+
+
+def _study(row: StudyRow) -> StudyRecord:
+    return StudyRecord(row.name, row.spec, row.environment, row.created_at)
+
+
+def _line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _engine(url: str) -> Engine:
+    if make_url(url).get_backend_name() != "sqlite":
+        return create_engine(url)  # no pings: a lost connection fails and is retried
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _wal(dbapi_connection: Any, _: Any) -> None:  # readers never block the writer
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA busy_timeout=60000")
+
+    return engine
