@@ -122,7 +122,9 @@ class StudySpec:
         "compile,decode for generate)", read=lambda v, k: objectives.parse(v),
     )  # fmt: skip
     max_memory_mb: float | None = option(
-        None, "trials above this peak (e.g. 8GiB) are infeasible", toml="max_memory",
+        None,
+        "trials above this peak (e.g. 8GiB) are infeasible",
+        toml="max_memory",
         read=parse_memory,
     )
     policy: str = option("knee", "knee, fastest, quickest, amortized:CALLS, "

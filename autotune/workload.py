@@ -116,7 +116,8 @@ class Settings:
     seed: int = option(0, "seed of the random weights, inputs and sampler", read=whole(),
                        cli_type=int)  # fmt: skip
     starts: tuple[str, ...] = option(
-        START_KINDS, "the starts each trial measures: cold, cold,warm or cold,warm,portable",
+        START_KINDS,
+        "the starts each trial measures: cold, cold,warm or cold,warm,portable",
         read=parse_starts,
     )
 

@@ -31,8 +31,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that mostly wait (fault tests with real outages), then those that compile with
     inductor, go first, so that pytest-xdist overlaps them with everything else instead of
     ending on them."""
+
     def rank(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("long") else 1 if item.get_closest_marker("slow") else 2
+        return next((i for i, m in enumerate(("long", "slow")) if item.get_closest_marker(m)), 2)
 
     items.sort(key=rank)
 
