@@ -24,9 +24,27 @@ SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
 
 
 def measure_spec(spec: dict[str, Any]) -> Measurement:
-    """Measure one strategy as ``spec`` says, with the scenario of its workload."""
+    """Measure one strategy as ``spec`` says, with the scenario of its workload; or, with
+    ``reference_out``, compute the study's higher-precision reference and save it there."""
+    if spec.get("reference_out"):
+        return make_reference(spec)
     ctx = begin(spec)
     return SCENARIOS[ctx.workload.kind](ctx).run()
+
+
+def make_reference(spec: dict[str, Any]) -> Measurement:
+    """The reference (:mod:`autotune.scenarios.reference`), saved to ``reference_out``; the
+    measurement says only whether it worked (``reason``: why there is none)."""
+    from autotune.accuracy import save_reference
+    from autotune.catalog import ModelRef
+    from autotune.scenarios import reference
+    from autotune.workload import Workload
+
+    model, workload = ModelRef.from_dict(spec["model"]), Workload.from_dict(spec["workload"])
+    data = reference.compute(model, workload, spec.get("seed", 0))
+    save_reference(spec["reference_out"], data)
+    return Measurement(spec["strategy"], spec["model"], spec["workload"], "ok",
+                       reason=data["reason"])  # fmt: skip
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:

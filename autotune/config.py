@@ -90,7 +90,7 @@ def whole(minimum: int | None = None) -> Reader:
 def positive(value: Any, key: str) -> float:
     """A finite number above zero (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(value, key, "a number of seconds above 0")
+        raise _bad(value, key, "a number above 0")
     if not math.isfinite(value) or value <= 0:
         raise _bad(value, key, "a finite number above 0")
     return float(value)

@@ -44,9 +44,11 @@ class Latency:
 
 @dataclass
 class Accuracy:
-    """Compiled vs eager outputs, element by element (``|a - e| <= atol + rtol * |e|``).
-    ``max_rel`` is the max abs error over the output's scale; ``mismatched`` the fraction of
-    elements out of tolerance."""
+    """The verdict on the compiled outputs (:mod:`autotune.accuracy`). Against eager, element
+    by element: ``max_abs`` and ``max_rel`` (over the output's scale), ``mismatched`` (the
+    fraction of elements outside ``atol + rtol * |eager|``). Against the higher-precision
+    ``reference`` (its dtype; "" when there was none): eager's and the compiled output's RMSE
+    and largest error. ``rule`` says what decided, ``tolerance`` the user's factor on it."""
 
     max_abs: float
     max_rel: float
@@ -55,6 +57,13 @@ class Accuracy:
     rtol: float
     detail: str = ""
     mismatched: float = 0.0
+    reference: str = ""
+    eager_rmse: float | None = None
+    compiled_rmse: float | None = None
+    eager_max: float | None = None
+    compiled_max: float | None = None
+    tolerance: float = 1.0
+    rule: str = ""
 
 
 @dataclass
@@ -80,6 +89,9 @@ class TokenCheck:
     tokens: int  # per sequence: the prefill's token and one per decode step
     matched: int  # leading tokens (per sequence, all sequences alike) equal to eager's
     detail: str = ""
+    near_tie: bool = (
+        False  # they parted at a near tie of eager's top two logits: not compared after
+    )
 
 
 @dataclass

@@ -1,72 +1,14 @@
-"""What a trial collects besides time: accuracy vs eager, peak memory, and dynamo's records."""
+"""What a trial collects besides time and accuracy: peak memory, and dynamo's records."""
 
 from __future__ import annotations
 
-import math
 import re
 import resource
-from collections.abc import Mapping
 from typing import Any
 
-from autotune.measurement import Accuracy, Graphs
+from autotune.measurement import Graphs
 
-# (atol, rtol) per dtype: an element passes when |compiled - eager| <= atol + rtol * |eager|
-# + ULPS * eps * rms(eager), as torch.testing.assert_close checks plus the last term: the rounding
-# noise of ULPS units in the last place at the output's typical magnitude (its RMS, not its
-# largest value). Reordered bf16 arithmetic upstream leaves errors of that size on small
-# logits (gemma-2b, 2 layers, inductor: up to 4.7 of them); in float32 the term is negligible.
-TOLERANCES = {"float32": (1e-4, 1e-3), "float16": (1e-3, 1e-2), "bfloat16": (1e-2, 5e-2)}
-ULPS = 16
 _REASON_CHARS = 400
-
-
-def tensors(obj: Any) -> list[Any]:
-    """Every tensor in a model output (tensor, tuple, list, dict or ModelOutput), in order."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, Mapping):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in tensors(item)]
-    return []
-
-
-def compare(expected: list[Any], actual: list[Any], dtype: str) -> Accuracy:
-    """Compare compiled against eager tensors, element by element, under the dtype's bounds."""
-    import torch
-
-    atol, rtol = TOLERANCES[dtype]
-    eps = torch.finfo(getattr(torch, dtype)).eps
-    if len(expected) != len(actual):
-        return Accuracy(math.inf, math.inf, False, atol, rtol, "different number of outputs")
-    worst_abs = worst_rel = 0.0
-    bad = total = 0
-    detail = ""
-    for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-        if e.shape != a.shape:
-            return Accuracy(math.inf, math.inf, False, atol, rtol, f"output {i}: shape differs")
-        e, a = e.detach().float().cpu(), a.detach().float().cpu()
-        same = (e == a) | (e.isnan() & a.isnan())  # equal infinities and NaNs agree
-        diff = (e - a).abs().masked_fill(same, 0.0).nan_to_num(nan=math.inf)
-        finite = e[e.isfinite()]
-        scale = float(finite.abs().max()) if finite.numel() else 0.0
-        rms = float(finite.pow(2).mean().sqrt()) if finite.numel() else 0.0
-        bound = atol + ULPS * eps * rms + rtol * e.abs().nan_to_num(nan=0, posinf=0, neginf=0)
-        out = diff > bound
-        err = float(diff.max()) if diff.numel() else 0.0
-        worst_abs = max(worst_abs, err)
-        worst_rel = max(worst_rel, err / scale if scale > 0 else (0.0 if err == 0 else math.inf))
-        n = int(out.sum())
-        if n and not detail:
-            j = int(out.flatten().nonzero()[0])
-            got, want = float(a.flatten()[j]), float(e.flatten()[j])
-            detail = (f"output {i}: {n} of {out.numel()} elements out of tolerance, e.g. "
-                      f"{got:.4g} vs eager {want:.4g}")  # fmt: skip
-        bad, total = bad + n, total + out.numel()
-    fraction = bad / total if total else 0.0
-    return Accuracy(worst_abs, worst_rel, bad == 0, atol, rtol, detail, fraction)
 
 
 class PeakMemory:

@@ -93,10 +93,20 @@ def summary(m: Measurement) -> str:
             detail = f" ({m.tokens.detail})" if m.tokens.detail else ""
             t = m.tokens
             lines.append(f"tokens     {t.matched} of {t.tokens} greedy tokens as eager's{detail}")
-        lines.append(
-            f"accuracy   {verdict} (max abs {a.max_abs:.2g}, rel {a.max_rel:.2g}; "
-            f"atol {a.atol:g}, rtol {a.rtol:g}) {a.detail}".rstrip()
-        )
+        if a.reference and a.compiled_rmse is not None:
+            lines.append(
+                f"accuracy   {verdict} against the {a.reference} reference: RMSE "
+                f"{a.compiled_rmse:.3g} (eager {a.eager_rmse:.3g}), largest error "
+                f"{a.compiled_max:.3g} (eager {a.eager_max:.3g}); vs eager max abs "
+                f"{a.max_abs:.2g}"
+            )
+        else:
+            lines.append(f"accuracy   {verdict} (max abs {a.max_abs:.2g} vs eager, rel "
+                         f"{a.max_rel:.2g}; atol {a.atol:g}, rtol {a.rtol:g})")  # fmt: skip
+        if a.rule:
+            lines.append(f"  gate     {a.rule}")
+        if a.detail:
+            lines.append(f"  detail   {a.detail}")
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,24 +136,84 @@ def _child(
     return result
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A study's higher-precision reference (:mod:`autotune.scenarios.reference`): its file,
+    kept by checksum, and its dtype; ``dtype`` "" and ``reason`` when there is none."""
+
+    path: str | None
+    dtype: str
+    reason: str = ""
+    sha256: str = ""
+
+    @classmethod
+    def none(cls, reason: str) -> Reference:
+        return cls(None, "", reason)
+
+
+def keep_reference(data: bytes) -> Reference:
+    """Keep a reference file's bytes under their checksum (a worker's copy of the study's);
+    read its dtype and reason (``weights_only``: no code runs)."""
+    from autotune.accuracy import load_reference
+
+    digest = artifact.sha256(data)
+    path = artifact.folder() / "references" / f"{digest}.pt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    found = load_reference(str(path))
+    return Reference(
+        str(path) if found["dtype"] else None, found["dtype"], found["reason"], digest
+    )
+
+
+def make_reference(
+    model: ModelRef, workload: Workload, settings: Settings | None = None
+) -> Reference:
+    """Compute the reference in a fresh process of its own (its memory is its own)."""
+    settings = settings or Settings()
+    base = (Strategy("none").to_dict(), model.to_dict(), workload.to_dict())
+    work = tempfile.mkdtemp(prefix="autotune-reference-")
+    try:
+        out = os.path.join(work, "reference.pt")
+        spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
+        spec.update(reference_out=out, seed=settings.seed)
+        m = _child(spec, work, "reference", os.path.join(work, "caches"), settings, base)
+        if not m.ok or not os.path.exists(out):
+            return Reference.none(f"no reference: computing it {m.status} ({m.reason[:300]})")
+        return keep_reference(Path(out).read_bytes())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def measure(
-    model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None
-) -> Measurement:
+    model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None,
+    reference: Reference | None = None,
+) -> Measurement:  # fmt: skip
     """Measure ``strategy`` on ``model`` and ``workload`` cold in a fresh process, then its
-    warm and portable starts (``settings.starts``) in fresh processes of their own.
+    warm and portable starts (``settings.starts``) in fresh processes of their own. Outputs
+    are judged against ``reference`` (computed first, in a process of its own, when not
+    given; eager needs none).
 
     Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
     """
     settings = settings or Settings()
-    strategy = strategy
     base = (strategy.to_dict(), model.to_dict(), workload.to_dict())
     try:
         strategy.check_applicable(workload.device)
     except NotApplicable as exc:
         return Measurement(*base, "not-applicable", reason=str(exc))
+    if reference is None and strategy.granularity != "none":
+        reference = make_reference(model, workload, settings)
     work = tempfile.mkdtemp(prefix="autotune-trial-")
     spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
-    spec.update(iters=settings.iters, warmup=settings.warmup, seed=settings.seed)
+    spec.update(iters=settings.iters, warmup=settings.warmup, seed=settings.seed,
+                tolerance=settings.tolerance)  # fmt: skip
+    if reference is not None:
+        spec.update(reference=reference.path, reference_dtype=reference.dtype,
+                    reference_reason=reference.reason)  # fmt: skip
     saved = os.path.join(work, "cache.bin")
     cold_caches, empty_caches = os.path.join(work, "cold"), os.path.join(work, "portable")
     try:

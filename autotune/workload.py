@@ -106,8 +106,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Settings:
-    """How a trial is timed: timed calls, warm-up calls, the child's timeout (per start), the
-    RNG seed, and which starts to measure (cold, warm, portable)."""
+    """How a trial is timed and judged: timed calls, warm-up calls, the child's timeout (per
+    start), the RNG seed, the accuracy gate's tolerance, and which starts to measure."""
 
     iters: int = option(20, "timed calls per trial", read=whole(1), cli_type=int)
     warmup: int = option(3, "warm-up calls before timing", read=whole(0), cli_type=int)
@@ -120,6 +120,9 @@ class Settings:
         "the starts each trial measures: cold, cold,warm or cold,warm,portable",
         read=parse_starts,
     )
+    tolerance: float = option(1.0, "scales the accuracy gate: 2 is twice as lenient, 0.5 twice "
+                              "as strict (see autotune/accuracy.py)", read=positive,
+                              cli_type=float)  # fmt: skip
 
     def __post_init__(self) -> None:
         config.validate(self)

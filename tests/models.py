@@ -175,3 +175,62 @@ class Dawdles(Toy):
 def slow_toy() -> tuple[torch.nn.Module, tuple]:
     torch.manual_seed(0)
     return Dawdles(4), (torch.randn(10, 10),)
+
+
+class Residual(torch.nn.Module):
+    """A pre-norm residual block: x + gelu(linear(norm(x)))."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm, self.linear = torch.nn.LayerNorm(width), torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.nn.functional.gelu(self.linear(self.norm(x)))
+
+
+class DeepStack(torch.nn.Module):
+    """160 residual blocks and a head: in bfloat16, eager's rounding of every intermediate
+    adds up to errors of a quarter of the output's RMS, and a compile that keeps fewer
+    intermediates in bfloat16 parts from eager by as much while being closer to the truth."""
+
+    def __init__(self, blocks: int = 160, width: int = 64, vocab: int = 512) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Residual(width) for _ in range(blocks)])
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        torch.nn.init.normal_(self.head.weight, std=0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+def deep_stack() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return DeepStack(), (torch.randn(16, 64),)
+
+
+def fp32_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A legitimate backend that computes in float32 and rounds once at the end (what a
+    compiler that fuses bfloat16 elementwise work does, taken to its end)."""
+    wide = gm.float()
+
+    def run(*args: object) -> object:
+        out = wide(*[a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                     for a in args])  # fmt: skip
+        dtype = next(
+            a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()
+        )
+        return tuple(o.to(dtype) if isinstance(o, torch.Tensor) else o for o in out)
+
+    return run
+
+
+def shift_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A wrong backend: every output is rolled by one element (right values, wrong places)."""
+
+    def run(*args: object) -> object:
+        return tuple(o.roll(1) if isinstance(o, torch.Tensor) else o for o in gm(*args))
+
+    return run

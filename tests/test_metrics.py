@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from autotune.accuracy import TOLERANCES
+from autotune.accuracy import against_eager as compare
 from autotune.catalog import ModelRef
-from autotune.metrics import TOLERANCES, compare
 from autotune.runner import measure
 from autotune.strategy import Strategy
 from autotune.workload import Settings, Workload

@@ -42,6 +42,7 @@ def _submit(tmp: Path, url: str, study: str, trials: int, spec: str | None = Non
     out = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "submit", "--space", str(tmp / "s.toml"),
          "--storage", url], capture_output=True, text=True, cwd=tmp,
+        env={**os.environ, "PYTHONPATH": ROOT},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert PASSWORD not in out.stdout + out.stderr

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import artifact, metrics, recompiles, starts, timing
+from autotune import accuracy, artifact, metrics, recompiles, starts, timing
 from autotune.catalog import ModelRef
-from autotune.measurement import Measurement, Memory
+from autotune.measurement import Accuracy, Measurement, Memory
 from autotune.strategy import Strategy
 from autotune.workload import Workload
 
@@ -40,6 +40,19 @@ class TrialContext:
     memory: metrics.PeakMemory
     start: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
+    reference: dict[str, Any] | None = None  # the study's higher-precision outputs
+
+    def judge(self, expected: list[Any], actual: list[Any], *names: str) -> Accuracy:
+        """The verdict on compiled outputs, against eager's and the reference's outputs
+        ``names`` (in that order)."""
+        outputs = self.reference["outputs"] if self.reference else {}
+        found = [t for n in names for t in outputs[n]] if outputs else None
+        verdict = accuracy.judge(expected, actual, found, self.workload.dtype,
+                                 float(self.spec.get("tolerance", 1.0)),
+                                 self.spec.get("reference_dtype", ""))  # fmt: skip
+        if found is None and self.spec.get("reference_reason"):
+            verdict.rule += f" ({self.spec['reference_reason']})"
+        return verdict
 
     @property
     def device(self) -> str:
@@ -76,6 +89,8 @@ def begin(spec: dict[str, Any]) -> TrialContext:
     ctx = TrialContext(spec, strategy, workload, ref, result, metrics.PeakMemory(workload.device),
                        start)  # fmt: skip
     ctx.timings["startup_s"] = time.time() - spec.get("launched", time.time())
+    if spec.get("reference") and strategy.granularity != "none":
+        ctx.reference = accuracy.load_reference(spec["reference"])
     return ctx
 
 

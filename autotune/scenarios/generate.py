@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune import catalog, compile, metrics, timing
+from autotune import accuracy, catalog, compile, timing
 from autotune import device as device_
+from autotune.accuracy import SMALL, Gate
 from autotune.errors import ConfigError
 from autotune.measurement import Latency, TokenCheck
 from autotune.scenarios.base import Scenario
@@ -56,12 +57,15 @@ def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> A
 
 @dataclass
 class Run:
-    """One generation: its tokens ``(batch, N)``, per-forward seconds, first decode logits."""
+    """One generation: its tokens ``(batch, N)``, per-forward seconds, the prefill's and the
+    first decode step's logits, and (when asked) the top-two logit margin of each token."""
 
     tokens: Any
     prefill_s: float
     steps_s: list[float] = field(default_factory=list)
     first_logits: Any = None
+    prefill_logits: Any = None
+    margins: list[float] = field(default_factory=list)  # per token: min over the batch
 
     @property
     def total_s(self) -> float:
@@ -93,7 +97,7 @@ class Generation:
         with torch.no_grad():
             out = self.forward(input_ids=ids, past_key_values=self.cache,
                                cache_position=positions, use_cache=True, **self.extra)  # fmt: skip
-        logits = out.logits if hasattr(out, "logits") else metrics.tensors(out)[0]
+        logits = out.logits if hasattr(out, "logits") else accuracy.tensors(out)[0]
         self.logits = logits[:, -1]
         self.token = self.logits.argmax(-1, keepdim=True)
 
@@ -108,28 +112,51 @@ class Generation:
         self._call(self.token, self.position)
         self.position.add_(1)
 
-    def run(self, timer: Callable[[Callable[[], Any]], float]) -> Run:
-        """A whole generation, every forward timed by ``timer``."""
+    def run(self, timer: Callable[[Callable[[], Any]], float], margins: bool = False) -> Run:
+        """A whole generation, every forward timed by ``timer``; with ``margins``, the gap
+        between the top two logits behind each token (where a near tie could flip it)."""
+        import torch
+
         prefill_s = timer(self.prefill)
         tokens = [self.token]
-        result = Run(None, prefill_s)
+        result = Run(None, prefill_s, prefill_logits=self.logits.float().clone())
+        if margins:
+            result.margins.append(_margin(self.logits))
         for step in range(self.new_tokens - 1):
             result.steps_s.append(timer(self.decode))
             if step == 0:
                 result.first_logits = self.logits.float().clone()
+            if margins:
+                result.margins.append(_margin(self.logits))
             tokens.append(self.token)
-        import torch
-
         result.tokens = torch.cat(tokens, dim=1)
         return result
 
 
-def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "") -> TokenCheck:
-    """All greedy tokens equal, or where they first differ."""
+def _margin(logits: Any) -> float:
+    top = logits.float().topk(2, dim=-1).values
+    return float((top[..., 0] - top[..., 1]).min())
+
+
+def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "",
+                 margins: list[float] | None = None, tie: float = 0.0) -> TokenCheck:  # fmt: skip
+    """All greedy tokens equal; else the first that differs is a wrong answer unless eager's
+    top two logits there were within ``tie`` (the reference error) of each other: a near tie,
+    which either side could break. After a first difference the sequences are incomparable,
+    so the check stops there and says so."""
     same = (expected == actual).all(dim=0).tolist()
-    matched = same.index(False) if False in same else len(same)
-    detail = "" if all(same) else f"token {matched + 1} of {len(same)} differs from eager{where}"
-    return TokenCheck(all(same), len(same), matched, detail)
+    if all(same):
+        return TokenCheck(True, len(same), len(same))
+    j = same.index(False)
+    margin = margins[j] if margins and j < len(margins) else None
+    if margin is not None and margin <= tie:
+        return TokenCheck(True, len(same), j, (
+            f"tokens agree up to token {j + 1} of {len(same)}{where}, where eager's top two "
+            f"logits were {margin:.3g} apart, within the reference error {tie:.3g}: a near "
+            "tie; not compared after it"), near_tie=True)  # fmt: skip
+    why = f" (eager's margin {margin:.3g} > the reference error {tie:.3g})" if margins else ""
+    return TokenCheck(False, len(same), j, f"token {j + 1} of {len(same)} differs from "
+                      f"eager{where}{why}")  # fmt: skip
 
 
 class Generate(Scenario):
@@ -154,16 +181,45 @@ class Generate(Scenario):
             return timing.wall(fn, device)[0]
 
         self.eager = Generation(self.model, new_cache(self.model, w), self.prompt, n, device)
-        self.reference = self.eager.run(first)
-        m.eager_first_s = self.reference.prefill_s + self.reference.steps_s[0]
+        self.expected = self.eager.run(first, margins=True)
+        m.eager_first_s = self.expected.prefill_s + self.expected.steps_s[0]
         cache = new_cache(self.model, w, like=self.eager.cache)  # fixed addresses first
         mark = device_.marks_steps(device, ctx.strategy.uses_cuda_graphs())
         self.gen = Generation(self.compiled, cache, self.prompt, n, device, mark)
         ctx.memory.reset()
         run = self.gen.run(first)  # cold: prefill's graphs, the recompile for decode, decode's
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else run.prefill_s + run.steps_s[0]
-        m.accuracy = metrics.compare([self.reference.first_logits], [run.first_logits], w.dtype)
-        self.tokens = check_tokens(self.reference.tokens, run.tokens)
+        m.accuracy = self.judge_logits(run)
+        self.tokens = self.check(run, "")
+
+    def judge_logits(self, run: Run) -> Any:
+        """The prefill's logits against the reference's; the first decode step's too when its
+        input token is the same on every side (else they answer different questions)."""
+        e, ref = self.expected, self.ctx.reference
+        first = e.tokens[:, :1]
+        same = bool((run.tokens[:, :1] == first).all())
+        if ref is not None:
+            same = same and bool((ref["outputs"]["token"][0].to(first.device) == first).all())
+        if not same:
+            return self.ctx.judge([e.prefill_logits], [run.prefill_logits], "prefill")
+        eager, compiled = (
+            [e.prefill_logits, e.first_logits],
+            [run.prefill_logits, run.first_logits],
+        )
+        return self.ctx.judge(eager, compiled, "prefill", "decode")
+
+    def tie(self) -> float:
+        """How far apart eager's top two logits may be and still be a near tie: eager's own
+        largest logit error against the reference (times the gate's multiplier); 0 without
+        a reference (every token must match)."""
+        a = self.ctx.result.accuracy
+        if a is None or not a.reference or a.eager_max is None:
+            return 0.0
+        return Gate(self.ctx.workload.dtype, a.tolerance).multiplier(2 * SMALL) * a.eager_max
+
+    def check(self, run: Run, where: str) -> TokenCheck:
+        return check_tokens(self.expected.tokens, run.tokens, where, self.expected.margins,
+                            self.tie())  # fmt: skip
 
     def calls(self) -> dict[str, Callable[[], Any]]:
         return {"eager": lambda: self.eager.run(self.clock),
@@ -173,17 +229,18 @@ class Generate(Scenario):
         return call()  # a generation times each of its own forwards
 
     def after_round(self, samples: dict[str, list[Any]]) -> None:
-        if self.tokens.passed:
+        if self.tokens.passed and not self.tokens.near_tie:
             done = len(samples["compiled"])
-            self.tokens = check_tokens(self.reference.tokens, samples["compiled"][-1].tokens,
-                                       f" in timed round {done}")  # fmt: skip
+            self.tokens = self.check(samples["compiled"][-1], f" in timed round {done}")
 
     def record(self, samples: dict[str, list[Any]]) -> None:
         m, n = self.ctx.result, self.ctx.workload.new_tokens
+        assert m.accuracy is not None
         if not self.tokens.passed:  # a strategy that changes the tokens is infeasible
-            assert m.accuracy is not None
             m.accuracy.passed = False
             m.accuracy.detail = "; ".join(filter(None, (self.tokens.detail, m.accuracy.detail)))
+        elif self.tokens.near_tie:  # passed, and says where it stopped comparing
+            m.accuracy.detail = "; ".join(filter(None, (m.accuracy.detail, self.tokens.detail)))
         m.tokens = self.tokens
 
         def stats(runs: list[Run]) -> tuple[Latency, Latency, float]:

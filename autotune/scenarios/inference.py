@@ -7,48 +7,10 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from autotune import catalog, compile, device, metrics, timing
+from autotune import accuracy, catalog, compile, device, timing
 from autotune.measurement import Latency
+from autotune.scenarios import steps
 from autotune.scenarios.base import Scenario
-
-
-def _loss(output: Any) -> Any:
-    first = metrics.tensors(output)[0]
-    return first.float().pow(2).mean()
-
-
-def make_step(model: Any, inputs: tuple, kind: str, mark_steps: bool = False) -> Callable[[], Any]:
-    """One call of the workload: a no-grad forward, or forward + backward + optimizer step.
-
-    With ``mark_steps`` (CUDA graphs), each call first tells torch that a new step begins, so
-    that the graphs of one call never read outputs that the next call overwrites (regional
-    compilation chains one graph per block)."""
-    import torch
-
-    mark = torch.compiler.cudagraph_mark_step_begin if mark_steps else (lambda: None)
-    if kind == "inference":
-
-        def forward() -> Any:
-            mark()
-            with torch.no_grad():
-                return model(*inputs)
-
-        return forward
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-
-    def train_step() -> Any:
-        mark()
-        optimizer.zero_grad(set_to_none=True)
-        loss = _loss(model(*inputs))
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return train_step
-
-
-def _grads(model: Any) -> list[Any]:
-    return [p.grad for p in model.parameters() if p.grad is not None]
 
 
 class Inference(Scenario):
@@ -59,8 +21,12 @@ class Inference(Scenario):
         return model
 
     def compared(self, expected: Any, actual: Any) -> tuple[list[Any], list[Any]]:
-        """What the accuracy verdict compares of the first eager and compiled calls."""
-        return metrics.tensors(expected), metrics.tensors(actual)
+        """What the accuracy verdict compares of the eager and compiled calls."""
+        return accuracy.tensors(expected), accuracy.tensors(actual)
+
+    def reference_name(self, calls: int) -> str:
+        """The reference's outputs that the compared calls correspond to."""
+        return "forward"
 
     def setup(self) -> None:
         ctx = self.ctx
@@ -72,20 +38,23 @@ class Inference(Scenario):
         self.graphs = ctx.strategy.uses_cuda_graphs()
         marks = device.marks_steps(ctx.device, self.graphs)
         kind = ctx.workload.kind
-        self.eager_step = make_step(self.eager_model, self.inputs, kind)
-        self.compiled_step = make_step(self.compiled, self.inputs, kind, mark_steps=marks)
+        self.eager_step = steps.make_step(self.eager_model, self.inputs, kind)
+        self.compiled_step = steps.make_step(self.compiled, self.inputs, kind, mark_steps=marks)
 
     def first(self) -> None:
         ctx, m = self.ctx, self.ctx.result
         m.eager_first_s, expected = timing.wall(self.eager_step, ctx.device)
         ctx.memory.reset()
         first_s, actual = timing.wall(self.compiled_step, ctx.device)
+        calls = 1
         if self.graphs:  # CUDA graphs are recorded on the second call: that is compiling too
             recording_s, actual = timing.wall(self.compiled_step, ctx.device)
             first_s += recording_s
             ctx.timings["cuda_graph_recording_s"] = recording_s
+            calls = 2
+            expected = self.eager_step()  # the same call on both sides (a train step's second)
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else first_s
-        m.accuracy = metrics.compare(*self.compared(expected, actual), ctx.workload.dtype)
+        m.accuracy = ctx.judge(*self.compared(expected, actual), self.reference_name(calls))
 
     def calls(self) -> dict[str, Callable[[], Any]]:
         return {"eager": self.eager_step, "compiled": self.compiled_step}
@@ -99,11 +68,16 @@ class Inference(Scenario):
 
 class Train(Inference):
     """``--workload train``: forward, backward and an SGD step, eager on a copy of the model;
-    accuracy covers the loss and every gradient."""
+    accuracy covers the same step's loss and a fixed-stride sample of every gradient (all of
+    each gradient up to :data:`autotune.accuracy.SAMPLE` elements)."""
 
     def eager_twin(self, model: Any) -> Any:
         return copy.deepcopy(model)
 
     def compared(self, expected: Any, actual: Any) -> tuple[list[Any], list[Any]]:
         e, a = super().compared(expected, actual)  # the step's loss, then every gradient
-        return e + _grads(self.eager_model), a + _grads(self.model)
+        eager = [accuracy.sample(g) for g in steps.grads(self.eager_model)]
+        return e + eager, a + [accuracy.sample(g) for g in steps.grads(self.model)]
+
+    def reference_name(self, calls: int) -> str:
+        return f"step{calls}"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.measurement import Measurement
+    from autotune.runner import Reference
 
 
 class Listener(Protocol):
@@ -71,6 +72,7 @@ class Search:
     tactics: Tactics = field(default_factory=Tactics)
     run_keys: set[str] = field(init=False)
     baseline: Measurement | None = None  # stored once, never changes: read once
+    reference: Reference | None = None  # the study's higher-precision outputs, likewise
     current: int | None = None  # the trial this worker is on
 
     def __post_init__(self) -> None:
@@ -91,7 +93,7 @@ class Search:
         from autotune import runner
 
         spec = self.spec
-        return runner.measure(spec.model, spec.workload, strategy, spec.settings)
+        return runner.measure(spec.model, spec.workload, strategy, spec.settings, self.reference)
 
     def measured(self) -> set[str]:
         """Keys of the space's strategies measured by a trial so far (not deduced)."""

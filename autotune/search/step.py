@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from autotune import runner
 from autotune.errors import AutotuneError
 from autotune.measurement import Measurement
 from autotune.search import deduction
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
     from autotune.coordination import Tally
+    from autotune.runner import Reference
     from autotune.search.state import Listener, Search
 
 T = TypeVar("T")
@@ -47,9 +50,10 @@ def baseline(search: Search, listener: Listener) -> Measurement:
     with coord.pulse:
         while (row := search.store.measurement(search.name, "none")) is None:
             if coord.claim("none", None, 1, set()) == "claimed":
-                listener.now("measuring the eager baseline")
                 try:
+                    listener.now("measuring the eager baseline")
                     m = search.measure(Strategy("none"))
+                    reference(search, listener)  # by the same worker, before peers wait on it
                 except BaseException:
                     with contextlib.suppress(Exception):
                         coord.release("none")  # interrupted: nobody is measuring it now
@@ -65,7 +69,27 @@ def baseline(search: Search, listener: Listener) -> Measurement:
     if not m.ok:
         raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
     search.baseline = m
+    reference(search, listener)
     return m
+
+
+def reference(search: Search, listener: Listener) -> Reference:
+    """The study's higher-precision reference: read from the storage (every worker judges
+    against the same one), or computed once in a process of its own and stored there."""
+    if search.reference is not None:
+        return search.reference
+    found = search.store.reference(search.name)
+    if found is None:
+        listener.now("computing the higher-precision reference")
+        spec = search.spec
+        made = runner.make_reference(spec.model, spec.workload, spec.settings)
+        data = Path(made.path).read_bytes() if made.path else None
+        search.store.add_reference(search.name, made.dtype, made.reason, data)
+        found = search.store.reference(search.name)
+        assert found is not None
+    _, reason, data = found
+    search.reference = runner.keep_reference(data) if data else runner.Reference.none(reason)
+    return search.reference
 
 
 def finished_as(study: optuna.Study, tell: Callable[[], FrozenTrial]) -> FrozenTrial | None:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -26,11 +27,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column
 
-SCHEMA_VERSION = 3
-MIGRATIONS = {  # version -> what it added to an existing database
+SCHEMA_VERSION = 4
+MIGRATIONS = {  # version -> what it added to an existing database (new tables: create_all)
     2: ["ALTER TABLE autotune_claims ADD COLUMN heartbeat FLOAT",  # claims' heartbeat
         "ALTER TABLE autotune_measurements ADD COLUMN worker VARCHAR(256)"],
     3: ["ALTER TABLE autotune_measurements ADD COLUMN deduced_from VARCHAR(256)"],
+    4: [],  # autotune_references, autotune_confirmations
 }  # fmt: skip
 
 
@@ -118,6 +120,30 @@ class ExportRow(OfStudy, Base):
     key: Mapped[str] = mapped_column(String(256))
     content: Mapped[str] = mapped_column(Text)
     exported_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class ReferenceRow(Base):
+    """A study's higher-precision reference outputs (autotune.scenarios.reference), as the file
+    a trial reads (``data``: ``torch.save`` bytes, loaded with ``weights_only``); no data and a
+    ``reason`` when there is none."""
+
+    __tablename__ = "autotune_references"
+    study: Mapped[str] = mapped_column(ForeignKey("autotune_studies.name"), primary_key=True)
+    dtype: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    sha256: Mapped[str] = mapped_column(String(64), default="")
+    data: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class ConfirmationRow(OfStudy, Base):
+    """A pick re-measured against its nearest rivals before export (autotune.confirm)."""
+
+    __tablename__ = "autotune_confirmations"
+    policy: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(String(256))  # the pick after confirmation
+    payload: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
 def create(engine: Engine) -> None:

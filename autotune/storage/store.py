@@ -23,7 +23,14 @@ from autotune.storage import records, schema
 from autotune.storage.ledger import Ledger
 from autotune.storage.records import ExportRecord, RunRecord, Stored, StudyRecord
 from autotune.storage.retry import final_reason, resilient, transient
-from autotune.storage.schema import ExportRow, MeasurementRow, RunRow, StudyRow
+from autotune.storage.schema import (
+    ConfirmationRow,
+    ExportRow,
+    MeasurementRow,
+    ReferenceRow,
+    RunRow,
+    StudyRow,
+)
 from autotune.storage.urls import DEFAULT_URL, mask, resolve_url, scrub
 
 
@@ -200,6 +207,55 @@ class Store:
     def claims(self, study: str) -> list[records.Claim]:
         with self.session() as s:
             return Ledger(s, study).claims()
+
+    # the reference (bytes of its file) and confirmations
+    @resilient
+    def add_reference(self, study: str, dtype: str, reason: str, data: bytes | None) -> bool:
+        """Store the study's reference unless one is stored already; whether this one was."""
+        import hashlib
+
+        digest = hashlib.sha256(data).hexdigest() if data else ""
+        try:
+            with self.session() as s:
+                if s.get(ReferenceRow, study) is not None:
+                    return False
+                s.add(ReferenceRow(study=study, dtype=dtype, reason=reason, sha256=digest,
+                                   data=data))  # fmt: skip
+                s.flush()
+        except IntegrityError:  # a peer's, stored first
+            return False
+        return True
+
+    @resilient
+    def reference(self, study: str) -> tuple[str, str, bytes | None] | None:
+        """The study's reference: (dtype, reason, bytes), or None when none is stored yet."""
+        with self.session() as s:
+            row = s.get(ReferenceRow, study) if self._has(ReferenceRow) else None
+            return None if row is None else (row.dtype, row.reason, row.data)
+
+    @resilient
+    def add_confirmation(self, study: str, policy: str, key: str, payload: dict[str, Any]) -> None:
+        with self.session() as s:
+            s.add(ConfirmationRow(study=study, policy=policy, key=key, payload=payload))
+
+    @resilient
+    def confirmation(self, study: str, policy: str) -> tuple[str, dict[str, Any]] | None:
+        """The latest confirmation of the study's pick under ``policy``: (key, payload)."""
+        if not self._has(ConfirmationRow):
+            return None
+        with self.session() as s:
+            query = select(ConfirmationRow).where(
+                ConfirmationRow.study == study, ConfirmationRow.policy == policy
+            )
+            row = s.scalars(query.order_by(ConfirmationRow.id.desc())).first()
+            return None if row is None else (row.key, row.payload)
+
+    def _has(self, table: Any) -> bool:
+        """Whether a table of a later schema exists (a database opened only to read may
+        predate it)."""
+        from sqlalchemy import inspect
+
+        return inspect(self.engine).has_table(table.__tablename__)
 
     # exports
     @resilient
