@@ -25,10 +25,15 @@ SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
 
 def measure_spec(spec: dict[str, Any]) -> Measurement:
     """Measure one strategy as ``spec`` says, with the scenario of its workload; or, with
-    ``reference_out``, compute the study's higher-precision reference and save it there."""
+    ``reference_out``, compute the study's higher-precision reference and save it there; or,
+    with ``confirm``, time those strategies against eager in one process."""
     if spec.get("reference_out"):
         return make_reference(spec)
     ctx = begin(spec)
+    if spec.get("confirm"):
+        from autotune.scenarios import confirm
+
+        return confirm.run(ctx)
     return SCENARIOS[ctx.workload.kind](ctx).run()
 
 

@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.add_argument("--dashboard", action="store_true", help="also write dashboards/<study>.html")
     r.add_argument("--workers", type=int, default=1, help="local worker processes (one per GPU)")
+    r.add_argument("--no-confirm", action="store_true", help="export the pick without timing "
+                   "it again against its nearest rivals (see README: Verdicts)")  # fmt: skip
 
     sb = sub.add_parser("submit", help="create a study from a spec file, for workers to run")
     sb.add_argument("--space", required=True, metavar="FILE.toml", help="the study's spec")
@@ -123,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "transformers")  # fmt: skip
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
+
+    sh = sub.add_parser("show", help="every strategy of a study, with why each was left out")
+    _add_storage_args(sh)
+    sh.add_argument("--policy", help="the policy whose answer is shown (default: the study's)")
 
     st = sub.add_parser("studies", help="list the studies in a storage with their progress")
     st.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
@@ -192,10 +198,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from autotune import catalog, export, report, selection
+    from autotune import catalog, export, report
     from autotune.progress import BestSoFar, Progress, counts
     from autotune.search import open_search, run, run_workers
     from autotune.spec import StudySpec, check_name
+    from autotune.verdict import answer
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
@@ -220,6 +227,9 @@ def cmd_search(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+    if not args.no_confirm:
+        print("confirming the pick against its nearest rivals…", file=out, flush=True)
+        confirm_pick(search)
     path, chosen, notes = export.export(
         search.store, search.name, spec.policy, args.format, args.out, spec.max_memory_mb
     )
@@ -228,9 +238,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         from autotune import dashboard
 
         page = dashboard.write(search.store, search.name, policy=spec.policy)
-    rows = search.store.measurements(search.name)
-    _, _, front = selection.choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
-    tally = counts(search.store.study(search.name), rows)  # type: ignore[arg-type]
+    rows, study = search.store.measurements(search.name), search.store.study(search.name)
+    assert study is not None
+    confirmation = search.store.confirmation(search.name, spec.policy)
+    told = answer(rows, search.name, study.spec, spec.policy, spec.max_memory_mb, confirmation)
+    front = told.front
+    tally = counts(study, rows)
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
@@ -238,7 +251,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             "repeats": outcome.repeats, "policy": spec.policy,
             "chosen": chosen.key, "export": str(path), "caveats": notes,
             "dashboard": str(page) if page else None,
-            "pareto_front": [dataclasses.asdict(p) for p in front],
+            "pareto_front": [dataclasses.asdict(p) for p in front], **told.block(),
         }  # fmt: skip
         print(json.dumps(result, indent=2))
         return 0
@@ -248,12 +261,30 @@ def cmd_search(args: argparse.Namespace) -> int:
     print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
     print(report.front_table(front, chosen.key))
     print(f"\nchosen ({spec.policy}): {chosen.key}")
+    for line in told.lines():
+        print(line)
     for note in notes:
         print(f"note: {note}")
     print(f"wrote {path}")
     if page:
         print(f"wrote {page}")
     return 0
+
+
+def confirm_pick(search: Any) -> None:
+    """Time the pick against its nearest rivals and eager; store what the rounds showed; drop
+    the compile caches kept for it."""
+    import shutil
+
+    from autotune.confirm import confirm
+    from autotune.selection import choose
+
+    spec = search.spec
+    rows = search.store.measurements(search.name)
+    chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
+    result = confirm(spec, chosen, points, front, search.keep)
+    search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
+    shutil.rmtree(search.keep, ignore_errors=True)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -290,6 +321,30 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise ConfigError("give --study NAME")
     path = dashboard.write(Store(args.storage, create=False), args.study, args.out, args.policy)
     print(f"wrote {path}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from autotune import report
+    from autotune.spec import check_name
+    from autotune.storage import Store, mask
+    from autotune.verdict import answer, exclusions
+
+    if not args.study:
+        raise ConfigError("give --study NAME (autotune studies lists them)")
+    store = Store(args.storage, create=False)
+    study = store.study(check_name(args.study))
+    if study is None:
+        raise ConfigError(f"no study named {args.study!r} in {mask(store.url)}")
+    rows = store.measurements(study.name)
+    max_memory = study.spec.get("max_memory_mb")
+    print(report.trials_table(rows, exclusions(rows, max_memory)))
+    policy = args.policy or study.spec.get("policy", "knee")
+    if any(r.key == "none" and r.status == "ok" for r in rows):
+        told = answer(rows, study.name, study.spec, policy, max_memory,
+                      store.confirmation(study.name, policy))  # fmt: skip
+        print()
+        print("\n".join(told.lines()[:-1]))
     return 0
 
 
@@ -331,7 +386,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
-    "dashboard": cmd_dashboard, "studies": cmd_studies, "submit": cmd_submit,
+    "dashboard": cmd_dashboard, "studies": cmd_studies, "submit": cmd_submit, "show": cmd_show,
     "worker": cmd_worker,
 }  # fmt: skip
 

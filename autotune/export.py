@@ -18,9 +18,10 @@ from autotune import artifact
 from autotune.errors import ConfigError
 from autotune.measurement import Measurement
 from autotune.objectives import default as default_objectives
-from autotune.selection import Point, choose
+from autotune.selection import Point
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy
+from autotune.verdict import answer
 
 FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
 ACCELERATE_YAML_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -69,7 +70,9 @@ def document(
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
     kind = (row.spec.get("workload") or {}).get("kind", "inference")
     objectives = tuple(row.spec.get("objectives") or default_objectives(kind))
-    chosen, points, front = choose(store.measurements(study), policy, objectives, max_memory_mb)
+    told = answer(store.measurements(study), study, row.spec, policy, max_memory_mb,
+                  store.confirmation(study, policy))  # fmt: skip
+    chosen, points, front = told.chosen, told.points, told.front
     strategy = Strategy.from_dict(chosen.strategy)
     notes = caveats(strategy, fmt)
     baseline = next((p for p in points if p.key == "none"), None)
@@ -87,6 +90,7 @@ def document(
         "workload": row.spec.get("workload"),
         "objectives": list(objectives),
         "pareto_front": [dataclasses.asdict(p) for p in front],
+        **told.block(),
         "caveats": notes,
     }
     if fmt == "accelerate":

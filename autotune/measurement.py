@@ -172,6 +172,7 @@ class Measurement:
     load_s: float | None = None  # a portable start's load of the saved artefact
     artifact: dict[str, Any] | None = None  # the saved cache artefact: sha256, bytes, where
     starts: dict[str, Start] = field(default_factory=dict)  # cold, warm, portable
+    rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -165,3 +165,19 @@ def front_table(front: Sequence[Any], chosen: str) -> str:
         note += ";\nLIMIT: dynamo hit its recompile limit and ran part of the model eager, so "
         note += "that latency is not the compiled one (autotune measure says which blocks)"
     return table(header, rows) + "\n" + note
+
+
+def trials_table(rows: Sequence[Any], excluded: Sequence[Any]) -> str:
+    """Every stored strategy of a study: its verdict, cold compile, speedup, and why it was
+    left out (``autotune show``)."""
+    why = {e.key: (e.why, e.detail) for e in excluded}
+    lines = []
+    for row in rows:
+        m = Measurement.from_dict(row.payload)
+        reason, detail = why.get(row.key, ("", ""))
+        state = reason or ("eager baseline" if row.key == "none" else "candidate")
+        if m.deduced:
+            state += f" ({m.deduced})"
+        speedup = f"{m.speedup:.2f}x" if m.speedup else "—"
+        lines.append((row.key, state, seconds(m.compile_s), speedup, detail[:120]))
+    return table(("strategy", "verdict", "cold compile", "speedup", "why"), lines)

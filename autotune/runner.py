@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,11 @@ def _child(
     return result
 
 
+def cache_folder(keep: str, key: str) -> str:
+    """Where the kept compile caches of the strategy ``key`` live under ``keep``."""
+    return os.path.join(keep, artifact.sha256(key.encode())[:16])
+
+
 @dataclass(frozen=True)
 class Reference:
     """A study's higher-precision reference (:mod:`autotune.scenarios.reference`): its file,
@@ -190,12 +196,15 @@ def make_reference(
 
 def measure(
     model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None,
-    reference: Reference | None = None,
+    reference: Reference | None = None, later: Callable[[Measurement], bool] | None = None,
+    keep: str | None = None,
 ) -> Measurement:  # fmt: skip
     """Measure ``strategy`` on ``model`` and ``workload`` cold in a fresh process, then its
-    warm and portable starts (``settings.starts``) in fresh processes of their own. Outputs
-    are judged against ``reference`` (computed first, in a process of its own, when not
-    given; eager needs none).
+    warm and portable starts (``settings.starts``) in fresh processes of their own, unless
+    ``later`` says, from the cold measurement, that they are not needed. Outputs are judged
+    against ``reference`` (computed first, in a process of its own, when not given; eager
+    needs none). With ``keep``, the cold start's compile caches of a strategy that ``later``
+    wants are kept there, in a folder of its own (a confirmation starts warm from them).
 
     Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
     """
@@ -230,7 +239,33 @@ def measure(
             portable = {**brief, "load_artifact": saved}
             return _child(portable, work, kind, empty_caches, settings, base)
 
-        result.starts = starts.later(result, strategy, settings.starts, run)
+        needed = later is None or not result.ok or later(result)
+        result.starts = starts.later(result, strategy, settings.starts, run, needed)
+        if keep and needed and result.ok and not starts.no_cache(strategy):
+            shutil.copytree(cold_caches, cache_folder(keep, strategy.key), dirs_exist_ok=True)
         return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def confirm(
+    model: ModelRef, workload: Workload, strategies: list[Strategy], settings: Settings,
+    kept: list[str],
+) -> Measurement:  # fmt: skip
+    """Time ``strategies`` and eager in ``settings.iters`` interleaved rounds in one fresh
+    process, its caches the merge of the ``kept`` cache folders (a warm compile where they
+    hold the strategy's); the measurement's ``rounds`` holds the milliseconds per round."""
+    base = (strategies[0].to_dict(), model.to_dict(), workload.to_dict())
+    work = tempfile.mkdtemp(prefix="autotune-confirm-")
+    try:
+        merged = os.path.join(work, "caches")
+        os.makedirs(merged)
+        for folder in kept:
+            if os.path.isdir(folder):
+                shutil.copytree(folder, merged, dirs_exist_ok=True)
+        spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
+        spec.update(confirm=[s.to_dict() for s in strategies], iters=settings.iters,
+                    warmup=settings.warmup, seed=settings.seed)  # fmt: skip
+        return _child(spec, work, "confirm", merged, settings, base)
     finally:
         shutil.rmtree(work, ignore_errors=True)

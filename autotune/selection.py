@@ -27,27 +27,10 @@ from autotune import objectives as objective
 from autotune.errors import AutotuneError
 from autotune.measurement import Measurement
 from autotune.strategy import Strategy
+from autotune.timing import ALPHA, sign_test
 
 if TYPE_CHECKING:
     from autotune.storage import Stored
-
-ALPHA = 0.05  # the sign test's level: a speedup the rounds do not show at it counts as none
-
-
-def sign_test(eager_ms: list[float], compiled_ms: list[float]) -> float:
-    """Two-sided sign-test p-value that compiled and eager differ, over interleaved rounds.
-
-    Round i timed both, back to back, so the pairs share the machine's state at that moment;
-    the test asks how often compiled won, which drift and outliers cannot fake.
-    """
-    diffs = [e - c for e, c in zip(eager_ms, compiled_ms, strict=False) if e != c]
-    n = len(diffs)
-    if n == 0:
-        return 1.0
-    wins = sum(d > 0 for d in diffs)
-    k = min(wins, n - wins)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
 
 
 def gain(m: Measurement, alpha: float = ALPHA) -> float:

@@ -93,15 +93,22 @@ def of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
     return start
 
 
+SKIPPED = ("not measured: not a contender (off the front, not among the fastest), and no "
+           "objective or policy needs it")  # fmt: skip
+
+
 def later(
     cold: Measurement, strategy: Strategy, wanted: Sequence[str],
-    run: Callable[[str], Measurement],
+    run: Callable[[str], Measurement], needed: bool = True,
 ) -> dict[str, Start]:  # fmt: skip
-    """Every wanted start of an ok cold trial; ``run(kind)`` measures one in a fresh child."""
+    """Every wanted start of an ok cold trial; ``run(kind)`` measures one in a fresh child.
+    Not ``needed``: the later starts are recorded as skipped, and cost nothing."""
     if not cold.ok:
         return {}
     starts = {"cold": of("cold", cold)}
     later = [k for k in wanted if k != "cold"]
+    if not needed and not no_cache(strategy):
+        return {**starts, **{k: Start(k, "skipped", measured=False, note=SKIPPED) for k in later}}
     if why := no_cache(strategy):
         for kind in later:
             starts[kind] = Start(

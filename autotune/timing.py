@@ -1,7 +1,9 @@
-"""Timers: CUDA events on a GPU, perf_counter after synchronize elsewhere; interleaved runs."""
+"""Timers (CUDA events on a GPU, perf_counter after synchronize elsewhere), interleaved rounds,
+and the sign test that reads them: whether a speedup shows, and when the rounds have decided."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -44,10 +46,11 @@ def timed(fn: Callable[[], Any], device: str) -> float:
 
 def interleave(
     calls: dict[str, Callable[[], Any]], iters: int, timer: Callable[[Callable[[], Any]], T],
-    seed: int = 0, after_round: Callable[[dict[str, list[T]]], None] | None = None,
+    seed: int = 0, after_round: Callable[[dict[str, list[T]]], bool | None] | None = None,
 ) -> dict[str, list[T]]:  # fmt: skip
-    """Time each call ``iters`` times with ``timer`` (one call -> its sample), in a random order
-    per round; ``after_round`` sees the samples so far after each round.
+    """Time each call up to ``iters`` times with ``timer`` (one call -> its sample), in a random
+    order per round; ``after_round`` sees the samples so far after each round, and ends the
+    rounds by returning True.
 
     Interleaving, as PyTorch's own benchmark harness does, spreads drift in the machine's
     speed (other load, frequency changes) over every call alike.
@@ -59,6 +62,47 @@ def interleave(
         rng.shuffle(names)
         for name in names:
             samples[name].append(timer(calls[name]))
-        if after_round is not None:
-            after_round(samples)
+        if after_round is not None and after_round(samples):
+            break
     return samples
+
+
+ALPHA = 0.05  # the sign test's level: a speedup the rounds do not show at it counts as none
+MIN_ROUNDS = 5  # timed rounds before the rounds may stop early (a median needs some samples)
+
+
+def sign_test(eager_ms: list[float], compiled_ms: list[float]) -> float:
+    """Two-sided sign-test p-value that compiled and eager differ, over interleaved rounds.
+
+    Round i timed both, back to back, so the pairs share the machine's state at that moment;
+    the test asks how often compiled won, which drift and outliers cannot fake.
+    """
+    diffs = [e - c for e, c in zip(eager_ms, compiled_ms, strict=False) if e != c]
+    return _p_value(sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
+
+
+def _p_value(wins: int, losses: int) -> float:
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def _verdict(wins: int, losses: int) -> int:
+    """+1 compiled faster, -1 slower, 0 not shown, at :data:`ALPHA`."""
+    if _p_value(wins, losses) >= ALPHA:
+        return 0
+    return 1 if wins > losses else -1
+
+
+def decided(eager: list[float], compiled: list[float], remaining: int) -> bool:
+    """Whether the sign test's verdict can no longer change, whatever the ``remaining`` rounds
+    give (each a win, a loss or a tie): timing more rounds would not change the answer."""
+    if len(eager) < MIN_ROUNDS:
+        return False
+    wins = sum(e > c for e, c in zip(eager, compiled, strict=False))
+    losses = sum(e < c for e, c in zip(eager, compiled, strict=False))
+    now = _verdict(wins, losses)
+    return all(_verdict(wins + w, losses + lo) == now
+               for w in range(remaining + 1) for lo in range(remaining + 1 - w))  # fmt: skip

@@ -119,8 +119,20 @@ class Scenario(ABC):
         """One timed call (its sample): seconds, on the device's clock."""
         return timing.timed(call, self.ctx.device)
 
-    def after_round(self, samples: dict[str, list[Any]]) -> None:  # noqa: B027 (optional)
-        """Checks made on each timed round (generate compares its tokens)."""
+    def seconds(self, sample: Any) -> float:
+        """One round's sample as the seconds the sign test compares."""
+        return float(sample)
+
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
+        """After each timed round: True ends the rounds, once the sign test between eager and
+        compiled is decided whatever the remaining rounds would give."""
+        if self.ctx.strategy.granularity == "none":
+            return False
+        eager, compiled = ([self.seconds(x) for x in samples[k]] for k in ("eager", "compiled"))
+        done = timing.decided(eager, compiled, self.ctx.spec["iters"] - len(compiled))
+        if done:
+            self.ctx.timings["rounds"] = float(len(compiled))
+        return done
 
     @abstractmethod
     def record(self, samples: dict[str, list[Any]]) -> None:

@@ -228,10 +228,14 @@ class Generate(Scenario):
     def timer(self, call: Callable[[], Any]) -> Any:
         return call()  # a generation times each of its own forwards
 
-    def after_round(self, samples: dict[str, list[Any]]) -> None:
+    def seconds(self, sample: Any) -> float:
+        return statistics.median(sample.steps_s)  # the round's per-token decode
+
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
         if self.tokens.passed and not self.tokens.near_tie:
             done = len(samples["compiled"])
             self.tokens = self.check(samples["compiled"][-1], f" in timed round {done}")
+        return super().after_round(samples)
 
     def record(self, samples: dict[str, list[Any]]) -> None:
         m, n = self.ctx.result, self.ctx.workload.new_tokens

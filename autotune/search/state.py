@@ -6,6 +6,7 @@ the protocol of a step is in :mod:`.step`, the loop in :mod:`.loop`.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -87,14 +88,60 @@ class Search:
         """The study's budget: strategies to measure."""
         return min(self.spec.trials, len(self.keys))
 
+    @property
+    def keep(self) -> str:
+        """Where this machine keeps the compile caches of the contenders, for the confirmation
+        of the pick (removed once it is done)."""
+        return os.path.join("studies", self.name, "caches")
+
     def measure(self, strategy: Strategy) -> Measurement:
         """One strategy measured as the study's spec says, in fresh processes (the runner);
-        a replay of a recorded study looks it up instead."""
+        a replay of a recorded study looks it up instead. Its warm and portable starts are
+        measured only when an objective or the policy needs them, or it is a contender."""
         from autotune import runner
 
         spec = self.spec
-        return runner.measure(spec.model, spec.workload, strategy, spec.settings, self.reference)
+        m = runner.measure(spec.model, spec.workload, strategy, spec.settings, self.reference,
+                           self.needs_later_starts, self.keep)  # fmt: skip
+        self.prune_caches()
+        return m
 
     def measured(self) -> set[str]:
-        """Keys of the space's strategies measured by a trial so far (not deduced)."""
+        """Keys of the study space's strategies measured by a trial so far (not deduced)."""
         return self.store.measured_keys(self.name) & self.keys
+
+    def contenders(self, extra: Measurement | None = None) -> list[str]:
+        """The keys a confirmation may time now (the front, and the fastest compiled
+        strategies: :func:`autotune.confirm.contenders`), ``extra`` counted in if given."""
+        from autotune.confirm import contenders
+        from autotune.selection import candidates, pareto
+        from autotune.storage import Stored
+
+        rows = self.store.measurements(self.name)
+        if extra is not None:
+            key = Strategy.from_dict(extra.strategy).key
+            rows.append(Stored(-1, key, None, extra.status, extra.to_dict(), None, None, None))
+        points = candidates(rows, self.spec.max_memory_mb)
+        return [p.key for p in contenders(points, pareto(points, self.spec.objectives))]
+
+    def needs_later_starts(self, m: Measurement) -> bool:
+        """Whether a cold trial's warm and portable starts (and its kept caches) are worth it:
+        an objective or the policy counts them, or it is a contender (the front table shows
+        its starts, and a confirmation may time it)."""
+        if {"warm", "portable"} & set(self.spec.objectives) or self.spec.policy.startswith(
+            "restarts"
+        ):
+            return True
+        return m.feasible and Strategy.from_dict(m.strategy).key in self.contenders(m)
+
+    def prune_caches(self) -> None:
+        """Drop the kept caches of strategies that are no longer contenders."""
+        import shutil
+
+        from autotune.runner import cache_folder
+
+        if not os.path.isdir(self.keep):
+            return
+        wanted = {os.path.basename(cache_folder(self.keep, k)) for k in self.contenders()}
+        for name in set(os.listdir(self.keep)) - wanted:
+            shutil.rmtree(os.path.join(self.keep, name), ignore_errors=True)
