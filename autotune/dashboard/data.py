@@ -14,9 +14,10 @@ from autotune.errors import ConfigError
 from autotune.measurement import Measurement
 from autotune.objectives import SPEEDS
 from autotune.objectives import default as default_objectives
-from autotune.selection import Point, candidates, gain, pareto, pick
+from autotune.selection import Point, candidates, gain, pareto
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy
+from autotune.verdict import Answer, answer
 
 CALLS = [10**e for e in range(0, 9)]  # the break-even plot's x axis, calls made after compiling
 MIN_TRIALS_FOR_IMPORTANCE = 6
@@ -50,6 +51,7 @@ class StudyData:
     chosen: Point | None
     policy: str
     counts: dict[str, int] = field(default_factory=dict)
+    answer: Answer | None = None  # the verdict, what was left out, the confirmation
 
     @property
     def objectives(self) -> tuple[str, ...]:
@@ -74,8 +76,10 @@ def load(store: Store, study: str, policy: str | None = None) -> StudyData:
     points = candidates(stored, row.spec.get("max_memory_mb"))
     d = StudyData(study, mask(store.url), row.spec, row.environment, trials, points, None, policy)
     try:
-        d.chosen = pick(points, policy, d.objectives) if points else None
-    except Exception:  # a policy no point meets (an impossible latency budget): show none
+        d.answer = answer(stored, study, row.spec, policy, row.spec.get("max_memory_mb"),
+                          store.confirmation(study, policy))  # fmt: skip
+        d.chosen, d.points = d.answer.chosen, d.answer.points
+    except Exception:  # nothing feasible yet, or a policy no point meets: show none
         d.chosen = None
     for t in trials:
         status = t.measurement.status
@@ -88,6 +92,8 @@ def load(store: Store, study: str, policy: str | None = None) -> StudyData:
 
 
 class Header(NamedTuple):
+    """The page's header; ``lines`` the study's answer as the search's summary gives it."""
+
     study: str
     storage: str
     model: str | None
@@ -98,6 +104,7 @@ class Header(NamedTuple):
     eager_ms: float | None
     chosen: str | None
     policy: str
+    lines: list[str]
 
 
 def header_info(d: StudyData) -> Header:
@@ -111,7 +118,7 @@ def header_info(d: StudyData) -> Header:
         f"{w.get('dtype')}",
         f"{w.get('device')} · {d.environment.get('device_name')}", d.environment.get("torch"),
         dict(sorted(d.counts.items())), latency.median_ms if latency else None,
-        d.chosen.key if d.chosen else None, d.policy,
+        d.chosen.key if d.chosen else None, d.policy, d.answer.lines() if d.answer else [],
     )  # fmt: skip
 
 

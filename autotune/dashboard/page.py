@@ -30,6 +30,8 @@ h1{font-size:22px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
 .card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:10px 14px;min-width:160px}
 .card b{display:block;font-size:12px;color:#666;font-weight:normal}
 .choice{border-color:#ff7f0e;border-width:2px}
+.answer{background:#fff;border:1px solid #ddd;border-radius:8px;padding:8px 14px;
+margin-bottom:16px;font-size:14px;line-height:1.5}
 .plot{background:#fff;border:1px solid #ddd;border-radius:8px;margin-bottom:16px;padding:4px}
 table{border-collapse:collapse;background:#fff;width:100%;font-size:13px}
 td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
@@ -112,6 +114,7 @@ window.autotuneErrors.length;}});</script>
 <body><h1>autotune · {html.escape(d.name)}</h1>
 <div class="sub">storage {html.escape(d.storage)}</div>
 <div class="cards">{cards}</div>
+<div class="answer">{"".join(f"<div>{html.escape(line)}</div>" for line in h.lines)}</div>
 {plots}
 <h2>Graph breaks, recompiles and failures</h2>{table}
 </body></html>
