@@ -16,6 +16,38 @@ def test_masking_hides_the_password_everywhere() -> None:
     assert mask("sqlite:///studies/a.db") == "sqlite:///studies/a.db"
 
 
+@pytest.mark.parametrize(
+    ("url", "shown", "secret"),
+    [
+        (
+            "postgresql://u:p@ssZq9@127.0.0.1:5432/db",
+            "postgresql://***@127.0.0.1:5432/db",
+            "ssZq9",
+        ),  # a raw '@': SQLAlchemy would split the password there
+        (
+            "postgresql://u:pa:ss9@127.0.0.1:5432/db",
+            "postgresql://u:***@127.0.0.1:5432/db",
+            "pa:ss9",
+        ),  # a raw ':'
+        ("postgresql://u:p%40ss%3Aw0rd@h/db", "postgresql://u:***@h/db", "p@ss:w0rd"),  # encoded
+        ("post gres://u:hunter2@h/db", "post gres://***@h/db", "hunter2"),  # unparseable
+        ("postgresql://h/db?password=hunter2", "postgresql://h/db?password=***", "hunter2"),
+    ],
+)
+def test_masking_hides_odd_passwords_whole(url: str, shown: str, secret: str) -> None:
+    assert mask(url) == shown and secret not in mask(url)
+    assert secret not in scrub(f"connection to {url} failed; password {secret} rejected", url)
+
+
+def test_a_url_whose_password_holds_a_raw_at_is_one_line_with_nothing_of_it(capsys) -> None:
+    from autotune.cli import main
+
+    code = main(["studies", "--storage", "postgresql://u:p@ssZq9@127.0.0.1:1/db"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "ssZq9" not in err and "Traceback" not in err
+    assert "percent-encode" in err
+
+
 def test_url_resolution_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("AUTOTUNE_STORAGE", raising=False)
     assert resolve_url(None) == "sqlite:///studies/autotune.db"
@@ -30,7 +62,8 @@ def test_schema_is_created_with_a_version_and_a_prefix(tmp_path: Path) -> None:
     tables = set(sqlalchemy.inspect(store.engine).get_table_names())
     ours = {t for t in tables if t.startswith("autotune_")}
     assert ours == {"autotune_meta", "autotune_studies", "autotune_runs",
-                    "autotune_measurements", "autotune_exports", "autotune_claims"}  # fmt: skip
+                    "autotune_measurements", "autotune_exports", "autotune_claims",
+                    "autotune_references", "autotune_confirmations"}  # fmt: skip
     store.add_study("s", {"model": {"name": "toy-64"}}, {"torch": "x"})
     store.add_run("s", {"torch": "x"})
     store.add_measurement("s", "none", 0, {"status": "ok"})

@@ -215,11 +215,11 @@ name = "tests.models:tiny_toy"
 device = "cpu"
 [space]
 granularity = ["none", "full", "regional", "nested"]
-backend = ["tests.models:sleepy_backend", "eager"]
+backend = ["tests.models:sleepy_backend"]
 dynamic = ["none", false]
 fullgraph = [false]
 [search]
-trials = 8
+trials = 6
 iters = 3
 warmup = 1
 timeout = 60
@@ -243,8 +243,8 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
     os.environ.update(fast)
     try:
         frozen, peer = _worker(tmp_path, url, "frozen"), _worker(tmp_path, url, "frozen")
-        deadline, tag = time.time() + 120, f":{frozen.pid}:"
-        while time.time() < deadline:  # until the first worker is mid-trial on a slow one
+        deadline, tag = time.time() + 300, f":{frozen.pid}:"
+        while time.time() < deadline:  # until the first worker is mid-trial (each is slow)
             time.sleep(0.2)
             busy = [c for c in Store(url).claims("frozen") if tag in c.worker
                     and c.heartbeat is not None and "sleepy" in c.key]  # fmt: skip
@@ -266,7 +266,7 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
     assert frozen.returncode == 0 and peer.returncode == 0, errs[-3000:]
     assert "Traceback" not in errs and "IntegrityError" not in errs
     assert ("failed by another worker" in outs[0][1]) or ("copy is dropped" in outs[0][1])
-    _consistent(url, "frozen", 8, returning=1)
+    _consistent(url, "frozen", 6, returning=1)
     study = optuna.load_study(study_name="frozen", storage=url)
     assert study.trials[busy[0].trial_number].state.name == "FAIL"  # reaped by the peer
 

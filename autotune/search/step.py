@@ -162,7 +162,9 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
     search.current = trial.number
     key = ""
     try:
-        strategy = search.space.suggest(trial)  # parameters wait in Optuna's cache
+        # the parameters wait in Optuna's cache; each is written to the storage, so an outage
+        # can hit here too
+        strategy = db(search, lambda: search.space.suggest(trial), "suggest")
         key = strategy.key
         if key in tally.settled or key not in {s.key for s in free}:
             return key, reuse(search, trial, key)
