@@ -14,44 +14,70 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import compile as _compile
+from autotune import use
 from autotune.errors import AutotuneError, ConfigError, NotApplicable
 from autotune.measurement import Measurement
 from autotune.runner import measure
 from autotune.strategy import Strategy
+from autotune.use import AutotuneWarning, Backends
 from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
     import torch
 
 
-def apply(model: torch.nn.Module, how: Strategy | str | Path) -> torch.nn.Module:
+def apply(
+    model: torch.nn.Module, how: Strategy | str | Path, *, backends: Backends = None,
+    trust_artifact: bool | None = None,
+) -> torch.nn.Module:  # fmt: skip
     """Compile ``model`` as a :class:`Strategy` or an exported file (``best.json``) says.
 
-    Every granularity is honoured, ``nested`` included, which Accelerate cannot express. An
-    exported file's cache artefact (``best.cache.bin``) is loaded first when it fits this
-    machine, so the first call starts warm; otherwise one warning line says why, and the
-    compile goes on cold.
+    Every granularity is honoured, ``nested`` included, which Accelerate cannot express.
+    A file is data: a ``package.module:function`` backend it names is used only when you pass
+    it (``backends={name: fn}``) or allow its import by name (``backends=[name]``). Its cache
+    artefact (``best.cache.bin``) runs code when loaded, so it is loaded only when you trust
+    it (``trust_artifact=True``, or ``$AUTOTUNE_TRUST_ARTIFACTS=1``) and it fits this
+    machine; otherwise one warning line says why, and the compile goes on cold.
     """
     from autotune import artifact, export
 
     if isinstance(how, Strategy):
         return _compile.apply(model, how)
     strategy, data = export.read(how)
-    artifact.prepare(data, how)
-    return _compile.apply(model, strategy)
+    fitted = use.fitted(strategy, data, how)
+    if fitted is None:
+        return model
+    resolve = use.resolver(backends, how)
+    if fitted.granularity != "none":
+        fitted.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
+    artifact.prepare(data, how, trust_artifact)
+    return _compile.apply(model, fitted, resolve)
 
 
-def apply_generation(model: torch.nn.Module, how: Strategy | str | Path) -> torch.nn.Module:
+def apply_generation(
+    model: torch.nn.Module, how: Strategy | str | Path, *, backends: Backends = None
+) -> torch.nn.Module:
     """A model sharing ``model``'s parameters whose ``generate(...)`` runs the strategy of ``how``.
 
-    ``how`` is a :class:`Strategy` or an exported file (any format, ``transformers`` included).
-    Prefill and decode run the compiled forward at its granularity (regional and nested too)
-    with a static KV cache, as autotune measured them; ``model`` itself is left as it was.
+    ``how`` is a :class:`Strategy` or an exported file (any format, ``transformers`` included;
+    code it names is handled as by :func:`apply`). Prefill and decode run the compiled forward
+    at its granularity (regional and nested too) with a static KV cache, as autotune measured
+    them; ``model`` itself is left as it was.
     """
-    from autotune import export
+    from autotune import code, export
 
-    strategy = how if isinstance(how, Strategy) else export.read(how)[0]
-    gen = _compile.generator(model, strategy)
+    if not callable(getattr(model, "generate", None)) or not hasattr(model, "generation_config"):
+        raise ConfigError(
+            "apply_generation needs a transformers model that generates (with "
+            f"generate and a generation_config): {type(model).__name__} is not"
+        )
+    if isinstance(how, Strategy):
+        strategy, resolve = how, code.resolve
+    else:
+        strategy, data = export.read(how)
+        strategy = use.fitted(strategy, data, how) or Strategy("none")
+        resolve = use.resolver(backends, how)
+    gen = _compile.generator(model, strategy, resolve)
     if gen is model:  # eager: a copy still, so that the generation config below is its own
         gen = _compile.shallow_copy(model)
     config = copy.deepcopy(model.generation_config)
@@ -62,19 +88,28 @@ def apply_generation(model: torch.nn.Module, how: Strategy | str | Path) -> torc
 
 
 def load_plugin(path: str | Path) -> Any:
-    """An exported file as ``accelerate.utils.TorchDynamoPlugin`` (warns where it approximates)."""
+    """An exported file as ``accelerate.utils.TorchDynamoPlugin`` (warns where it approximates:
+    ``nested`` becomes one full compile)."""
     from accelerate.utils import TorchDynamoPlugin
 
-    from autotune import export
+    from autotune import code, export
 
     strategy, _ = export.read(path)
+    if code.is_code(strategy.backend):
+        raise ConfigError(
+            f"{path} names backend {strategy.backend!r}, which Accelerate's "
+            "TorchDynamoPlugin cannot take (only a registered backend's name): use "
+            "autotune.apply(model, file, backends=...)"
+        )
     if caveat := strategy.accelerate_caveat():
-        warnings.warn(f"{caveat}; the plugin compiles it as granularity 'full'", stacklevel=2)
+        warnings.warn(f"{caveat}; the plugin compiles it as granularity 'full'",
+                      AutotuneWarning, stacklevel=2)  # fmt: skip
     return TorchDynamoPlugin(**export.accelerate_fields(strategy))
 
 
 __all__ = [
     "AutotuneError",
+    "AutotuneWarning",
     "ConfigError",
     "Measurement",
     "NotApplicable",

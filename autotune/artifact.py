@@ -121,28 +121,55 @@ def mismatch(wanted: dict[str, Any], here: dict[str, Any]) -> str:
     return ""
 
 
-def check(block: dict[str, Any], json_path: Path) -> tuple[bytes | None, str]:
-    """The artefact's bytes if it is there, whole and made for this machine; else why not."""
-    path = json_path.with_name(block.get("file", json_path.stem + SUFFIX))
+TRUST_ENV = "AUTOTUNE_TRUST_ARTIFACTS"
+OPT_IN = (f"loading it runs code from the file (torch's cache is pickled): pass "
+          f"trust_artifact=True to autotune.apply, or set {TRUST_ENV}=1, if you made it or trust "
+          "who did")  # fmt: skip
+
+
+def trusted(trust: bool | None) -> bool:
+    """The caller's word, else ``$AUTOTUNE_TRUST_ARTIFACTS`` (``1``): never a checksum."""
+    return trust if trust is not None else os.environ.get(TRUST_ENV, "") == "1"
+
+
+def check(block: Any, json_path: Path) -> tuple[bytes | None, str]:
+    """The artefact's bytes if its block is well formed and the file is there, whole and made
+    for this machine; else why not. (The checksum sits in the same folder as the file, so it
+    tells a damaged file, never who made it.)"""
+    if not isinstance(block, dict) or not isinstance(block.get("sha256"), str):
+        return None, "the export's cache_artifact block is malformed"
+    name = block.get("file", json_path.stem + SUFFIX)
+    if not isinstance(name, str) or Path(name).name != name:
+        return None, "the export's cache_artifact names no file beside it"
+    path = json_path.with_name(name)
     try:
         data = path.read_bytes()
     except OSError as exc:
         return None, f"cache artefact {path} missing ({exc.strerror})"
-    if sha256(data) != block.get("sha256"):
+    if sha256(data) != block["sha256"]:
         return None, f"cache artefact {path.name} is corrupt (checksum differs)"
-    wanted = block.get("fingerprint") or {}
-    if why := mismatch(wanted, fingerprint(wanted.get("device", "cpu"))):
+    wanted = block.get("fingerprint")
+    if not isinstance(wanted, dict) or not wanted.get("torch"):
+        return None, f"cache artefact {path.name} says nothing of what it was made with"
+    if why := mismatch(wanted, fingerprint(str(wanted.get("device", "cpu")))):
         return None, f"cache artefact {path.name} does not fit here: {why}"
     return data, ""
 
 
-def prepare(data: dict[str, Any], json_path: str | Path) -> bool:
-    """Load an export's artefact into this process's caches; warn in one line where it cannot.
+def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = None) -> bool:
+    """Load an export's artefact into this process's caches, if the caller trusts it; warn in
+    one line where it is not loaded.
 
-    Never raises: whatever is wrong with the artefact, compilation goes on cold.
+    Never raises, and a failed load never breaks the compile: whatever the artefact did to the
+    cache directory, this process then compiles cold in a fresh one.
     """
     block = (data.get("autotune") or {}).get("cache_artifact")
     if not block:
+        return False
+    if not trusted(trust):
+        name = block.get("file") if isinstance(block, dict) else SUFFIX
+        warnings.warn(f"cache artefact {name} not loaded: {OPT_IN}; compiling cold",
+                      CacheWarning, stacklevel=3)  # fmt: skip
         return False
     payload, why = check(block, Path(json_path))
     if payload is not None:
@@ -159,5 +186,13 @@ def prepare(data: dict[str, Any], json_path: str | Path) -> bool:
             why = f"cache artefact {block.get('file')} failed to load ({type(exc).__name__})"
         finally:
             quiet.setLevel(level)
+        isolate()  # whatever it wrote stays out of this process's compile
     warnings.warn(f"{why}: compiling cold", CacheWarning, stacklevel=3)
     return False
+
+
+def isolate() -> None:
+    """Point this process's Inductor cache at a fresh, empty directory."""
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-cold-")

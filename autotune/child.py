@@ -95,7 +95,10 @@ def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the server that forked it
         libc.prctl(15, b"autotune-trial")  # PR_SET_NAME: what ps, top and pgrep show
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:  # its trial was given up (an interrupt) before it started: nobody waits
+        os._exit(1)
     os.dup2(log, 1)
     os.dup2(log, 2)
     # a tracker of its own, started on first use with this log as its stderr: what the trial

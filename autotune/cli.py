@@ -17,6 +17,17 @@ from typing import Any, NoReturn
 
 from autotune.errors import AutotuneError, ConfigError
 
+ALLOW_CODE = ("package.module:function models and backends (or whole modules) that a spec file "
+              "or a stored study may name, for autotune to import and run: it runs no other "
+              "code it finds in data")  # fmt: skip
+
+
+def _allowed(args: argparse.Namespace) -> list[str]:
+    """The code this command line names: its model and backends, and --allow-code."""
+    given = (getattr(args, "model", None), getattr(args, "backend", None), args.allow_code)
+    names = [n for text in given for n in (text or "").split(",")]
+    return [n.strip() for n in names if n.strip()]
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line, like every other bad input."""
@@ -96,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "policy", "equivalence"))  # fmt: skip
     se.add_argument("--force", action="store_true", help="join a study made on other hardware")
     se.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    se.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
     _add_timing_args(r)
     _add_storage_args(r)
     r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
@@ -116,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--device", help="this worker's device, e.g. cuda:1")
     w.add_argument("--trials", type=int, help="stop after measuring this many here")
     w.add_argument("--force", action="store_true", help="join although the hardware differs")
+    w.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
     w.add_argument("--no-progress", action="store_true", help="no live progress bar")
 
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
@@ -198,7 +211,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from autotune import catalog, export, report
+    from autotune import catalog, code, export, report
     from autotune.progress import BestSoFar, Progress, counts
     from autotune.search import open_search, run, run_workers
     from autotune.spec import StudySpec, check_name
@@ -210,6 +223,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.study is not None:
         check_name(args.study)
     spec = StudySpec.from_sources(args.space, **flags)
+    code.check_allowed(spec, _allowed(args), f"spec file {args.space}")
     catalog.check(spec.model, spec.workload)
     if args.format not in export.FORMATS:
         raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")
@@ -302,10 +316,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.progress import Progress
     from autotune.search import join, run
+    from autotune.spec import check_name
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
-    search = join(args.study, args.storage, device=args.device, force=args.force)
+    search = join(check_name(args.study), args.storage, device=args.device, force=args.force,
+                  allow=_allowed(args))  # fmt: skip
     print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
     with Progress(search.target, len(search.measured()), not args.no_progress) as bar:
         outcome = run(search, bar, max_measure=args.trials)
@@ -315,11 +331,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from autotune import dashboard
+    from autotune.spec import check_name
     from autotune.storage import Store
 
     if not args.study:
         raise ConfigError("give --study NAME")
-    path = dashboard.write(Store(args.storage, create=False), args.study, args.out, args.policy)
+    name = check_name(args.study)
+    path = dashboard.write(Store(args.storage, create=False), name, args.out, args.policy)
     print(f"wrote {path}")
     return 0
 
@@ -332,8 +350,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
+    name = check_name(args.study)
     store = Store(args.storage, create=False)
-    study = store.study(check_name(args.study))
+    study = store.study(name)
     if study is None:
         raise ConfigError(f"no study named {args.study!r} in {mask(store.url)}")
     rows = store.measurements(study.name)
@@ -368,15 +387,16 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from autotune import export, objectives
-    from autotune.spec import parse_memory
+    from autotune.spec import check_name, parse_memory
     from autotune.storage import Store
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
     objectives.parse_policy(args.policy)
+    name = check_name(args.study)
     store = Store(args.storage, create=False)
     path, chosen, notes = export.export(
-        store, args.study, args.policy, args.format, args.out, parse_memory(args.max_memory)
+        store, name, args.policy, args.format, args.out, parse_memory(args.max_memory)
     )
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -411,6 +431,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a database error that reached here (Optuna's own calls)
+        from autotune.storage import mask, resolve_url, scrub
+        from autotune.storage.retry import database_error, final_reason
+
+        found = database_error(exc)
+        if found is None or args.debug:
+            raise
+        url = resolve_url(getattr(args, "storage", None))
+        text = (str(getattr(found, "orig", None) or found).strip().splitlines() or [""])[0]
+        why = final_reason(found) or "the database failed"
+        print(f"autotune: error: storage {mask(url)}: {why} ({scrub(text, url)})", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from autotune import code
 from autotune.errors import NotApplicable
 from autotune.strategy import Strategy
 
@@ -96,14 +97,17 @@ def _mark_nested(block: torch.nn.Module, marked: dict[type, type]) -> torch.nn.M
     return new
 
 
-def apply(model: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
-    """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be."""
+def apply(
+    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
+) -> torch.nn.Module:
+    """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be.
+    A ``package.module:function`` backend is found by ``resolve`` (see autotune.code)."""
     import torch
 
     s = strategy
     if s.granularity == "none":
         return model
-    kwargs = s.compile_kwargs()
+    kwargs = s.compile_kwargs(resolve)
     if s.granularity == "full":
         return torch.compile(model, **kwargs)
     _require_blocks(model, s)
@@ -127,7 +131,9 @@ def count_regions(module: torch.nn.Module) -> int:
     return sum(isinstance(m, OptimizedModule) for m in module.modules())
 
 
-def generator(model: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
+def generator(
+    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
+) -> torch.nn.Module:
     """A model of the same class, sharing parameters, whose forward runs ``strategy``.
 
     ``generate`` on it runs the compiled forward: a full or nested compile is wrapped in a
@@ -136,7 +142,7 @@ def generator(model: torch.nn.Module, strategy: Strategy) -> torch.nn.Module:
     """
     from torch._dynamo.eval_frame import OptimizedModule
 
-    compiled = apply(model, strategy)
+    compiled = apply(model, strategy, resolve)
     if not isinstance(compiled, OptimizedModule):
         return compiled  # eager (the model itself), or regional (a new tree)
     gen = shallow_copy(model)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import artifact
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, StorageError
 from autotune.measurement import Measurement
 from autotune.objectives import default as default_objectives
 from autotune.selection import Point
@@ -112,11 +112,9 @@ def document(
 
 
 def torch_kwargs(strategy: Strategy) -> dict[str, Any]:
-    """Exactly ``torch.compile``'s keyword arguments (an import-path backend as its text)."""
-    kwargs = strategy.compile_kwargs()
-    if kwargs and not isinstance(kwargs["backend"], str):
-        kwargs["backend"] = strategy.backend
-    return kwargs
+    """Exactly ``torch.compile``'s keyword arguments (an import-path backend as its text: an
+    export never imports it)."""
+    return strategy.compile_kwargs(resolve=lambda name, what: name)
 
 
 def closest_numbers(store: Store, study: str, strategy: Strategy) -> str:
@@ -188,7 +186,8 @@ def export(
     out: str | None = None, max_memory_mb: float | None = None,
 ) -> tuple[Path, Point, list[str]]:  # fmt: skip
     """Write the chosen config (default ``studies/<study>/best.json``), and beside a JSON one
-    the chosen trial's compile-cache artefact (``best.cache.bin``); record the export."""
+    the chosen trial's compile-cache artefact (``best.cache.bin``); record the export in the
+    store, or, where the store cannot be written (read-only), say so in a note."""
     text, chosen, notes = document(store, study, policy, fmt, max_memory_mb)
     suffix = ".yaml" if fmt == "accelerate-yaml" else ".json"
     path = Path(out) if out else Path("studies") / study / f"best{suffix}"
@@ -200,7 +199,10 @@ def export(
         path.write_text(text)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
-    store.add_export(study, policy, fmt, chosen.key, text)
+    try:
+        store.add_export(study, policy, fmt, chosen.key, text)
+    except StorageError as exc:  # the file stands; the record is what could not be written
+        notes = [*notes, f"wrote {path}, but did not record the export in the storage ({exc})"]
     return path, chosen, notes
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import os
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune import code
 from autotune.errors import ConfigError, NotApplicable
 
 GRANULARITIES = ("none", "full", "regional", "nested")
@@ -115,24 +114,6 @@ def parse_dynamic(text: str | bool | None) -> bool | None:
     return value  # type: ignore[return-value]
 
 
-def _is_import_path(backend: str) -> bool:
-    return ":" in backend
-
-
-def _import_backend(path: str) -> Any:
-    """Resolve a ``package.module:function`` backend, as users register their own."""
-    module_name, _, attr = path.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"backend {path!r} cannot be imported: {exc}") from None
-    if not callable(fn):
-        raise ConfigError(f"backend {path!r} is not callable")
-    return fn
-
-
 @dataclass(frozen=True)
 class Strategy:
     """One way to compile a model, in canonical form from the moment it is built.
@@ -187,8 +168,8 @@ class Strategy:
         """Check the backend and mode exist in the running torch; raise ``ConfigError`` if not."""
         if self.granularity == "none":
             return
-        if _is_import_path(self.backend):
-            _import_backend(self.backend)
+        if code.is_code(self.backend):
+            code.resolve(self.backend, "backend")
         elif self.backend not in (known := registered_backends()):
             raise ConfigError(
                 f"backend {self.backend!r} is not registered in torch "
@@ -228,12 +209,14 @@ class Strategy:
         if reason and not device.startswith("cuda"):
             raise NotApplicable(f"{self.key} is not applicable on {device}: {reason}")
 
-    def compile_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``torch.compile`` (``none`` has none: it is never compiled)."""
+    def compile_kwargs(self, resolve: Callable[[str, str], Any] = code.resolve) -> dict[str, Any]:
+        """Keyword arguments for ``torch.compile`` (``none`` has none: it is never compiled).
+        A ``package.module:function`` backend goes through ``resolve`` (by default it is
+        imported: callers holding a name from data pass one that refuses, see autotune.code)."""
         if self.granularity == "none":
             return {}
         backend: Any = (
-            _import_backend(self.backend) if _is_import_path(self.backend) else self.backend
+            resolve(self.backend, "backend") if code.is_code(self.backend) else self.backend
         )
         kwargs: dict[str, Any] = {"backend": backend, "fullgraph": self.fullgraph}
         kwargs["dynamic"] = self.dynamic

@@ -157,7 +157,7 @@ from autotune.workload import Workload
 model, inputs = catalog.build(ModelRef("toy-64", layers=4), Workload(device="cpu"))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    compiled = autotune.apply(model, sys.argv[1])
+    compiled = autotune.apply(model, sys.argv[1], trust_artifact=sys.argv[2] == "trust")
 with torch.no_grad():
     expected, actual = model(*inputs), compiled(*inputs)
 ours = [str(w.message) for w in caught if issubclass(w.category, artifact.CacheWarning)]
@@ -166,12 +166,13 @@ print(json.dumps({"warnings": ours, "cache": starts.cache_counters(),
 """
 
 
-def apply_in_fresh_process(json_path: Path, tmp_path: Path) -> dict:
+def apply_in_fresh_process(json_path: Path, tmp_path: Path, trust: bool = True) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache"),
            "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env.pop("AUTOTUNE_TRUST_ARTIFACTS", None)
     out = subprocess.run(
-        [sys.executable, "-c", APPLY, str(json_path)], env=env, capture_output=True, text=True,
-        timeout=300,
+        [sys.executable, "-c", APPLY, str(json_path), "trust" if trust else "no"], env=env,
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -205,3 +206,50 @@ def test_a_bad_artefact_is_one_line_then_a_cold_compile(
     assert expected in line and line.endswith("compiling cold") and "\n" not in line
     assert result["cache"]["fxgraph_cache_miss"] >= 1 and result["cache"]["fxgraph_cache_hit"] == 0
     assert result["equal"]
+
+
+def _poisoned(blob: bytes, marker: Path) -> bytes:
+    """The artefact with every entry replaced by a pickle whose ``__reduce__`` writes
+    ``marker``: an attacker's file in torch's own framing (so torch parses it). Built with
+    torch's private serializer: this is a test's attack, not autotune's code."""
+    import dataclasses
+    import pickle
+
+    from torch.compiler import _cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    class Boom:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
+
+    _cache.CacheArtifactManager._ensure_cache_artifacts_registered()
+    found = AppendingByteSerializer.to_list(blob, deserialize_fn=_cache._deserialize_single_cache)
+    out = AppendingByteSerializer(serialize_fn=_cache._serialize_single_cache)
+    out.extend([(kind, [dataclasses.replace(a, content=pickle.dumps(Boom())) for a in found_])
+                for kind, found_ in found])  # fmt: skip
+    return out.to_bytes()
+
+
+@pytest.mark.slow
+def test_a_poisoned_artefact_runs_nothing_unless_trusted(exported: Path, tmp_path: Path) -> None:
+    """The attacker rewrites the checksum beside the file, so only trust can gate the load.
+    Untrusted: nothing runs, one line says how to opt in, the compile is cold. Trusted: the
+    file's code runs (the danger is real), and the failed load still compiles cold."""
+    from autotune.artifact import sha256
+
+    marker = tmp_path / "PWNED"
+    folder = tmp_path / "ship"
+    folder.mkdir()
+    blob = _poisoned((exported.parent / "best.cache.bin").read_bytes(), marker)
+    data = json.loads(exported.read_text())
+    data["autotune"]["cache_artifact"]["sha256"] = sha256(blob)
+    (folder / "best.json").write_text(json.dumps(data))
+    (folder / "best.cache.bin").write_bytes(blob)
+    untrusted = apply_in_fresh_process(folder / "best.json", tmp_path, trust=False)
+    assert not marker.exists()
+    [line] = untrusted["warnings"]
+    assert "not loaded" in line and "AUTOTUNE_TRUST_ARTIFACTS=1" in line and untrusted["equal"]
+    trusted = apply_in_fresh_process(folder / "best.json", tmp_path / "again", trust=True)
+    assert marker.exists()  # what trust_artifact=True allows
+    [line] = trusted["warnings"]
+    assert "failed to load" in line and trusted["equal"]  # and the compile did not break

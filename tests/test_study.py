@@ -194,3 +194,37 @@ def test_memory_limit_makes_trials_infeasible(in_tmp: Path, max_memory: float, f
     assert done, "no trial ran: the gate was never tested"
     assert all((t.constraints["memory"] <= 0) == feasible for t in done)
     assert bool(study.best_trials) == feasible
+
+
+def test_ctrl_c_during_the_baseline_leaves_no_live_worker(in_tmp: Path) -> None:
+    """The baseline's claim is given back on an interrupt: ``autotune studies`` does not show
+    a live worker for the grace period after."""
+    from autotune.coordination import Coordinator
+    from autotune.storage import Store
+
+    root = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:sleeping",
+         "--backend", "eager", "--granularity", "none,full", "--dynamic", "none",
+         "--fullgraph", "false", "--no-progress", "--study", "asleep"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": root},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    db = "sqlite:///studies/autotune.db"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # until the baseline is claimed and being measured
+            time.sleep(0.3)
+            if Path("studies/autotune.db").is_file() and Store(db).claims("asleep"):
+                break
+        else:
+            raise AssertionError("the baseline was never claimed")
+        assert Coordinator(Store(db), "asleep", "").live_workers() == 1
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert Coordinator(Store(db), "asleep", "").live_workers() == 0
+    assert Store(db).measurements("asleep") == []  # nothing half-measured was stored

@@ -52,7 +52,8 @@ def _worker(tmp: Path, url: str, study: str, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "AUTOTUNE_STORAGE": url, "PYTHONPATH": ROOT}
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.cli", "worker", "--study", study, "--no-progress",
-         *extra], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--allow-code", "tests.models", *extra], cwd=tmp, env=env, stdout=subprocess.PIPE,
+         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 

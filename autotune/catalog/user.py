@@ -2,47 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from autotune import code
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
     from autotune.workload import Workload
 
-FORM = "package.module:function"
-
 
 def resolve(name: str) -> Callable[[], Any]:
     """Import ``module:function`` (the current directory first on sys.path, like uvicorn)."""
-    module_name, _, attr = name.partition(":")
-    parts = module_name.split(".") + attr.split(".")
-    if not all(part.isidentifier() for part in parts):
-        raise ConfigError(f"bad model {name!r}: a function model is written {FORM}")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name + ".").startswith(exc.name + "."):
-            raise ConfigError(
-                f"model {name!r}: no module named {module_name!r} in {cwd} or on sys.path"
-            ) from exc
-        raise ConfigError(f"model {name!r}: importing {module_name} failed: {_line(exc)}") from exc
-    except Exception as exc:  # the user's module raised while importing
-        raise ConfigError(f"model {name!r}: importing {module_name} failed: {_line(exc)}") from exc
-    target: Any = module
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise ConfigError(f"model {name!r}: module {module_name} has no {attr!r}")
-    if not callable(target):
-        raise ConfigError(f"model {name!r}: {attr} in {module_name} is not callable")
-    return target
+    return code.resolve(name, "model")
 
 
 def build_user(name: str, seed: int, workload: Workload) -> tuple[Any, tuple[Any, ...]]:
@@ -60,7 +32,7 @@ def build_user(name: str, seed: int, workload: Workload) -> tuple[Any, tuple[Any
         try:
             result = function()
         except Exception as exc:
-            raise ConfigError(f"model {name!r} raised {_line(exc)}") from exc
+            raise ConfigError(f"model {name!r} raised {code.line(exc)}") from exc
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ConfigError(
             f"model {name!r} must return (model, example_inputs), got {type(result).__name__}"
@@ -93,8 +65,3 @@ def _move(value: Any, workload: Workload) -> Any:
     if isinstance(value, dict):
         return {key: _move(item, workload) for key, item in value.items()}
     return value
-
-
-def _line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}"[:300]

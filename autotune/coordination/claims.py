@@ -199,6 +199,17 @@ class Coordinator:
             if found is not None and not told and number is not None:
                 ledger.set_trial_number(claim.key, None, was=number)  # a later trial adopts it
 
+    def clean(self, study: optuna.Study) -> int:
+        """At a start with no live worker on the study: fail every RUNNING trial (a run that
+        died, or a disk that filled, left it); how many. Their claims, if any, are silent and
+        are reaped as usual."""
+        from optuna.trial import TrialState
+
+        if self.live_workers():
+            return 0
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        return sum(_fail(study, t.number) == "FAIL" for t in running)
+
     def _orphans(self, study: optuna.Study, claimed: set[int]) -> int:
         from optuna.trial import TrialState
 

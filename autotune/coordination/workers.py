@@ -42,9 +42,11 @@ class LocalWorkers:
     are GPUs, joined to the study through its storage URL (passed in the environment, which
     ``ps`` does not show)."""
 
-    def __init__(self, study: str, url: str, devices: list[str]) -> None:
+    def __init__(self, study: str, url: str, devices: list[str], allow: list[str]) -> None:
         env = {**os.environ, "AUTOTUNE_STORAGE": url}
         argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study, "--no-progress"]
+        if allow:  # the code the search's own command line named
+            argv += ["--allow-code", ",".join(allow)]
         self.procs = [
             subprocess.Popen([*argv, "--device", d], stdin=subprocess.DEVNULL, env=env)
             for d in devices

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autotune import code
 from autotune.coordination import REAP_S, LocalWorkers, Tally
 from autotune.errors import AutotuneError
 from autotune.search import step
@@ -93,7 +94,8 @@ def run_workers(search: Search, count: int, listener: Listener | None = None) ->
         listener.note("warning: parallel trials on a CPU share its cores, which skews both "
                       "compile time and latency")  # fmt: skip
     step.baseline(search, listener)
-    workers = LocalWorkers(search.name, search.store.url, devices)
+    allow = [name for _, name in code.named(search.spec)]  # checked against the command line
+    workers = LocalWorkers(search.name, search.store.url, devices, allow)
     stopped = workers.follow(lambda: len(search.measured()), listener)
     if stopped == "interrupted":
         return outcome(search, 0, 0, stopped)

@@ -12,7 +12,7 @@ import socket
 import uuid
 from typing import Any
 
-from autotune import objectives
+from autotune import code, objectives
 from autotune.coordination import Coordinator, check_environment
 from autotune.environment import fingerprint
 from autotune.errors import ConfigError
@@ -82,10 +82,12 @@ def open_search(
     if row is not None and not row.environment:  # submitted: the first joiner's
         store.set_environment(name, environment)
     store.add_run(name, environment)
+    coord = Coordinator(store, name, worker)
+    coord.clean(study)  # what an earlier run left RUNNING, when nobody is working on it now
     store.retry = True  # from here on, a lost connection is waited out, not fatal
     return Search(
-        spec, saved.space, name, worker, store, Coordinator(store, name, worker), study, sampler,
-        members, keys, environment, Tactics(equivalence=spec.equivalence),
+        spec, saved.space, name, worker, store, coord, study, sampler, members, keys,
+        environment, Tactics(equivalence=spec.equivalence),
     )  # fmt: skip
 
 
@@ -106,9 +108,11 @@ def submit(spec: StudySpec, storage: str | None) -> str:
 
 
 def join(
-    name: str, storage: str | None, *, device: str | None = None, force: bool = False
-) -> Search:
-    """A worker's search on an existing study: everything comes from the storage."""
+    name: str, storage: str | None, *, device: str | None = None, force: bool = False,
+    allow: list[str] | None = None,
+) -> Search:  # fmt: skip
+    """A worker's search on an existing study: everything comes from the storage, and the code
+    its spec names runs only if ``allow`` names it (autotune.code)."""
     from autotune.workload import Workload
 
     store = Store(storage, create=False)
@@ -116,6 +120,7 @@ def join(
     if row is None:
         raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
     spec = StudySpec.from_dict(row.spec)
+    code.check_allowed(spec, allow or [], f"study {name!r}")
     if device is not None:
         workload = Workload.create(**{**spec.workload.to_dict(), "device": device})
         spec = dataclasses.replace(spec, workload=workload)

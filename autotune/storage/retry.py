@@ -46,15 +46,39 @@ def transient(exc: BaseException) -> bool:
     return False
 
 
+def database_error(exc: BaseException) -> BaseException | None:
+    """The database's own error behind ``exc`` (SQLAlchemy's, as Optuna wraps it), if any."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SQLAlchemyError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def retrying(fn: Callable[[], T], what: str, url: str) -> T:
-    """Run ``fn``, retrying with back-off while the database cannot be reached (RETRY_S)."""
+    """Run ``fn``, retrying with back-off while the database cannot be reached (RETRY_S). A
+    database error no retry mends (a full disk, a read-only file) is one ``StorageError``
+    line at once."""
+    from autotune.storage.urls import scrub
+
     delay, deadline = 0.5, time.monotonic() + RETRY_S
     while True:
         try:
             return fn()
         except Exception as exc:
             if not transient(exc) or time.monotonic() > deadline:
-                raise
+                found = database_error(exc)
+                if found is None or isinstance(exc, StorageError):
+                    raise
+                why = final_reason(found) or "the database failed"
+                text = str(getattr(found, "orig", None) or found).strip().splitlines()
+                detail = scrub(text[0] if text else type(found).__name__, url)
+                raise StorageError(
+                    f"storage {mask(url)}: {why} during {what} ({detail})"
+                ) from None
             print(f"autotune: storage {mask(url)} unreachable during {what}; retrying in "
                   f"{delay:g} s", file=sys.stderr, flush=True)  # fmt: skip
             time.sleep(delay)

@@ -31,7 +31,7 @@ from autotune.storage.schema import (
     RunRow,
     StudyRow,
 )
-from autotune.storage.urls import DEFAULT_URL, mask, resolve_url, scrub
+from autotune.storage.urls import DEFAULT_URL, mask, resolve_url, scrub, sqlite_path
 
 
 class Store:
@@ -44,10 +44,10 @@ class Store:
         self.url = resolve_url(url)
         parsed = make_url(self.url)
         sqlite = parsed.get_backend_name() == "sqlite"
-        if not create and sqlite and not Path(parsed.database or "").is_file():
-            raise StorageError(f"no study database at {parsed.database}")
+        if not create and sqlite and not Path(sqlite_path(parsed)).is_file():
+            raise StorageError(f"no study database at {sqlite_path(parsed)}")
         if create and self.url == DEFAULT_URL:
-            Path(parsed.database or "").parent.mkdir(parents=True, exist_ok=True)
+            Path(sqlite_path(parsed)).parent.mkdir(parents=True, exist_ok=True)
         try:
             self.engine = _engine(self.url)
         except ImportError as exc:

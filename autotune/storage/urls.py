@@ -30,13 +30,21 @@ def resolve_url(url: str | None) -> str:
         raise StorageError(f"malformed storage URL {mask(url)!r}: use a SQLAlchemy URL "
                            "(percent-encode '@', ':' and '/' in the password)")  # fmt: skip
     if parsed.get_backend_name() == "sqlite":
-        database = parsed.database or ""
+        database = sqlite_path(parsed)
         if database in ("", ":memory:"):
             raise StorageError("a SQLite storage needs a file: sqlite:///path/to/file.db")
         folder = Path(database).parent
         if url != DEFAULT_URL and not folder.is_dir():
             raise StorageError(f"storage {url}: folder {folder} does not exist")
     return url
+
+
+def sqlite_path(parsed: URL) -> str:
+    """The file of a SQLite URL (``sqlite:///file:x.db?mode=ro&uri=true`` too)."""
+    database = parsed.database or ""
+    if str(parsed.query.get("uri", "")).lower() in ("true", "1"):
+        database = database.removeprefix("file:")
+    return database
 
 
 def _parse(url: str) -> URL | None:

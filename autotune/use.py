@@ -1,0 +1,85 @@
+"""Using an exported file here: what of it fits this machine, and how the code it names is
+found. A file is data: it never makes autotune import code its user did not pass or allow
+(:mod:`autotune.code`), and what does not fit gets one warning line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.strategy import Strategy
+
+
+class AutotuneWarning(UserWarning):
+    """An exported file that does not fit this machine as it stands: autotune says how it
+    compiles it instead (one line)."""
+
+
+Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
+
+
+def resolver(backends: Backends, path: str | Path) -> Callable[[str, str], Any]:
+    """How a ``package.module:function`` backend named in an exported file is found: the
+    callable the caller passed, or an import the caller allowed by name; never otherwise."""
+    from autotune import code
+
+    def resolve(name: str, what: str) -> Any:
+        if isinstance(backends, Mapping) and name in backends:
+            return backends[name]
+        names = (
+            list(backends) if backends is not None and not isinstance(backends, Mapping) else []
+        )
+        if code.allowed(name, names):
+            return code.resolve(name, what)
+        raise ConfigError(
+            f"{path} names backend {name!r}, which is code: pass it "
+            f"(backends={{{name!r}: fn}}) or allow its import (backends=[{name!r}])"
+        )
+
+    return resolve
+
+
+def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strategy | None:
+    """The strategy as it can compile here, with one warning line for whatever does not fit
+    (another torch or machine, an unknown mode); None when it cannot compile here at all."""
+    import dataclasses
+
+    from autotune import code
+    from autotune.environment import fingerprint
+    from autotune.strategy import inductor_modes, registered_backends
+
+    block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+    made = block.get("environment") if isinstance(block.get("environment"), dict) else {}
+    here = fingerprint("cpu")
+    for key in ("torch", "cpu"):
+        if made.get(key) and made[key] != here[key]:
+            warnings.warn(
+                f"{path} was measured with {key} {made[key]}, this is {here[key]}: "
+                "its numbers may not hold here",
+                AutotuneWarning,
+                stacklevel=4,
+            )
+            break
+    if strategy.granularity == "none" or code.is_code(strategy.backend):
+        return strategy
+    if strategy.backend not in registered_backends():
+        warnings.warn(
+            f"{path} names backend {strategy.backend!r}, which this torch does "
+            "not have: the model is returned uncompiled",
+            AutotuneWarning,
+            stacklevel=4,
+        )
+        return None
+    if strategy.mode is not None and strategy.mode not in inductor_modes():
+        warnings.warn(
+            f"{path} names mode {strategy.mode!r}, which this torch does not "
+            "have: compiling with mode 'default'",
+            AutotuneWarning,
+            stacklevel=4,
+        )
+        return dataclasses.replace(strategy, mode="default")
+    return strategy
