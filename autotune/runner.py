@@ -175,11 +175,26 @@ def keep_reference(data: bytes) -> Reference:
     )
 
 
+_REFERENCES: dict[str, Reference] = {}  # this process's, by model, workload and seed
+
+
 def make_reference(
     model: ModelRef, workload: Workload, settings: Settings | None = None
 ) -> Reference:
-    """Compute the reference in a fresh process of its own (its memory is its own)."""
+    """Compute the reference in a fresh process of its own (its memory is its own), once per
+    model, workload and seed in this process."""
     settings = settings or Settings()
+    memo = json.dumps([model.to_dict(), workload.to_dict(), settings.seed], sort_keys=True)
+    if memo not in _REFERENCES or not _exists(_REFERENCES[memo]):
+        _REFERENCES[memo] = _compute_reference(model, workload, settings)
+    return _REFERENCES[memo]
+
+
+def _exists(found: Reference) -> bool:
+    return found.path is None or os.path.exists(found.path)
+
+
+def _compute_reference(model: ModelRef, workload: Workload, settings: Settings) -> Reference:
     base = (Strategy("none").to_dict(), model.to_dict(), workload.to_dict())
     work = tempfile.mkdtemp(prefix="autotune-reference-")
     try:
