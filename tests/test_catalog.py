@@ -16,6 +16,9 @@ from autotune.catalog.toy import Layer, Toy
 from autotune.errors import ConfigError
 from autotune.workload import Workload
 
+# a module-scoped fixture is built once: every test that shares it runs on one xdist worker
+pytestmark = pytest.mark.xdist_group("catalog")
+
 ROOT = Path(__file__).resolve().parent.parent
 BF16 = Workload(dtype="bfloat16", seq_len=8)
 F32 = Workload(dtype="float32", seq_len=8)
@@ -323,6 +326,7 @@ def test_directory_not_a_causal_lm(tmp_path: Path) -> None:
 
 USER_MODULE = """
 import torch
+
 
 
 def make():

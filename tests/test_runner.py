@@ -52,7 +52,11 @@ def test_abort_is_crashed_and_parent_fine() -> None:
 
 
 def test_hang_is_timeout() -> None:
-    m = run("tests.models:sleeping", Strategy.create("full", "eager"), Settings(timeout_s=8))
+    from autotune.runner import Reference
+
+    none = Reference.none("a model that never answers has none")
+    m = measure(ModelRef("tests.models:sleeping"), CPU, Strategy.create("full", "eager"),
+                Settings(timeout_s=8), none)  # fmt: skip
     assert m.status == "timeout"
     assert "8 s" in m.reason and m.wall_s is not None and m.wall_s < 60
 

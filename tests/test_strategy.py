@@ -49,7 +49,7 @@ def test_validation_against_running_torch() -> None:
         Strategy.create("full", "inductor", "turbo").validate()
     Strategy.create("full", "aot_eager").validate()
     Strategy.create("full", "tests.models:wrong_backend").validate()
-    with pytest.raises(ConfigError, match="module tests.models has no 'nothing_here'"):
+    with pytest.raises(ConfigError, match=r"module tests\.models has no 'nothing_here'"):
         Strategy.create("full", "tests.models:nothing_here").validate()
 
 
