@@ -50,8 +50,9 @@ def apply(
     resolve = use.resolver(backends, how)
     if fitted.granularity != "none":
         fitted.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
-    artifact.prepare(data, how, trust_artifact)
-    return _compile.apply(model, fitted, resolve)
+    loaded = artifact.prepare(data, how, trust_artifact)
+    compiled = _compile.apply(model, fitted, resolve)
+    return use.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled
 
 
 def apply_generation(

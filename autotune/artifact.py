@@ -31,20 +31,13 @@ def fingerprint(device: str = "cpu") -> dict[str, Any]:
     """What an artefact needs to load: torch, Triton and CUDA versions and the device name."""
     import torch
 
+    from autotune import device as devices
     from autotune.environment import cpu_model
 
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    name = cpu_model()
-    if device.startswith("cuda") and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(torch.device(device))
-    kind = "cuda" if device.startswith("cuda") else device.split(":")[0]
-    return {"torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
-            "device": kind, "device_name": name}  # fmt: skip
+    found = devices.fingerprint(device)
+    kind = "cuda" if devices.is_cuda(device) else device.split(":")[0]
+    return {"torch": torch.__version__, "triton": found.get("triton"), "cuda": torch.version.cuda,
+            "device": kind, "device_name": found.get("device_name", cpu_model())}  # fmt: skip
 
 
 def save(path: str, device: str) -> dict[str, Any] | None:

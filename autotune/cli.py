@@ -233,7 +233,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
     with Progress(search.target, len(search.measured()), not args.no_progress, best) as bar:
         many = args.workers > 1
-        outcome = run_workers(search, args.workers, bar) if many else run(search, bar)
+        outcome = run_workers(search, args.workers, bar, args.force) if many else run(search, bar)
     if outcome.stopped == "interrupted":
         print(
             f"autotune: interrupted; {outcome.measured} measured strategies are stored. Run the "

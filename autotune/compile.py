@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autotune import code
+from autotune import code, device
 from autotune.errors import NotApplicable
 from autotune.strategy import Strategy
 
@@ -109,7 +109,7 @@ def apply(
         return model
     kwargs = s.compile_kwargs(resolve)
     if s.granularity == "full":
-        return torch.compile(model, **kwargs)
+        return _marked(torch.compile(model, **kwargs), model, s)
     _require_blocks(model, s)
 
     def compile_one(module: torch.nn.Module) -> torch.nn.Module:
@@ -118,10 +118,20 @@ def apply(
     if s.granularity == "regional":
         new = _rebuild(model, compile_one, compile_one)
         new.__dict__.setdefault("_orig_mod", model)  # as Accelerate keeps it, to unwrap later
-        return new
+        return _marked(new, model, s)
     marked: dict[type, type] = {}
     new = _rebuild(model, lambda b: _mark_nested(b, marked), lambda m: m)
-    return torch.compile(new, **kwargs)
+    return _marked(torch.compile(new, **kwargs), model, s)
+
+
+def _marked(compiled: torch.nn.Module, model: torch.nn.Module, s: Strategy) -> torch.nn.Module:
+    """A CUDA-graph strategy on a CUDA model marks a new step before every call, so that one
+    call's graphs never read outputs that the next call overwrites (regional compiles chain
+    one graph per block; a graph break splits one)."""
+    where = next(iter(model.parameters()), None)
+    if where is not None and device.marks_steps(str(where.device), s.uses_cuda_graphs()):
+        device.mark_each_call(compiled)
+    return compiled
 
 
 def count_regions(module: torch.nn.Module) -> int:

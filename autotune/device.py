@@ -1,39 +1,291 @@
 """The device: the one module that touches ``torch.cuda``. Everything else asks it.
 
-It resolves a device string, makes a CUDA device current, and synchronises before a timer read.
+- :func:`resolve`: ``auto``, ``cpu``, ``cuda`` and ``cuda:N`` to a concrete device, once, at the
+  top: ``cuda`` becomes ``cuda:N`` (``torch.cuda.set_device`` refuses an index-less device);
+- :func:`use`: make a CUDA device current, where CUDA events and graphs are recorded;
+- :func:`synchronize`, :func:`wall`, :func:`timed` and :class:`StepTimer`: when to wait for the
+  device before a timer read (a generation records one event pair per step and synchronises
+  once, as gpt-fast does, so the CPU's launches overlap the GPU's work);
+- :class:`PeakMemory`: the peak, with CUDA graphs' private pools counted (they are reserved,
+  not allocated, while a graph replays);
+- :func:`marks_steps` and :func:`mark_step`: CUDA-graph step marks;
+- :func:`cudagraph_skips`: how often Inductor fell back from CUDA graphs, and why;
+- :func:`fingerprint`: the device's part of the environment;
+- :func:`count`, :func:`available`: GPUs visible, and memory free for a copy of a model.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from autotune.errors import ConfigError
+
+USAGE = "use auto, cpu, cuda or cuda:N"
+
+
+def is_cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+def count() -> int:
+    """CUDA devices this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve(device: str) -> str:
+    """A concrete device: ``auto`` -> ``cuda:0`` or ``cpu``; ``cuda`` -> ``cuda:N`` (the current
+    device); ``cuda:N`` checked against the devices this process sees."""
+    if device == "cpu":
+        return device
+    if device != "auto" and device != "cuda" and not device.startswith("cuda:"):
+        raise ConfigError(f"bad device {device!r}: {USAGE}")
+    index = device.partition(":")[2]
+    if index and not index.isdigit():
+        raise ConfigError(f"bad device {device!r}: {USAGE}")
+    seen = count()
+    if device == "auto":
+        return f"cuda:{_current()}" if seen else "cpu"
+    if not seen:
+        raise ConfigError(f"--device {device} asked for, but this torch sees no CUDA device")
+    if index and int(index) >= seen:
+        raise ConfigError(f"--device {device}: only {seen} CUDA device(s) visible")
+    return device if index else f"cuda:{_current()}"
+
+
+def _current() -> int:
+    import torch
+
+    return int(torch.cuda.current_device())
+
 
 def use(device: str) -> None:
-    """Make ``device`` the current CUDA device, where CUDA events and graphs are recorded."""
-    if device.startswith("cuda"):
+    """Make ``device`` the current CUDA device (an index-less ``cuda`` is resolved first)."""
+    if is_cuda(device):
         import torch
 
-        torch.cuda.set_device(torch.device(device))
+        torch.cuda.set_device(torch.device(resolve(device)))
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work, so a timer read covers it (gpt-fast's device_sync)."""
+    if is_cuda(device):
+        import torch
+
+        torch.cuda.synchronize(torch.device(resolve(device)))
+
+
+def wall(fn: Callable[[], Any], device: str) -> tuple[float, Any]:
+    """Wall seconds of one synchronized call, and its result (first calls, compiles)."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return time.perf_counter() - start, out
+
+
+def timed(fn: Callable[[], Any], device: str) -> float:
+    """Seconds of one steady-state call: CUDA events on a GPU, perf_counter on a CPU."""
+    timer = StepTimer(device)
+    timer.time(fn)
+    return timer.finish()[0]
+
+
+class StepTimer:
+    """Times many calls with one wait at the end: on a GPU, an event pair per call on the
+    device's stream and one synchronize in :meth:`finish`; on a CPU, perf_counter."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.pairs: list[tuple[Any, Any]] = []
+        self.seconds: list[float] = []
+
+    def time(self, fn: Callable[[], Any]) -> Any:
+        if not is_cuda(self.device):
+            start = time.perf_counter()
+            out = fn()
+            self.seconds.append(time.perf_counter() - start)
+            return out
+        import torch
+
+        stream = torch.cuda.current_stream(torch.device(resolve(self.device)))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        out = fn()
+        end.record(stream)
+        self.pairs.append((start, end))
+        return out
+
+    def finish(self) -> list[float]:
+        """Every call's seconds, in order (one wait for the device, at the end)."""
+        if self.pairs:
+            self.pairs[-1][1].synchronize()
+            self.seconds = [s.elapsed_time(e) / 1e3 for s, e in self.pairs]
+            self.pairs = []
+        return self.seconds
+
+
+class PeakMemory:
+    """Peak memory since the last reset. On a GPU the allocator's peak: allocated, or, for a
+    strategy that replays CUDA graphs, reserved (a graph's scratch memory sits in its private
+    pool, which counts as reserved, not allocated, while it replays). On a CPU the resident
+    set's high-water mark."""
+
+    def __init__(self, device: str, cuda_graphs: bool = False) -> None:
+        self.device = device
+        self.reserved = is_cuda(device) and cuda_graphs
+        if not is_cuda(device):
+            self.kind = "cpu-rss-hwm"
+        else:
+            self.kind = "cuda-max-reserved" if self.reserved else "cuda-max-allocated"
+
+    def reset(self) -> None:
+        if is_cuda(self.device):
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(torch.device(resolve(self.device)))
+            return
+        # Linux: writing 5 resets the process's peak RSS (VmHWM) to its current RSS
+        with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+    def peak_mb(self) -> float:
+        if is_cuda(self.device):
+            import torch
+
+            where = torch.device(resolve(self.device))
+            read = (
+                torch.cuda.max_memory_reserved
+                if self.reserved
+                else torch.cuda.max_memory_allocated
+            )
+            return read(where) / 2**20
+        with contextlib.suppress(OSError), open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def marks_steps(device: str, cuda_graphs: bool) -> bool:
     """Whether each call must begin with ``torch.compiler.cudagraph_mark_step_begin()``: a
     strategy that replays CUDA graphs, on a CUDA device."""
-    return device.startswith("cuda") and cuda_graphs
+    return is_cuda(device) and cuda_graphs
+
+
+def mark_step() -> None:
+    """Tell torch a new step begins: the graphs of one call never read outputs that the next
+    call overwrites (regional compiles chain one graph per block)."""
+    import torch
+
+    torch.compiler.cudagraph_mark_step_begin()
+
+
+def mark_each_call(module: Any) -> Any:
+    """Mark a CUDA-graph step before every call of ``module`` (a forward pre-hook)."""
+    module.register_forward_pre_hook(lambda *_: mark_step())
+    return module
+
+
+# Inductor counts each CUDA-graph fallback in its private counters and logs the reason as a
+# perf hint; neither has a public API, so both are read here alone, and
+# tests/test_device.py::test_cudagraph_skips_are_read_from_inductor fails loudly if they change.
+SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+
+
+class _Skips(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "skipping cudagraphs" in text:
+            self.reasons.append(text)
+
+
+@contextlib.contextmanager
+def cudagraph_skips() -> Iterator[Callable[[], tuple[int, str]]]:
+    """While open, collect Inductor's CUDA-graph fallbacks; yields a reader of (how many, the
+    first reason)."""
+    from torch._dynamo.utils import counters
+
+    handler = _Skips()
+    logger = logging.getLogger(SKIP_LOGGER)
+    before, level = int(counters["inductor"]["cudagraph_skips"]), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield lambda: (int(counters["inductor"]["cudagraph_skips"]) - before,
+                       handler.reasons[0] if handler.reasons else "")  # fmt: skip
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``nvidia-smi``), or None."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)  # fmt: skip
+        return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    return None
+
+
+def fingerprint(device: str) -> dict[str, Any]:
+    """The device's part of the environment: its name, and on a GPU the compute capability, the
+    driver, Triton, and the float32 matmul precision (TF32 or not)."""
+    import torch
+
+    found: dict[str, Any] = {"float32_matmul_precision": torch.get_float32_matmul_precision()}
+    try:
+        import triton
+
+        found["triton"] = triton.__version__
+    except ImportError:
+        found["triton"] = None
+    if is_cuda(device) and count():
+        where = torch.device(resolve(device))
+        props = torch.cuda.get_device_properties(where)
+        found.update(
+            device_name=torch.cuda.get_device_name(where),
+            capability=f"{props.major}.{props.minor}",
+            driver=driver_version(),
+        )
+    return found
 
 
 def available(device: str) -> int:
     """Bytes of memory free for a new copy of a model on ``device`` (the CPU's MemAvailable)."""
-    if device.startswith("cuda"):
+    if is_cuda(device):
         import torch
 
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        free, _ = torch.cuda.mem_get_info(torch.device(resolve(device)))
         return int(free)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import os
-
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def tf32_for(dtype: str, device: str) -> None:
+    """Float32 studies on a GPU run with TF32 matmuls, as PyTorch's own benchmark harness and
+    most users' code do (``set_float32_matmul_precision("high")``); the fingerprint says so."""
+    if dtype == "float32" and is_cuda(device):
+        import torch
+
+        torch.set_float32_matmul_precision("high")

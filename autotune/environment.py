@@ -6,6 +6,8 @@ import os
 import platform
 from typing import Any
 
+from autotune import device as devices
+
 
 def cpu_model() -> str:
     """The CPU's marketing name, from /proc/cpuinfo where there is one."""
@@ -20,7 +22,8 @@ def cpu_model() -> str:
 
 
 def fingerprint(device: str = "cpu") -> dict[str, Any]:
-    """torch and CUDA versions, device name, CPU model and core count, Python."""
+    """torch and CUDA versions, the device (name; on a GPU its compute capability, driver,
+    Triton and the float32 matmul precision), CPU model and core count, Python."""
     import torch
 
     env: dict[str, Any] = {
@@ -32,6 +35,4 @@ def fingerprint(device: str = "cpu") -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        env["device_name"] = torch.cuda.get_device_name(torch.device(device))
-    return env
+    return {**env, **devices.fingerprint(device)}

@@ -35,11 +35,16 @@ def accelerate_fields(strategy: Strategy) -> dict[str, Any]:
     return {f.name: fields.get(f.name, f.default) for f in dataclasses.fields(TorchDynamoPlugin)}
 
 
+MARK_STEPS = ("it replays CUDA graphs: with a regional or nested compile, or graph breaks, call "
+              "torch.compiler.cudagraph_mark_step_begin() before each step, or outputs get "
+              "overwritten (autotune.apply and apply_generation do it for you)")  # fmt: skip
+
+
 def caveats(strategy: Strategy, fmt: str) -> list[str]:
     """What the chosen format cannot say about the strategy."""
-    notes = []
+    notes = [MARK_STEPS] if strategy.uses_cuda_graphs() else []
     if fmt == "transformers":
-        return transformers_caveats(strategy)
+        return notes + transformers_caveats(strategy)
     if fmt != "torch" and (caveat := strategy.accelerate_caveat()):
         notes.append(caveat)
     if fmt == "accelerate-yaml" and strategy.options:
@@ -75,6 +80,9 @@ def document(
     chosen, points, front = told.chosen, told.points, told.front
     strategy = Strategy.from_dict(chosen.strategy)
     notes = caveats(strategy, fmt)
+    if chosen.no_graphs:
+        notes.append("measured without CUDA graphs: Inductor fell back from them (autotune "
+                     "show says why), so it ran, and will run, as plain Inductor")  # fmt: skip
     baseline = next((p for p in points if p.key == "none"), None)
     block = {
         "strategy": strategy.to_dict(),

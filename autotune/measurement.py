@@ -79,6 +79,8 @@ class Graphs:
     limit_hint: str = ""  # the fix torch's guard hint suggests, e.g. allow_unspec_int_on_nn_module
     eager_blocks: int | None = None  # repeated blocks whose forward ran uncompiled in a probe call
     blocks: int | None = None  # repeated blocks in the model
+    cudagraph_skips: int = 0  # Inductor fell back from CUDA graphs this often (then ran without)
+    cudagraph_skip_reason: str = ""  # the first fallback's reason, as Inductor logged it
 
 
 @dataclass
@@ -197,6 +199,12 @@ class Measurement:
     @property
     def portable_s(self) -> float | None:
         return self.start_s("portable")
+
+    @property
+    def without_cuda_graphs(self) -> bool:
+        """A CUDA-graph strategy that ran without them (Inductor fell back): it is plain
+        Inductor in effect, whatever its key says."""
+        return bool(self.graphs and self.graphs.cudagraph_skips)
 
     @property
     def limit_hit(self) -> bool:

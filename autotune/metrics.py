@@ -1,48 +1,14 @@
-"""What a trial collects besides time and accuracy: peak memory, and dynamo's records."""
+"""What a trial collects besides time, memory and accuracy: dynamo's records (graphs, breaks,
+recompiles, compile phases, a recompile limit hit, the stage a failure arose in)."""
 
 from __future__ import annotations
 
 import re
-import resource
 from typing import Any
 
 from autotune.measurement import Graphs
 
 _REASON_CHARS = 400
-
-
-class PeakMemory:
-    """Peak memory since the last reset: CUDA max allocated, or the CPU's resident high-water."""
-
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.kind = "cuda-max-allocated" if device.startswith("cuda") else "cpu-rss-hwm"
-
-    def reset(self) -> None:
-        if self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return
-        try:  # Linux: writing 5 resets the process's peak RSS (VmHWM) to its current RSS
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-        except OSError:
-            pass
-
-    def peak_mb(self) -> float:
-        if self.device.startswith("cuda"):
-            import torch
-
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        try:
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _short(reason: str) -> str:

@@ -86,6 +86,9 @@ def summary(m: Measurement) -> str:
         if g.limit_hit:
             lines.append(f"  LIMIT    {g.limit_hit}: the latency is not the compiled latency")
             lines.append(f"  fix      {g.limit_hint}")
+        if g.cudagraph_skips:
+            lines.append(f"  NO GRAPHS Inductor skipped CUDA graphs {g.cudagraph_skips} times, so "
+                         f"it ran as plain Inductor: {g.cudagraph_skip_reason}")  # fmt: skip
     if m.accuracy:
         a = m.accuracy
         verdict = "pass" if a.passed else "FAIL: WRONG ANSWERS"
@@ -150,7 +153,8 @@ def front_table(front: Sequence[Any], chosen: str) -> str:
         if generate:
             row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
                     "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
-        row += [speedup + (" LIMIT" if p.limit_hit else ""),
+        flags = (" LIMIT" if p.limit_hit else "") + (" NO GRAPHS" if p.no_graphs else "")
+        row += [speedup + flags,
                 "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
         rows.append(tuple(row))
     speed = ["decode / token", "TTFT", "tokens/s"] if generate else ["latency"]
@@ -161,6 +165,8 @@ def front_table(front: Sequence[Any], chosen: str) -> str:
         "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "
         "so it counts as none"
     )
+    if any(p.no_graphs for p in front):
+        note += ";\nNO GRAPHS: Inductor fell back from CUDA graphs, so it ran as plain Inductor"
     if any(p.limit_hit for p in front):
         note += ";\nLIMIT: dynamo hit its recompile limit and ran part of the model eager, so "
         note += "that latency is not the compiled one (autotune measure says which blocks)"

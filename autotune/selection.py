@@ -102,6 +102,7 @@ class Point:
     ttft_ms: float | None = None  # generate: the prefill, on the common scale
     tokens_per_s: float | None = None  # generate: the whole generation, as measured
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
+    no_graphs: bool = False  # a CUDA-graph strategy that Inductor ran without them
 
     @classmethod
     def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:
@@ -115,7 +116,7 @@ class Point:
             key, m.strategy, m.compile_s, latency_on_baseline(m, base_ms), memory, speedup,
             trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
             start_s(m, "warm"), start_s(m, "portable"), ttft_on_baseline(m, base_ttft),
-            m.tokens_per_s, m.limit_hit,
+            m.tokens_per_s, m.limit_hit, m.without_cuda_graphs,
         )  # fmt: skip
 
     def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:

@@ -1,47 +1,14 @@
-"""Timers (CUDA events on a GPU, perf_counter after synchronize elsewhere), interleaved rounds,
-and the sign test that reads them: whether a speedup shows, and when the rounds have decided."""
+"""Interleaved rounds, and the sign test that reads them: whether a speedup shows, and when the
+rounds have decided. (The timers themselves are the device's: :mod:`autotune.device`.)"""
 
 from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-
-
-def synchronize(device: str) -> None:
-    """Wait for the device's queued work, so a timer read covers it (gpt-fast's device_sync)."""
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize(device)
-
-
-def wall(fn: Callable[[], Any], device: str) -> tuple[float, Any]:
-    """Wall seconds of one synchronized call, and its result (first calls, compiles)."""
-    synchronize(device)
-    start = time.perf_counter()
-    out = fn()
-    synchronize(device)
-    return time.perf_counter() - start, out
-
-
-def timed(fn: Callable[[], Any], device: str) -> float:
-    """Seconds of one steady-state call: CUDA events on a GPU, perf_counter on a CPU."""
-    if not device.startswith("cuda"):
-        return wall(fn, device)[0]
-    import torch
-
-    stream = torch.cuda.current_stream(torch.device(device))  # the device's, not the current one's
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record(stream)
-    fn()
-    end.record(stream)
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
 
 
 def interleave(

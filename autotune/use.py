@@ -83,3 +83,25 @@ def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strate
         )
         return dataclasses.replace(strategy, mode="default")
     return strategy
+
+
+def warn_on_miss(module: Any, name: str) -> Any:
+    """After ``module``'s first call, say in one line if the artefact that was loaded did not
+    hit the FX graph cache (made on another device index, or for another graph): that first
+    call compiled cold."""
+    from autotune import starts
+
+    before = starts.cache_counters()
+
+    def after(*_: Any) -> None:
+        handle.remove()
+        now = starts.cache_counters()
+        hits = now["fxgraph_cache_hit"] - before["fxgraph_cache_hit"]
+        misses = now["fxgraph_cache_miss"] - before["fxgraph_cache_miss"]
+        if misses and not hits:
+            warnings.warn(f"{name} was loaded, but the first call missed the FX graph cache "
+                          f"({misses} misses): it compiled cold (made on another device index, "
+                          "or for another graph?)", AutotuneWarning, stacklevel=2)  # fmt: skip
+
+    handle = module.register_forward_hook(after)
+    return module

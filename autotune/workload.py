@@ -18,28 +18,6 @@ KINDS = ("inference", "train", "generate")
 DEVICE_HELP = "auto (default: cuda where there is one, else cpu), cpu, cuda or cuda:N"
 
 
-def resolve_device(device: str) -> str:
-    """Turn ``auto`` into ``cuda`` or ``cpu``; check that an asked-for CUDA device exists."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return device
-    if device == "cuda" or device.startswith("cuda:"):
-        index = device.partition(":")[2]
-        if index and not index.isdigit():
-            raise ConfigError(f"bad device {device!r}: use auto, cpu, cuda or cuda:N")
-        if not torch.cuda.is_available():
-            raise ConfigError(f"--device {device} asked for, but this torch sees no CUDA device")
-        if index and int(index) >= torch.cuda.device_count():
-            raise ConfigError(
-                f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible"
-            )
-        return device
-    raise ConfigError(f"bad device {device!r}: use auto, cpu, cuda or cuda:N")
-
-
 @dataclass(frozen=True)
 class Workload:
     """The input shape, precision, device and step that every trial of a study measures."""
@@ -70,7 +48,9 @@ class Workload:
     @classmethod
     def create(cls, device: str = "auto", **fields: Any) -> Workload:
         """Build a workload, resolving ``auto`` and checking the device against this machine."""
-        return cls(device=resolve_device(device), **fields)
+        from autotune import device as devices
+
+        return cls(device=devices.resolve(device), **fields)
 
     @property
     def torch_dtype(self) -> Any:

@@ -28,7 +28,9 @@ from autotune.storage import Store
         (["--model", "nomod:fn"], "no module named 'nomod'"),
     ],
 )
-def test_bad_input_is_one_line_and_nonzero(argv: list[str], needle: str, capsys) -> None:
+def test_bad_input_is_one_line_and_nonzero(argv: list[str], needle: str, capsys,
+                                           monkeypatch) -> None:  # fmt: skip
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # as a CPU machine answers
     try:
         code = main(["measure", *argv])
     except SystemExit as exc:  # argparse's own usage errors
@@ -87,8 +89,9 @@ def test_debug_shows_the_traceback() -> None:
     ],
 )
 def test_search_bad_input_is_one_line_and_writes_nothing(
-    argv: list[str], space: str | None, needle: str, in_tmp, capsys
+    argv: list[str], space: str | None, needle: str, in_tmp, capsys, monkeypatch
 ) -> None:
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # as a CPU machine answers
     args = ["search", "--model", "toy-64", "--layers", "2", *argv]
     if space is not None:
         (in_tmp / "s.toml").write_text(space)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import device, timing
+from autotune import device
 from autotune.coordination import check_environment
 from autotune.errors import ConfigError
-from autotune.scenarios.steps import make_step
 from autotune.strategy import Strategy
 
 H100 = {"torch": "2.13.0", "cuda": "12.8", "device_name": "NVIDIA H100 80GB HBM3"}
@@ -25,34 +24,6 @@ def test_a_worker_on_cuda_1_joins_a_study_made_on_cuda() -> None:
         check_environment({**H100, "device": "cuda"}, other, force=False)
 
 
-def test_cuda_graph_strategies_mark_each_step_before_the_call(monkeypatch) -> None:
-    calls: list[str] = []
-    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append("mark"))
-
-    def model(x: torch.Tensor) -> torch.Tensor:
-        calls.append("call")
-        return x
-
-    step = make_step(model, (torch.ones(1),), "inference", mark_steps=True)
-    step()
-    step()
-    assert calls == ["mark", "call", "mark", "call"]
-    calls.clear()
-    make_step(model, (torch.ones(1),), "inference")()
-    assert calls == ["call"]
-    assert Strategy.create("full", "inductor", "reduce-overhead").uses_cuda_graphs()
-    assert Strategy.create("regional", "cudagraphs").uses_cuda_graphs()
-    assert not Strategy.create("full", "inductor", "max-autotune-no-cudagraphs").uses_cuda_graphs()
-
-
-def test_the_child_makes_the_workload_s_gpu_current(monkeypatch) -> None:
-    chosen: list[torch.device] = []
-    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-    device.use("cpu")
-    device.use("cuda:1")
-    assert chosen == [torch.device("cuda:1")]
-
-
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -60,8 +31,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @needs_cuda
 def test_cuda_events_agree_with_perf_counter_after_synchronize() -> None:
     x = torch.randn(4096, 4096, device="cuda")
-    events = [timing.timed(lambda: x @ x, "cuda:0") for _ in range(20)]
-    walls = [timing.wall(lambda: x @ x, "cuda:0")[0] for _ in range(20)]
+    events = [device.timed(lambda: x @ x, "cuda:0") for _ in range(20)]
+    walls = [device.wall(lambda: x @ x, "cuda:0")[0] for _ in range(20)]
     events.sort()
     walls.sort()
     assert events[10] == pytest.approx(walls[10], rel=0.05)

@@ -123,12 +123,12 @@ def test_new_tokens_below_two_is_one_line_exit_2(capsys: pytest.CaptureFixture[s
 def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
     model, (prompt,) = models.tiny_llama()
     eager = generate.Generation(model, generate.new_cache(model, GEN), prompt, 6, "cpu")
-    first = eager.run(lambda fn: fn() or 0.0)
+    first = eager.run()
     cache = generate.new_cache(model, GEN, like=eager.cache)  # allocated before any call
     addresses = [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in cache.layers]
     gen = generate.Generation(model, cache, prompt, 6, "cpu")
     for _ in range(2):  # reset in place between generations
-        assert torch.equal(gen.run(lambda fn: fn() or 0.0).tokens, first.tokens)
+        assert torch.equal(gen.run().tokens, first.tokens)
     assert [(lay.keys.data_ptr(), lay.values.data_ptr()) for lay in cache.layers] == addresses
     reference = model.generate(prompt, max_new_tokens=6, do_sample=False,
                                cache_implementation="static")  # fmt: skip

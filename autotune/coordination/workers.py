@@ -12,25 +12,43 @@ from typing import Any, Protocol
 from autotune.errors import ConfigError
 
 COMPARABLE = ("torch", "cuda", "device", "device_name")
+ON_GPU = ("triton", "capability", "driver")  # what else must agree between GPU machines
 
 
 def comparable(environment: dict[str, Any]) -> dict[str, Any]:
-    """The fields that must agree, with ``cuda:1`` read as ``cuda`` (the index is no hardware)."""
+    """The fields that must agree, with ``cuda:1`` read as ``cuda`` (the index is no hardware);
+    on a GPU also Triton, the compute capability and the driver."""
     values = {k: environment.get(k) for k in COMPARABLE}
     values["device"] = str(values["device"] or "").partition(":")[0] or None
+    if values["device"] == "cuda":
+        values.update({k: environment.get(k) for k in ON_GPU})
     return values
 
 
 def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
     """Refuse to mix measurements from another GPU, CPU or torch, unless forced."""
     a, b = comparable(stored), comparable(here)
-    differ = [k for k in COMPARABLE if a[k] != b[k]]
+    differ = [k for k in a if a[k] != b.get(k)]
     if differ and not force:
         detail = ", ".join(f"{k}: study {a[k]!r} vs here {b[k]!r}" for k in differ)
         raise ConfigError(
             f"this machine differs from the study's ({detail}); mixed measurements would be "
             "meaningless (use --force to join anyway)"
         )
+
+
+def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
+    """A local worker's environment: the study's storage (which ``ps`` does not show), its one
+    GPU as ``CUDA_VISIBLE_DEVICES`` (it measures on ``cuda:0``, so caches it makes load on a
+    user's ``cuda:0``), and its share of the CPU for Inductor's compile workers."""
+    env = {**os.environ, "AUTOTUNE_STORAGE": url}
+    if device.startswith("cuda"):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        index = int(device.partition(":")[2] or 0)
+        mapped = visible.split(",")[index] if visible else str(index)
+        env["CUDA_VISIBLE_DEVICES"] = mapped.strip()
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    return env
 
 
 class Following(Protocol):
@@ -43,25 +61,31 @@ class LocalWorkers:
     ``ps`` does not show)."""
 
     def __init__(self, study: str, url: str, devices: list[str], allow: list[str]) -> None:
-        env = {**os.environ, "AUTOTUNE_STORAGE": url}
         argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study, "--no-progress"]
         if allow:  # the code the search's own command line named
             argv += ["--allow-code", ",".join(allow)]
         self.procs = [
-            subprocess.Popen([*argv, "--device", d], stdin=subprocess.DEVNULL, env=env)
+            subprocess.Popen([*argv, "--device", "cuda:0" if d.startswith("cuda") else d],
+                             stdin=subprocess.DEVNULL, env=worker_env(url, d, len(devices)))
             for d in devices
-        ]
+        ]  # fmt: skip
 
     @staticmethod
-    def devices(device: str, count: int) -> list[str]:
-        """``cuda:0``, ``cuda:1``, … round the visible GPUs; the same CPU for every worker."""
+    def devices(device: str, count: int, force: bool = False) -> list[str]:
+        """One GPU per worker, from the study's (``cuda:3`` and 2 workers: ``cuda:3``,
+        ``cuda:4``), never two on one unless forced; the same CPU for every worker."""
         if count < 1:
             raise ConfigError("--workers must be at least 1")
         if not device.startswith("cuda"):
             return [device] * count
-        import torch
+        from autotune import device as devices
 
-        return [f"cuda:{i % torch.cuda.device_count()}" for i in range(count)]
+        first, seen = int(device.partition(":")[2] or 0), devices.count()
+        if first + count > seen and not force:
+            raise ConfigError(f"--workers {count} from {device} needs GPUs {first} to "
+                              f"{first + count - 1}, and {seen} are visible: one worker per "
+                              "GPU (--force shares them, which skews every timing)")  # fmt: skip
+        return [f"cuda:{(first + i) % seen}" for i in range(count)]
 
     def follow(self, done: Callable[[], int], listener: Following) -> str:
         """Wait for the workers to end, telling ``listener`` each time ``done()`` (the study's

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import accuracy, artifact, metrics, recompiles, starts, timing
+from autotune import accuracy, artifact, device, metrics, recompiles, starts, timing
 from autotune.catalog import ModelRef
 from autotune.measurement import Accuracy, Measurement, Memory
 from autotune.strategy import Strategy
@@ -37,7 +37,7 @@ class TrialContext:
     workload: Workload
     ref: ModelRef
     result: Measurement
-    memory: metrics.PeakMemory
+    memory: device.PeakMemory
     start: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
     reference: dict[str, Any] | None = None  # the study's higher-precision outputs
@@ -74,7 +74,6 @@ def begin(spec: dict[str, Any]) -> TrialContext:
     import torch
     import torch._dynamo.utils
 
-    from autotune import device
     from autotune.environment import fingerprint
 
     start = time.perf_counter()
@@ -83,11 +82,12 @@ def begin(spec: dict[str, Any]) -> TrialContext:
     ref = ModelRef.from_dict(spec["model"])
     torch.manual_seed(spec.get("seed", 0))
     device.use(workload.device)
+    device.tf32_for(workload.dtype, workload.device)
     torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
     result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
-                         environment=fingerprint(workload.device))  # fmt: skip
-    ctx = TrialContext(spec, strategy, workload, ref, result, metrics.PeakMemory(workload.device),
-                       start)  # fmt: skip
+                         environment=fingerprint(workload.device))  # fmt: skip  # with its TF32
+    memory = device.PeakMemory(workload.device, strategy.uses_cuda_graphs())
+    ctx = TrialContext(spec, strategy, workload, ref, result, memory, start)
     ctx.timings["startup_s"] = time.time() - spec.get("launched", time.time())
     if spec.get("reference") and strategy.granularity != "none":
         ctx.reference = accuracy.load_reference(spec["reference"])
@@ -117,7 +117,7 @@ class Scenario(ABC):
 
     def timer(self, call: Callable[[], Any]) -> Any:
         """One timed call (its sample): seconds, on the device's clock."""
-        return timing.timed(call, self.ctx.device)
+        return device.timed(call, self.ctx.device)
 
     def seconds(self, sample: Any) -> float:
         """One round's sample as the seconds the sign test compares."""
@@ -143,6 +143,13 @@ class Scenario(ABC):
         return {"call": self.calls()["compiled"]}
 
     def run(self) -> Measurement:
+        with device.cudagraph_skips() as skips:
+            m = self._run()
+        if m.graphs is not None:
+            m.graphs.cudagraph_skips, m.graphs.cudagraph_skip_reason = skips()
+        return m
+
+    def _run(self) -> Measurement:
         ctx, m = self.ctx, self.ctx.result
         if ctx.spec.get("load_artifact"):  # a portable start: the saved caches, then compile
             m.load_s = artifact.load(ctx.spec["load_artifact"])
@@ -161,7 +168,7 @@ class Scenario(ABC):
                 peaks[name] = max(peaks[name], ctx.memory.peak_mb())
         m.memory = Memory(ctx.memory.kind, peaks["eager"], peaks["compiled"], compile_peak)
         t = ctx.lap("warmup_s", t)
-        timing.synchronize(ctx.device)
+        device.synchronize(ctx.device)
         samples = timing.interleave(calls, ctx.spec["iters"], self.timer, ctx.seed,
                                     self.after_round)  # fmt: skip
         t = ctx.lap("timing_s", t)

@@ -27,15 +27,14 @@ def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> C
     w = ctx.workload
     compiled = compile.apply(model, strategy) if w.kind != "generate" else (
         compile.generator(model, strategy))  # fmt: skip
-    marks = device.marks_steps(ctx.device, strategy.uses_cuda_graphs())
     if w.kind != "generate":
-        step = steps.make_step(compiled, inputs, w.kind, mark_steps=marks)
-        return lambda: timing.timed(step, ctx.device)
+        step = steps.make_step(compiled, inputs, w.kind)
+        return lambda: device.timed(step, ctx.device)
     cache = new_cache(model, w)
-    gen = Generation(compiled, cache, inputs[0], w.new_tokens, ctx.device, marks)
+    gen = Generation(compiled, cache, inputs[0], w.new_tokens, ctx.device)
 
     def generate() -> float:
-        return statistics.median(gen.run(lambda fn: timing.timed(fn, ctx.device)).steps_s)
+        return statistics.median(gen.run().steps_s)
 
     return generate
 

@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune import accuracy, catalog, compile, timing
-from autotune import device as device_
+from autotune import accuracy, catalog, compile, device
 from autotune.accuracy import SMALL, Gate
 from autotune.errors import ConfigError
 from autotune.measurement import Latency, TokenCheck
@@ -76,11 +75,11 @@ class Generation:
     """Greedy generation with one model forward and one static cache, a step at a time."""
 
     def __init__(self, forward: Callable[..., Any], cache: Any, prompt: torch.Tensor,
-                 new_tokens: int, device: str, mark_steps: bool = False) -> None:  # fmt: skip
+                 new_tokens: int, device: str) -> None:  # fmt: skip
         import torch
 
         self.forward, self.cache, self.prompt = forward, cache, prompt
-        self.new_tokens, self.device, self.mark_steps = new_tokens, device, mark_steps
+        self.new_tokens, self.device = new_tokens, device
         seq = prompt.shape[1]
         self.prefill_positions = torch.arange(seq, device=device)
         self.position = torch.tensor([seq], device=device)  # one tensor, updated in place
@@ -92,8 +91,6 @@ class Generation:
     def _call(self, ids: torch.Tensor, positions: torch.Tensor) -> None:
         import torch
 
-        if self.mark_steps:
-            torch.compiler.cudagraph_mark_step_begin()
         with torch.no_grad():
             out = self.forward(input_ids=ids, past_key_values=self.cache,
                                cache_position=positions, use_cache=True, **self.extra)  # fmt: skip
@@ -112,24 +109,37 @@ class Generation:
         self._call(self.token, self.position)
         self.position.add_(1)
 
-    def run(self, timer: Callable[[Callable[[], Any]], float], margins: bool = False) -> Run:
-        """A whole generation, every forward timed by ``timer``; with ``margins``, the gap
-        between the top two logits behind each token (where a near tie could flip it)."""
+    def run(self, first: bool = False, margins: bool = False) -> Run:
+        """A whole generation, every forward timed: ``first`` (the compiles) each on its own
+        wall clock after a synchronize; else one event pair per forward and one synchronize
+        at the end, as gpt-fast does, so the CPU's launches overlap the device's work. With
+        ``margins``, the gap between the top two logits behind each token (where a near tie
+        could flip it)."""
         import torch
 
-        prefill_s = timer(self.prefill)
+        timer = device.StepTimer(self.device)
+
+        def timed(fn: Callable[[], Any]) -> None:
+            if first:
+                timer.seconds.append(device.wall(fn, self.device)[0])
+            else:
+                timer.time(fn)
+
+        timed(self.prefill)
         tokens = [self.token]
-        result = Run(None, prefill_s, prefill_logits=self.logits.float().clone())
+        result = Run(None, 0.0, prefill_logits=self.logits.float().clone())
         if margins:
             result.margins.append(_margin(self.logits))
         for step in range(self.new_tokens - 1):
-            result.steps_s.append(timer(self.decode))
+            timed(self.decode)
             if step == 0:
                 result.first_logits = self.logits.float().clone()
             if margins:
                 result.margins.append(_margin(self.logits))
             tokens.append(self.token)
         result.tokens = torch.cat(tokens, dim=1)
+        seconds = timer.finish()
+        result.prefill_s, result.steps_s = seconds[0], seconds[1:]
         return result
 
 
@@ -170,25 +180,22 @@ class Generate(Scenario):
         forward = getattr(self.compiled.forward, "compiled", self.compiled)
         ctx.result.regions = compile.count_regions(forward)
 
-    def clock(self, fn: Callable[[], Any]) -> float:
-        return timing.timed(fn, self.ctx.device)
-
     def first(self) -> None:
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
-        device, n = ctx.device, w.new_tokens
-
-        def first(fn: Callable[[], Any]) -> float:
-            return timing.wall(fn, device)[0]
-
-        self.eager = Generation(self.model, new_cache(self.model, w), self.prompt, n, device)
-        self.expected = self.eager.run(first, margins=True)
+        where, n = ctx.device, w.new_tokens
+        self.eager = Generation(self.model, new_cache(self.model, w), self.prompt, n, where)
+        self.expected = self.eager.run(first=True, margins=True)
         m.eager_first_s = self.expected.prefill_s + self.expected.steps_s[0]
         cache = new_cache(self.model, w, like=self.eager.cache)  # fixed addresses first
-        mark = device_.marks_steps(device, ctx.strategy.uses_cuda_graphs())
-        self.gen = Generation(self.compiled, cache, self.prompt, n, device, mark)
+        graphs = device.marks_steps(where, ctx.strategy.uses_cuda_graphs())
+        self.gen = Generation(self.compiled, cache, self.prompt, n, where)
         ctx.memory.reset()
-        run = self.gen.run(first)  # cold: prefill's graphs, the recompile for decode, decode's
+        run = self.gen.run(first=True)  # cold: prefill's graphs, decode's recompile and graphs
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else run.prefill_s + run.steps_s[0]
+        if graphs and n > 2:  # CUDA graphs record on a function's second call: compiling too
+            recording = run.steps_s[1] + self.gen.run(first=True).prefill_s
+            m.compile_s += recording
+            ctx.timings["cuda_graph_recording_s"] = recording
         m.accuracy = self.judge_logits(run)
         self.tokens = self.check(run, "")
 
@@ -222,8 +229,7 @@ class Generate(Scenario):
                             self.tie())  # fmt: skip
 
     def calls(self) -> dict[str, Callable[[], Any]]:
-        return {"eager": lambda: self.eager.run(self.clock),
-                "compiled": lambda: self.gen.run(self.clock)}  # fmt: skip
+        return {"eager": lambda: self.eager.run(), "compiled": lambda: self.gen.run()}
 
     def timer(self, call: Callable[[], Any]) -> Any:
         return call()  # a generation times each of its own forwards

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from autotune import accuracy, catalog, compile, device, timing
+from autotune import accuracy, catalog, compile, device
 from autotune.measurement import Latency
 from autotune.scenarios import steps
 from autotune.scenarios.base import Scenario
@@ -36,19 +36,18 @@ class Inference(Scenario):
         self.compiled = compile.apply(model, ctx.strategy)
         ctx.result.regions = compile.count_regions(self.compiled)
         self.graphs = ctx.strategy.uses_cuda_graphs()
-        marks = device.marks_steps(ctx.device, self.graphs)
         kind = ctx.workload.kind
         self.eager_step = steps.make_step(self.eager_model, self.inputs, kind)
-        self.compiled_step = steps.make_step(self.compiled, self.inputs, kind, mark_steps=marks)
+        self.compiled_step = steps.make_step(self.compiled, self.inputs, kind)
 
     def first(self) -> None:
         ctx, m = self.ctx, self.ctx.result
-        m.eager_first_s, expected = timing.wall(self.eager_step, ctx.device)
+        m.eager_first_s, expected = device.wall(self.eager_step, ctx.device)
         ctx.memory.reset()
-        first_s, actual = timing.wall(self.compiled_step, ctx.device)
+        first_s, actual = device.wall(self.compiled_step, ctx.device)
         calls = 1
         if self.graphs:  # CUDA graphs are recorded on the second call: that is compiling too
-            recording_s, actual = timing.wall(self.compiled_step, ctx.device)
+            recording_s, actual = device.wall(self.compiled_step, ctx.device)
             first_s += recording_s
             ctx.timings["cuda_graph_recording_s"] = recording_s
             calls = 2

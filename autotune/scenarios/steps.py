@@ -17,19 +17,14 @@ def loss(output: Any) -> Any:
     return wide.pow(2).mean()
 
 
-def make_step(model: Any, inputs: tuple, kind: str, mark_steps: bool = False) -> Callable[[], Any]:
+def make_step(model: Any, inputs: tuple, kind: str) -> Callable[[], Any]:
     """One call of the workload: a no-grad forward, or forward + backward + optimizer step.
-
-    With ``mark_steps`` (CUDA graphs), each call first tells torch that a new step begins, so
-    that the graphs of one call never read outputs that the next call overwrites (regional
-    compilation chains one graph per block)."""
+    (A CUDA-graph strategy's compiled model marks each call's step itself: autotune.compile.)"""
     import torch
 
-    mark = torch.compiler.cudagraph_mark_step_begin if mark_steps else (lambda: None)
     if kind == "inference":
 
         def forward() -> Any:
-            mark()
             with torch.no_grad():
                 return model(*inputs)
 
@@ -37,7 +32,6 @@ def make_step(model: Any, inputs: tuple, kind: str, mark_steps: bool = False) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
 
     def train_step() -> Any:
-        mark()
         optimizer.zero_grad(set_to_none=True)
         value = loss(model(*inputs))
         value.backward()

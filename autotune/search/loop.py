@@ -85,11 +85,13 @@ def stop_reason(
     return None
 
 
-def run_workers(search: Search, count: int, listener: Listener | None = None) -> Outcome:
+def run_workers(
+    search: Search, count: int, listener: Listener | None = None, force: bool = False
+) -> Outcome:
     """Start ``count`` local worker processes on the study and follow them to the end."""
     listener = listener or Lines()
     workload = search.spec.workload
-    devices = LocalWorkers.devices(workload.device, count)
+    devices = LocalWorkers.devices(workload.device, count, force)
     if not workload.is_cuda:
         listener.note("warning: parallel trials on a CPU share its cores, which skews both "
                       "compile time and latency")  # fmt: skip

@@ -1,0 +1,231 @@
+"""The GPU acceptance run: one command that says, within about 25 minutes on the first GPU
+autotune meets, whether its CUDA paths are right, and prints the tables BENCHMARKS.md needs.
+
+    python bench/gpu.py                 # on a machine with a CUDA GPU
+    python bench/gpu.py --dry-run       # anywhere: every command parses, every model builds
+
+Checks, in order (each prints PASS or FAIL with its numbers; the exit status is the count of
+FAILs):
+
+1. CUDA events against perf_counter after a synchronize: within 5 % (a 4096^2 matmul).
+2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, no overwritten output,
+   right answers, the recording counted in the compile.
+3. llama-3.2-1b at batch 1 x 128: eager, full and regional Inductor, cold compile and latency,
+   beside Accelerate's published table (full 10.7 s / 6.3 ms, regional 1.95 s / 9.7 ms, eager
+   18.3 ms on an H100).
+4. The generate workload on gemma-2b with ``reduce-overhead``: decode per token and TTFT.
+5. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more).
+6. ``search --workers 2`` on two GPUs (two GPUs or more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autotune import catalog, device  # noqa: E402
+from autotune.catalog import ModelRef  # noqa: E402
+from autotune.runner import measure  # noqa: E402
+from autotune.strategy import Strategy  # noqa: E402
+from autotune.workload import Settings, Workload  # noqa: E402
+
+ACCELERATE = {"none": (0.0, 18.3), "full": (10.7, 6.3), "regional": (1.95, 9.7)}  # s, ms (H100)
+QUICK = Settings(iters=10, warmup=3, timeout_s=900)
+
+
+@dataclass
+class Check:
+    """One check of the run: what it builds (for the dry run) and what it measures."""
+
+    name: str
+    models: list[tuple[ModelRef, Workload]]
+    run: Callable[[str], list[str]]  # device -> lines; a line starting "FAIL" fails it
+    gpus: int = 1
+
+
+def events_agree(where: str) -> list[str]:
+    import torch
+
+    x = torch.randn(4096, 4096, device=where)
+    events = sorted(device.timed(lambda: x @ x, where) for _ in range(30))
+    walls = sorted(device.wall(lambda: x @ x, where)[0] for _ in range(30))
+    ratio = events[15] / walls[15]
+    verdict = "PASS" if abs(ratio - 1) <= 0.05 else "FAIL"
+    return [f"{verdict} events {events[15] * 1e3:.3f} ms vs perf_counter {walls[15] * 1e3:.3f} "
+            f"ms (ratio {ratio:.3f})"]  # fmt: skip
+
+
+def cuda_graphs(where: str) -> list[str]:
+    lines = []
+    for granularity in ("full", "regional"):
+        strategy = Strategy.create(granularity, "inductor", "reduce-overhead")
+        m = measure(ModelRef("toy-64"), Workload.create(device=where), strategy, QUICK)
+        g = m.graphs
+        ok = (m.feasible and g is not None and not g.cudagraph_skips
+              and "overwritten" not in m.log_tail
+              and m.timings.get("cuda_graph_recording_s", 0) > 0)  # fmt: skip
+        skip = f"; skips {g.cudagraph_skips}: {g.cudagraph_skip_reason}" if g else ""
+        lines.append(f"{'PASS' if ok else 'FAIL'} toy-64 {granularity} reduce-overhead: "
+                     f"{m.status}, {m.speedup or 0:.2f}x, compile {m.compile_s or 0:.1f} s "
+                     f"(recording {m.timings.get('cuda_graph_recording_s', 0):.2f} s){skip} "
+                     f"{m.reason[:200]}")  # fmt: skip
+    return lines
+
+
+def llama_table(where: str) -> list[str]:
+    ref = ModelRef("llama-3.2-1b")
+    workload = Workload.create(device=where, seq_len=128, dtype="bfloat16")
+    lines = [
+        "| strategy | cold compile | latency | Accelerate's (H100) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for granularity in ("none", "full", "regional"):
+        m = measure(ref, workload, Strategy.create(granularity, "inductor"), QUICK)
+        theirs = ACCELERATE[granularity]
+        ms = m.latency.median_ms if m.latency else float("nan")
+        lines.append(f"| {granularity} | {m.compile_s or 0:.2f} s | {ms:.2f} ms | {theirs[0]} s "
+                     f"/ {theirs[1]} ms |")  # fmt: skip
+        if not m.feasible:
+            lines.append(f"FAIL llama-3.2-1b {granularity}: {m.status} {m.reason[:300]}")
+    return lines
+
+
+def generate(where: str) -> list[str]:
+    workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=32)
+    m = measure(ModelRef("gemma-2b"), workload,
+                Strategy.create("full", "inductor", "reduce-overhead"), QUICK)  # fmt: skip
+    if not m.feasible or m.latency is None or m.ttft is None:
+        return [f"FAIL gemma-2b generate reduce-overhead: {m.status} {m.reason[:300]}"]
+    return [
+        f"PASS gemma-2b generate reduce-overhead: decode {m.latency.median_ms:.2f} ms/token "
+        f"(eager {m.eager_latency.median_ms:.2f}), TTFT {m.ttft.median_ms:.1f} ms, "
+        f"{m.tokens_per_s:.0f} tokens/s, compile {m.compile_s:.1f} s"
+    ]  # type: ignore[union-attr]
+
+
+def _cli(*argv: str, cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *argv], cwd=cwd,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=1800)  # fmt: skip
+
+
+def portable_elsewhere(where: str) -> list[str]:
+    with tempfile.TemporaryDirectory() as folder:
+        out = _cli("search", "--model", "toy-64", "--device", "cuda:1", "--granularity", "full",
+                   "--backend", "inductor", "--mode", "default", "--options", "none",
+                   "--dynamic", "none", "--fullgraph", "false", "--trials", "1",
+                   "--no-progress", "--no-confirm", "--study", "elsewhere", "--out",
+                   "best.json", cwd=folder)  # fmt: skip
+        if out.returncode != 0:
+            return [f"FAIL search on cuda:1: {out.stderr[-500:]}"]
+        code = ("import autotune,torch,warnings;from autotune.catalog import ModelRef,build;"
+                "from autotune.workload import Workload;"
+                "m,i=build(ModelRef('toy-64'),Workload(device='cuda:0'));"
+                "warnings.simplefilter('error');"
+                "autotune.apply(m,'best.json',trust_artifact=True)(*i);print('hit')")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True,
+                              text=True, timeout=900)  # fmt: skip
+        ok = done.returncode == 0 and "hit" in done.stdout
+        return [f"{'PASS' if ok else 'FAIL'} an artefact made on cuda:1 loads and hits on "
+                f"cuda:0 {done.stderr[-300:] if not ok else ''}"]  # fmt: skip
+
+
+def two_workers(where: str) -> list[str]:
+    with tempfile.TemporaryDirectory() as folder:
+        argv = ["search", "--model", "toy-64", "--device", "cuda", "--backend", "inductor,eager",
+                "--granularity", "none,full,regional", "--options", "none", "--trials", "6",
+                "--workers", "2", "--no-progress", "--json"]  # fmt: skip
+        out = _cli(*argv, cwd=folder)
+        ok = out.returncode == 0
+        measured = json.loads(out.stdout)["measured"] if ok else 0
+        return [f"{'PASS' if ok else 'FAIL'} search --workers 2: {measured} measured "
+                f"{out.stderr[-300:] if not ok else ''}"]  # fmt: skip
+
+
+def plan() -> list[Check]:
+    one = Workload(device="cpu")
+    bf16 = Workload(device="cpu", dtype="bfloat16")
+    gen = Workload(device="cpu", dtype="bfloat16", kind="generate", new_tokens=4)
+    return [
+        Check("CUDA events vs perf_counter", [], events_agree),
+        Check("reduce-overhead on toy-64", [(ModelRef("toy-64", layers=1), one)], cuda_graphs),
+        Check(
+            "llama-3.2-1b beside Accelerate",
+            [(ModelRef("llama-3.2-1b", layers=1), bf16)],
+            llama_table,
+        ),
+        Check("generate on gemma-2b", [(ModelRef("gemma-2b", layers=1), gen)], generate),
+        Check(
+            "portable start on another index",
+            [(ModelRef("toy-64", layers=1), one)],
+            portable_elsewhere,
+            gpus=2,
+        ),
+        Check("search --workers 2", [(ModelRef("toy-64", layers=1), one)], two_workers, gpus=2),
+    ]
+
+
+def dry_run(checks: list[Check]) -> int:
+    """What can be checked without a GPU: the plan's strategies and workloads parse, its models
+    build at one layer, its commands parse."""
+    from autotune.cli import build_parser
+
+    for check in checks:
+        for ref, workload in check.models:
+            catalog.check(ref, workload)
+            model, inputs = catalog.build(ref, workload)
+            print(f"built {ref.name} ({workload.kind}, {workload.dtype}) for: {check.name}")
+            del model, inputs
+    for s in ("full", "regional"):
+        Strategy.create(s, "inductor", "reduce-overhead").validate()
+    parser = build_parser()
+    parser.parse_args(["search", "--model", "toy-64", "--device", "cuda:1", "--trials", "1"])
+    parser.parse_args(["search", "--model", "toy-64", "--workers", "2", "--json"])
+    print("dry run: the plan is sound")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dry-run", action="store_true", help="check the plan on any machine")
+    p.add_argument("--out", default="gpu-acceptance.json", help="where the results go")
+    args = p.parse_args()
+    checks = plan()
+    if args.dry_run:
+        return dry_run(checks)
+    gpus = device.count()
+    if not gpus:
+        print("no CUDA device: run with --dry-run, or on a GPU machine")
+        return 1
+    results, failed = {}, 0
+    for check in checks:
+        if check.gpus > gpus:
+            print(f"SKIP {check.name}: needs {check.gpus} GPUs, {gpus} visible")
+            continue
+        start = time.perf_counter()
+        try:
+            lines = check.run("cuda:0")
+        except Exception as exc:  # one check's crash is that check's FAIL, not the run's end
+            lines = [f"FAIL {check.name}: {type(exc).__name__}: {str(exc)[:500]}"]
+        failed += sum(line.startswith("FAIL") for line in lines)
+        results[check.name] = lines
+        print(f"== {check.name} ({time.perf_counter() - start:.0f} s)")
+        print("\n".join(lines), flush=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(f"{failed} failed; results in {args.out}")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The device module, on a CPU: only torch's lowest CUDA layer is stood in for (availability,
+the device count, ``torch._C``'s calls, the events), never the function under test."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from autotune import device
+from autotune.coordination import LocalWorkers, check_environment
+from autotune.coordination.workers import worker_env
+from autotune.errors import ConfigError
+from autotune.export import MARK_STEPS, caveats
+from autotune.strategy import Strategy
+from autotune.workload import Workload
+
+PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
+
+
+@pytest.fixture
+def two_gpus(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """torch's lowest CUDA layer, as a machine with two GPUs would answer: what was asked of it
+    is recorded."""
+    calls: dict[str, list] = {"set": [], "reset": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", calls["set"].append, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_resetPeakMemoryStats", calls["reset"].append,
+                        raising=False)  # fmt: skip
+    stats = {"allocated_bytes": {"all": {"peak": 3 * 2**20}},
+             "reserved_bytes": {"all": {"peak": 8 * 2**20}}}  # fmt: skip
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats", lambda index: stats, raising=False)
+    return calls
+
+
+def test_the_default_gpu_is_resolved_to_an_index_before_it_is_made_current(two_gpus) -> None:
+    """torch.cuda.set_device(torch.device("cuda")) raises: every trial on --device cuda or
+    auto crashed. The device is made concrete once, at the top."""
+    assert device.resolve("cuda") == "cuda:0" and device.resolve("auto") == "cuda:0"
+    assert Workload.create(device="cuda").device == "cuda:0"
+    device.use("cuda")
+    device.use("cuda:1")
+    assert two_gpus["set"] == [0, 1]
+    with pytest.raises(ConfigError, match="only 2 CUDA device"):
+        device.resolve("cuda:2")
+
+
+def test_cuda_graph_pools_count_in_the_peak(two_gpus) -> None:
+    """A graph's scratch memory sits in its private pool: reserved, not allocated."""
+    graphs = device.PeakMemory("cuda:0", cuda_graphs=True)
+    plain = device.PeakMemory("cuda:0", cuda_graphs=False)
+    graphs.reset()
+    assert two_gpus["reset"] == [0]
+    assert graphs.peak_mb() == 8.0 and graphs.kind == "cuda-max-reserved"
+    assert plain.peak_mb() == 3.0 and plain.kind == "cuda-max-allocated"
+
+
+def test_local_workers_get_one_gpu_each_and_a_share_of_the_cpu(two_gpus, monkeypatch) -> None:
+    assert LocalWorkers.devices("cuda:0", 2) == ["cuda:0", "cuda:1"]
+    assert LocalWorkers.devices("cuda:1", 1) == ["cuda:1"]  # a study made for cuda:1 keeps it
+    with pytest.raises(ConfigError, match="one worker per GPU"):
+        LocalWorkers.devices("cuda", 3)
+    assert LocalWorkers.devices("cuda", 3, force=True) == ["cuda:0", "cuda:1", "cuda:0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    env = worker_env("sqlite:///x.db", "cuda:1", 2)
+    assert env["CUDA_VISIBLE_DEVICES"] == "5"  # the worker sees its one GPU as cuda:0
+    cores = __import__("os").cpu_count() or 1
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == str(max(1, cores // 2))
+
+
+class FakeEvent:
+    """torch.cuda.Event as the driver would answer: a clock read at record, a count of waits."""
+
+    waits = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.at = 0.0
+
+    def record(self, stream: object = None) -> None:
+        import time
+
+        self.at = time.perf_counter()
+
+    def synchronize(self) -> None:
+        FakeEvent.waits += 1
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.at - self.at) * 1e3
+
+
+def test_many_steps_are_timed_with_one_wait(two_gpus, monkeypatch) -> None:
+    """A generation records one event pair per step and waits once at its end."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda where=None: None)
+    FakeEvent.waits = 0
+    timer = device.StepTimer("cuda:0")
+    for _ in range(7):
+        timer.time(lambda: sum(range(1000)))
+    seconds = timer.finish()
+    assert len(seconds) == 7 and all(s >= 0 for s in seconds) and FakeEvent.waits == 1
+
+
+def test_cudagraph_skips_are_read_from_inductor() -> None:
+    """Inductor's counter and log line of a CUDA-graph fallback have no public API: if they
+    change, this fails."""
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    with device.cudagraph_skips() as skips:
+        assert skips() == (0, "")
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1)")
+        count, reason = skips()
+    assert count == 1 and "mutated inputs" in reason
+
+
+def test_cuda_graph_steps_are_marked_before_every_call(monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append("mark"))
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            calls.append("call")
+            return x
+
+    model = device.mark_each_call(Model())
+    model(torch.ones(1))
+    model(torch.ones(1))
+    assert calls == ["mark", "call", "mark", "call"]
+    overhead = Strategy.create("regional", "inductor", "reduce-overhead")
+    assert device.marks_steps("cuda:0", overhead.uses_cuda_graphs())
+    assert not device.marks_steps("cpu", overhead.uses_cuda_graphs())
+    assert not device.marks_steps("cuda:0", Strategy.create("full").uses_cuda_graphs())
+    for fmt in ("accelerate", "accelerate-yaml", "torch", "transformers"):
+        assert MARK_STEPS in caveats(overhead, fmt)
+
+
+def test_the_fingerprint_names_what_a_gpu_number_depends_on(two_gpus, monkeypatch, tmp_path):
+    props = SimpleNamespace(major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda where: props)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda where: "NVIDIA H100 80GB HBM3")
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 570.86.15\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    found = device.fingerprint("cuda:0")
+    assert found["capability"] == "9.0" and found["driver"] == "570.86.15"
+    assert found["device_name"] == "NVIDIA H100 80GB HBM3" and "triton" in found
+    base = {"torch": "2.13.0", "cuda": "12.8", "device": "cuda", **found}
+    check_environment(base, {**base, "device": "cuda:1"}, force=False)
+    for key, other in (("capability", "8.0"), ("driver", "550.1"), ("triton", "0.0")):
+        with pytest.raises(ConfigError, match=key):
+            check_environment(base, {**base, key: other}, force=False)
+    precision = torch.get_float32_matmul_precision()
+    try:
+        device.tf32_for("float32", "cuda:0")
+        assert torch.get_float32_matmul_precision() == "high"  # TF32, as PyTorch's harness
+        assert device.fingerprint("cpu")["float32_matmul_precision"] == "high"
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+def test_only_the_device_module_touches_torch_cuda() -> None:
+    found = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+             if re.search(r"torch\.cuda\b", p.read_text()) and p.name != "device.py"]  # fmt: skip
+    assert found == []
+
+
+def test_the_gpu_acceptance_run_s_plan_parses_and_builds() -> None:
+    """bench/gpu.py --dry-run: every command of the plan parses, every model builds at one
+    layer (what CI can check of a run that needs a GPU)."""
+    import subprocess
+    import sys
+
+    root = PACKAGE.parent
+    out = subprocess.run([sys.executable, str(root / "bench" / "gpu.py"), "--dry-run"],
+                         cwd=root, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "dry run: the plan is sound" in out.stdout
+    logging.getLogger(__name__).info(out.stdout)
+
+
+def test_generate_counts_cuda_graph_recording_in_its_compile(monkeypatch) -> None:
+    """CUDA graphs record on a function's second call: the first decode step records decode's
+    graph, the second generation's prefill records prefill's. Both belong to the compile."""
+    from autotune.catalog import ModelRef
+    from autotune.scenarios import Generate, begin
+
+    gen = Workload(device="cpu", batch_size=2, seq_len=8, kind="generate", new_tokens=4)
+    spec = {"strategy": Strategy.create("full", "eager").to_dict(), "iters": 1, "warmup": 0,
+            "workload": gen.to_dict(),
+            "model": ModelRef("tests.models:tiny_llama").to_dict()}  # fmt: skip
+    # what a CUDA device answers for a strategy that replays CUDA graphs
+    monkeypatch.setattr(device, "marks_steps", lambda where, graphs: True)
+    trial = Generate(begin(spec))
+    trial.setup()
+    trial.first()
+    recording = trial.ctx.timings["cuda_graph_recording_s"]
+    assert recording > 0 and trial.ctx.result.compile_s is not None
+    assert trial.ctx.result.compile_s > recording
