@@ -158,28 +158,30 @@ from autotune import artifact, catalog, starts
 from autotune.catalog import ModelRef
 from autotune.workload import Workload
 
-model, inputs = catalog.build(ModelRef("toy-64", layers=4), Workload(device="cpu"))
-with warnings.catch_warnings(record=True) as caught:
+layers = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+model, inputs = catalog.build(ModelRef("toy-64", layers=layers), Workload(device="cpu"))
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     warnings.simplefilter("always")
     compiled = autotune.apply(model, sys.argv[1], trust_artifact=sys.argv[2] == "trust")
-with torch.no_grad():
     expected = model(*inputs)
     actual = compiled(*inputs) if sys.argv[3] == "call" else expected
-ours = [str(w.message) for w in caught if issubclass(w.category, artifact.CacheWarning)]
+ours = [str(w.message) for w in caught
+        if issubclass(w.category, (artifact.CacheWarning, autotune.AutotuneWarning))]
 print(json.dumps({"warnings": ours, "cache": starts.cache_counters(),
                   "equal": torch.allclose(expected, actual, atol=1e-5, rtol=1e-3)}))
 """
 
 
 def apply_in_fresh_process(
-    json_path: Path, tmp_path: Path, trust: bool = True, call: bool = True
+    json_path: Path, tmp_path: Path, trust: bool = True, call: bool = True, layers: int = 4
 ) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache"),
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     env.pop("AUTOTUNE_TRUST_ARTIFACTS", None)
     out = subprocess.run(
         [sys.executable, "-c", APPLY, str(json_path), "trust" if trust else "no",
-         "call" if call else "no"], env=env, capture_output=True, text=True, timeout=300,
+         "call" if call else "no", str(layers)], env=env, capture_output=True, text=True,
+        timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -260,3 +262,12 @@ def test_a_poisoned_artefact_runs_nothing_unless_trusted(exported: Path, tmp_pat
     assert marker.exists()  # what trust_artifact=True allows
     [line] = trusted["warnings"]
     assert "failed to load" in line and trusted["equal"]  # and the compile did not break
+
+
+@pytest.mark.slow
+def test_a_loaded_artefact_that_misses_says_so(exported: Path, tmp_path: Path) -> None:
+    """An artefact for another graph (made on another device index, or for another model)
+    loads, then misses: the first call compiles cold, and one line says so."""
+    result = apply_in_fresh_process(exported, tmp_path, layers=2)
+    [line] = result["warnings"]
+    assert "missed the FX graph cache" in line and result["equal"]
