@@ -18,8 +18,7 @@ from tests.postgres import PASSWORD
 ROOT = str(Path(__file__).resolve().parent.parent)
 SPEC = """
 [model]
-name = "toy-64"
-layers = 4
+name = "tests.models:slow_toy"
 [workload]
 device = "cpu"
 [space]
@@ -29,7 +28,7 @@ dynamic = ["none", false]
 fullgraph = [false]
 [search]
 trials = {trials}
-iters = 3
+iters = 10
 warmup = 1
 timeout = 120
 study = "{study}"
@@ -191,7 +190,7 @@ def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) 
         url,
         "",
         0,
-        SPEC.format(trials=10, study="outage").replace("iters = 3", "iters = 30"),
+        SPEC.format(trials=10, study="outage").replace("iters = 10", "iters = 30"),
     )
     workers = [_worker(tmp_path, url, "outage") for _ in range(3)]
     deadline = time.time() + 180

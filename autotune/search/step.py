@@ -64,7 +64,7 @@ def baseline(search: Search, listener: Listener) -> Measurement:
             tally = coord.tally({"none"})  # its worker may be dead
             db(search, lambda t=tally: coord.reap(search.optuna, t), "reap")
             listener.now("waiting for another worker's eager baseline")
-            time.sleep(POLL_S)
+            time.sleep(1.0)  # one cheap query: a worker joining a study starts soon
     m = Measurement.from_dict(row.payload)
     if not m.ok:
         raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
