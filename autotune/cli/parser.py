@@ -1,0 +1,169 @@
+"""The ``autotune`` command line: its parser and the readers of its flags."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from autotune.errors import ConfigError
+
+ALLOW_CODE = ("package.module:function models and backends (or whole modules) that a spec file "
+              "or a stored study may name, for autotune to import and run: it runs no other "
+              "code it finds in data")  # fmt: skip
+
+
+def allowed_code(args: argparse.Namespace) -> list[str]:
+    """The code this command line names: its model and backends, and --allow-code."""
+    given = (getattr(args, "model", None), getattr(args, "backend", None), args.allow_code)
+    names = [n for text in given for n in (text or "").split(",")]
+    return [n.strip() for n in names if n.strip()]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"autotune: error: {message} (see '{self.prog} --help')\n")
+
+
+def _add_fields(group: Any, cls: type, names: Sequence[str] | None = None) -> None:
+    """Flags for a config dataclass's fields, with the help and defaults written on them
+    (every default stays there: a flag not given is None, so a spec file can set it)."""
+    from autotune import config
+
+    for f in config.fields(cls):
+        if names is not None and config.toml_key(f) not in names:
+            continue
+        if f.default is False:  # a switch
+            group.add_argument(config.flag(f), action="store_true", default=None,
+                               help=config.help_text(f))  # fmt: skip
+            continue
+        kind = f.metadata.get("cli_type") or str
+        group.add_argument(config.flag(f), type=kind, help=config.help_text(f))
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """Model and workload flags."""
+    from autotune.catalog import ModelRef
+    from autotune.workload import Workload
+
+    g = p.add_argument_group("model and workload")
+    _add_fields(g, ModelRef)
+    _add_fields(g, Workload)
+
+
+def _add_timing_args(p: argparse.ArgumentParser) -> None:
+    from autotune.workload import Settings
+
+    _add_fields(p.add_argument_group("timing"), Settings, ("iters", "warmup", "timeout", "starts"))
+
+
+def _add_storage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    p.add_argument("--study", help="study name (default: a slug of model, workload, hardware)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from autotune.spec import StudySpec
+
+    parser = _Parser(prog="autotune", description="How should I torch.compile this model here?")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("models", help="list the model catalog")
+
+    m = sub.add_parser("measure", help="measure one compile strategy, cold, in a fresh process")
+    _add_model_args(m)
+    s = m.add_argument_group("strategy")
+    s.add_argument("--granularity", default="full", help="none, full, regional or nested")
+    s.add_argument("--backend", default="inductor", help="a registered backend or module:fn")
+    s.add_argument("--mode", help="inductor mode (default, max-autotune-no-cudagraphs, ...)")
+    s.add_argument("--dynamic", default="none", help="true, false or none")
+    s.add_argument("--fullgraph", action="store_true", help="fail on any graph break")
+    s.add_argument("--options", help="inductor option switches, e.g. freezing,cpp_wrapper")
+    _add_timing_args(m)
+    m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
+
+    r = sub.add_parser("search", help="search compile strategies; export the Pareto-best one")
+    _add_model_args(r)
+    sp = r.add_argument_group("space (comma lists narrow the default space)")
+    for name in ("granularity", "backend", "mode", "dynamic", "fullgraph"):
+        sp.add_argument(f"--{name}", metavar="LIST")
+    sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
+                    "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip
+    sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")
+    se = r.add_argument_group("search")
+    _add_fields(se, StudySpec, ("trials", "time_budget", "sampler", "objectives", "max_memory",
+                                "policy", "equivalence"))  # fmt: skip
+    se.add_argument("--force", action="store_true", help="join a study made on other hardware")
+    se.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    se.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
+    _add_timing_args(r)
+    _add_storage_args(r)
+    r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
+    r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
+                   "transformers")  # fmt: skip
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.add_argument("--dashboard", action="store_true", help="also write dashboards/<study>.html")
+    r.add_argument("--workers", type=int, default=1, help="local worker processes (one per GPU)")
+    r.add_argument("--no-confirm", action="store_true", help="export the pick without timing "
+                   "it again against its nearest rivals (see README: Verdicts)")  # fmt: skip
+
+    sb = sub.add_parser("submit", help="create a study from a spec file, for workers to run")
+    sb.add_argument("--space", required=True, metavar="FILE.toml", help="the study's spec")
+    _add_storage_args(sb)
+
+    w = sub.add_parser("worker", help="join a study and run its trials")
+    _add_storage_args(w)
+    w.add_argument("--device", help="this worker's device, e.g. cuda:1")
+    w.add_argument("--trials", type=int, help="stop after measuring this many here")
+    w.add_argument("--force", action="store_true", help="join although the hardware differs")
+    w.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
+    w.add_argument("--no-progress", action="store_true", help="no live progress bar")
+
+    e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
+    _add_storage_args(e)
+    e.add_argument("--policy", default="knee", help="knee, fastest, quickest, amortized:N, ...")
+    e.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
+                   "transformers")  # fmt: skip
+    e.add_argument("--max-memory", help="leave out strategies above this peak memory")
+    e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
+
+    sh = sub.add_parser("show", help="every strategy of a study, with why each was left out")
+    _add_storage_args(sh)
+    sh.add_argument("--policy", help="the policy whose answer is shown (default: the study's)")
+
+    st = sub.add_parser("studies", help="list the studies in a storage with their progress")
+    st.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    st.add_argument("--json", action="store_true", help="print the list as JSON")
+
+    d = sub.add_parser("dashboard", help="render a study as one self-contained HTML page")
+    _add_storage_args(d)
+    d.add_argument("--policy", help="the policy whose choice is highlighted (default: the last "
+                   "export's)")  # fmt: skip
+    d.add_argument("-o", "--out", help="output file (default dashboards/<study>.html)")
+    return parser
+
+
+def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The validated model reference and workload named by the command line."""
+    from autotune import catalog, config
+    from autotune.workload import Workload
+
+    if args.model is None:
+        raise ConfigError("give --model (autotune models lists the presets)")
+    given = {"name": args.model, "layers": args.layers, "seed": args.seed, "weights": args.weights}
+    ref = catalog.ModelRef(**{k: v for k, v in given.items() if v is not None})
+    flags = {k: getattr(args, dest) for k, dest in flag_dests(Workload).items()}
+    workload = Workload.create(**config.read(Workload, flags, "--"))
+    catalog.check(ref, workload)
+    return ref, workload
+
+
+def flag_dests(cls: type) -> dict[str, str]:
+    """A config dataclass's TOML keys and the argparse destinations of their flags."""
+    from autotune import config
+
+    return {config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
+            for f in config.fields(cls)}  # fmt: skip

@@ -1,0 +1,124 @@
+"""``autotune measure`` and ``autotune search``: one strategy, or a whole study and its answer."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
+from autotune.errors import ConfigError
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from autotune import config, report, runner
+    from autotune.strategy import Strategy
+    from autotune.workload import Settings
+
+    ref, workload = model_and_workload(args)
+    options = [o.strip() for o in (args.options or "").split(",") if o.strip() not in ("", "none")]
+    strategy = Strategy.create(
+        args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph, options
+    )
+    strategy.validate()
+    given = {k: getattr(args, dest, None) for k, dest in flag_dests(Settings).items()}
+    settings = Settings(**config.read(Settings, given, "--"))
+    if not args.json:
+        shown = ", ".join(settings.starts)
+        print(f"measuring {strategy.key} on {ref.name} ({shown}; fresh processes)…", flush=True)
+    result = runner.measure(ref, workload, strategy, settings)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else report.summary(result))
+    return 0 if result.status in ("ok", "not-applicable") else 1
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from autotune import catalog, code, export, report
+    from autotune.progress import BestSoFar, Progress, counts
+    from autotune.search import open_search, run, run_workers
+    from autotune.spec import StudySpec, check_name
+    from autotune.verdict import answer
+
+    if args.model is None and args.space is None:
+        raise ConfigError("give --model or --space FILE.toml")
+    flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
+    if args.study is not None:
+        check_name(args.study)
+    spec = StudySpec.from_sources(args.space, **flags)
+    code.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
+    catalog.check(spec.model, spec.workload)
+    if args.format not in export.FORMATS:
+        raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")
+    search = open_search(spec, args.storage, force=args.force)
+    out = sys.stderr if args.json else sys.stdout
+    print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
+    best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
+    with Progress(search.target, len(search.measured()), not args.no_progress, best) as bar:
+        many = args.workers > 1
+        outcome = run_workers(search, args.workers, bar, args.force) if many else run(search, bar)
+    if outcome.stopped == "interrupted":
+        print(
+            f"autotune: interrupted; {outcome.measured} measured strategies are stored. Run the "
+            "same command again to continue.",
+            file=sys.stderr,
+        )
+        return 130
+    if not args.no_confirm:
+        print("confirming the pick against its nearest rivals…", file=out, flush=True)
+        confirm_pick(search)
+    path, chosen, notes = export.export(
+        search.store, search.name, spec.policy, args.format, args.out, spec.max_memory_mb
+    )
+    page = None
+    if args.dashboard:
+        from autotune import dashboard
+
+        page = dashboard.write(search.store, search.name, policy=spec.policy)
+    rows, study = search.store.measurements(search.name), search.store.study(search.name)
+    assert study is not None
+    confirmation = search.store.confirmation(search.name, spec.policy)
+    told = answer(rows, search.name, study.spec, spec.policy, spec.max_memory_mb, confirmation)
+    front = told.front
+    tally = counts(study, rows)
+    if args.json:
+        result = {
+            "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
+            "measured": tally["measured"], "deduced": tally["deduced"],
+            "repeats": outcome.repeats, "policy": spec.policy,
+            "chosen": chosen.key, "export": str(path), "caveats": notes,
+            "dashboard": str(page) if page else None,
+            "pareto_front": [dataclasses.asdict(p) for p in front], **told.block(),
+        }  # fmt: skip
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"stopped: {outcome.stopped}; {tally['measured']} strategies measured in this study, "
+          f"{tally['deduced']} deduced without measuring, {outcome.repeats} sampler repeats "
+          "reused their stored values")  # fmt: skip
+    print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
+    print(report.front_table(front, chosen.key))
+    print(f"\nchosen ({spec.policy}): {chosen.key}")
+    for line in told.lines():
+        print(line)
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {path}")
+    if page:
+        print(f"wrote {page}")
+    return 0
+
+
+def confirm_pick(search: Any) -> None:
+    """Time the pick against its nearest rivals and eager; store what the rounds showed; drop
+    the compile caches kept for it."""
+    import shutil
+
+    from autotune.confirm import confirm
+    from autotune.selection import choose
+
+    spec = search.spec
+    rows = search.store.measurements(search.name)
+    chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
+    result = confirm(spec, chosen, points, front, search.keep)
+    search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
+    shutil.rmtree(search.keep, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""The commands over a stored study: models, submit, worker, show, studies, export, dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from autotune.cli.parser import allowed_code
+from autotune.errors import ConfigError
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from autotune import catalog
+
+    rows = catalog.presets()
+    width = max(map(len, rows))
+    for name, description in rows.items():
+        print(f"{name:<{width}}  {description}")
+    print("\nAlso: a directory holding a transformers config.json, or package.module:function")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from autotune.search import submit
+    from autotune.spec import StudySpec
+    from autotune.storage import Store, mask
+
+    spec = StudySpec.from_sources(args.space, study=args.study)
+    name = submit(spec, args.storage)
+    print(f"submitted study {name} to {mask(Store(args.storage, create=False).url)}")
+    print(f"run it with: autotune worker --study {name} --storage URL")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from autotune.progress import Progress
+    from autotune.search import join, run
+    from autotune.spec import check_name
+
+    if not args.study:
+        raise ConfigError("give --study NAME (autotune studies lists them)")
+    search = join(check_name(args.study), args.storage, device=args.device, force=args.force,
+                  allow=allowed_code(args))  # fmt: skip
+    print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
+    with Progress(search.target, len(search.measured()), not args.no_progress) as bar:
+        outcome = run(search, bar, max_measure=args.trials)
+    print(f"worker {search.worker}: measured {outcome.measured_here}, stopped: {outcome.stopped}")
+    return 130 if outcome.stopped == "interrupted" else 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from autotune import dashboard
+    from autotune.spec import check_name
+    from autotune.storage import Store
+
+    if not args.study:
+        raise ConfigError("give --study NAME")
+    name = check_name(args.study)
+    path = dashboard.write(Store(args.storage, create=False), name, args.out, args.policy)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from autotune import report
+    from autotune.spec import check_name
+    from autotune.storage import Store, mask
+    from autotune.verdict import answer, exclusions
+
+    if not args.study:
+        raise ConfigError("give --study NAME (autotune studies lists them)")
+    name = check_name(args.study)
+    store = Store(args.storage, create=False)
+    study = store.study(name)
+    if study is None:
+        raise ConfigError(f"no study named {args.study!r} in {mask(store.url)}")
+    rows = store.measurements(study.name)
+    max_memory = study.spec.get("max_memory_mb")
+    print(report.trials_table(rows, exclusions(rows, max_memory)))
+    policy = args.policy or study.spec.get("policy", "knee")
+    if any(r.key == "none" and r.status == "ok" for r in rows):
+        told = answer(rows, study.name, study.spec, policy, max_memory,
+                      store.confirmation(study.name, policy))  # fmt: skip
+        print()
+        print("\n".join(told.lines()[:-1]))
+    return 0
+
+
+def cmd_studies(args: argparse.Namespace) -> int:
+    from autotune import report
+    from autotune.progress import overview
+    from autotune.storage import Store, mask
+
+    store = Store(args.storage, create=False)
+    rows = overview(store)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{len(rows)} studies in {mask(store.url)}")
+    if rows:
+        keys = ("study", "model", "measured", "deduced", "budget", "ok", "failed", "runs",
+                "live workers", "last")  # fmt: skip
+        print(report.table(keys, [[r[k] for k in keys] for r in rows]))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autotune import export, objectives
+    from autotune.spec import check_name, parse_memory
+    from autotune.storage import Store
+
+    if not args.study:
+        raise ConfigError("give --study NAME (autotune studies lists them)")
+    objectives.parse_policy(args.policy)
+    name = check_name(args.study)
+    store = Store(args.storage, create=False)
+    path, chosen, notes = export.export(
+        store, name, args.policy, args.format, args.out, parse_memory(args.max_memory)
+    )
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"chosen ({args.policy}): {chosen.key}\nwrote {path}")
+    return 0
