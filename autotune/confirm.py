@@ -8,7 +8,8 @@ fresh process, warm from the compile caches their trials kept. Each compiled
 strategy's latency then counts only as far as the rounds show it (sign test against eager); a
 rival the rounds cannot tell from the pick ties with it; and the policy picks again from these
 numbers, so a tie goes where the policy's tie rule sends it (the quicker compile, for every
-policy but ``fastest`` on latency alone).
+policy but ``fastest`` on latency alone). Where it lands on a strategy the rounds did not
+time, that one is confirmed in rounds of its own (:func:`passes`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import objectives as objective
-from autotune.selection import Point, pick
+from autotune.selection import Point, pareto, pick
 from autotune.timing import ALPHA, sign_test
 
 RIVALS = 2
+PASSES = 3  # confirmations at most, each after the policy moved to an untimed strategy
+Rounds = tuple[dict[str, list[float]] | None, float | str]
 
 
 def contenders(points: list[Point], front: list[Point]) -> list[Point]:
@@ -103,6 +107,7 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
     base = next((p.latency_ms for p in points if p.key == "none"), statistics.median(eager))
     confirmed: dict[str, float] = {}
     speedups: dict[str, float] = {}
+    shown_keys: set[str] = set()
     lines = []
     for key, ms in rounds_ms.items():
         if key == "none":
@@ -112,6 +117,8 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
         shown = p < ALPHA and won > n / 2
         speedup = statistics.median(eager) / statistics.median(ms)
         confirmed[key] = base / speedup if shown else base
+        if shown:
+            shown_keys.add(key)
         speedups[key] = speedup
         word = "confirmed" if shown else "not shown"
         lines.append(f"{word}: {key} beat eager in {won} of {n} rounds (p = {p:.2g}, "
@@ -123,7 +130,7 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
             p = sign_test(rounds_ms[chosen.key], ms)
             won, n = _wins(rounds_ms[chosen.key], ms)
             tie = p >= ALPHA
-            if tie:
+            if tie and (key in shown_keys) == (chosen.key in shown_keys):  # else eager decides
                 confirmed[key] = confirmed[chosen.key]
             lines.append(f"{chosen.key} vs {key}: quicker in {won} of {n} rounds (p = {p:.2g})"
                          + (": a tie" if tie else ""))  # fmt: skip
@@ -134,35 +141,70 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
                         speedup=speedups)  # fmt: skip
 
 
+def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
+           objectives: tuple[str, ...], time_rounds: Callable[[list[str]], Rounds]
+           ) -> Confirmation:  # fmt: skip
+    """Confirm ``chosen`` against its rivals; where the policy then picks a strategy the rounds
+    did not time, confirm that one in a pass of its own (at most :data:`PASSES`), so that the
+    exported pick is always one the rounds showed, or eager. ``time_rounds(keys)`` times the
+    strategies ``keys`` and eager in one process: ``(rounds by key, wall seconds)``, or
+    ``(None, why)`` when it could not."""
+    first, shown = chosen.key, Confirmation(chosen.key, chosen.key, 0, 0.0)
+    for attempt in range(PASSES):
+        others = rivals(chosen, points, front, objectives)
+        keys = [p.key for p in [chosen, *others] if p.key != "none"]
+        if not keys:
+            shown.lines.append("nothing to confirm: no compiled strategy passed")
+            shown.status = "skipped" if attempt == 0 else shown.status
+            break
+        rounds_ms, wall = time_rounds(keys)
+        if rounds_ms is None:  # then ``wall`` says why, "status: reason"
+            why = str(wall)
+            shown.lines.append(f"not confirmed: the confirmation {why[:200]}; the pick stands "
+                               "unconfirmed")  # fmt: skip
+            if attempt == 0:
+                shown.status, shown.reason = why.split(":")[0], why
+            break
+        result = settle(points, chosen, rounds_ms, policy, objectives)
+        shown.lines += result.lines
+        shown.lines.append(f"confirmation: {result.rounds} rounds of {len(keys)} strategies and "
+                           f"eager in one process, {float(wall):.1f} s")  # fmt: skip
+        shown.rounds, shown.wall_s = shown.rounds + result.rounds, shown.wall_s + float(wall)
+        shown.latency_ms.update(result.latency_ms)
+        shown.speedup.update(result.speedup)
+        shown.pick = result.pick
+        points = confirmed_points(points, shown.latency_ms, shown.speedup)
+        if result.pick == "none" or result.pick in shown.latency_ms:
+            break
+        chosen = next(p for p in points if p.key == result.pick)
+        front = pareto(points, objectives)
+        shown.lines.append(f"{result.pick} was not in those rounds: it is confirmed in rounds "
+                           "of its own")  # fmt: skip
+    if shown.pick != "none" and shown.latency_ms and shown.pick not in shown.latency_ms:
+        timed = [p for p in points if p.key in shown.latency_ms or p.key == "none"]
+        shown.pick = pick(timed, policy, objectives).key
+        shown.lines.append(f"the pick is the policy's among the strategies the rounds timed: "
+                           f"{shown.pick}")  # fmt: skip
+    shown.chosen = first
+    return shown
+
+
 def confirm(spec: Any, chosen: Point, points: list[Point], front: list[Point],
             kept: str | None = None) -> Confirmation:  # fmt: skip
-    """Re-measure ``chosen`` against its nearest rivals and eager (see the module's text)."""
+    """Re-measure ``chosen`` against its nearest rivals and eager (see the module's text), in
+    fresh processes warm from the caches kept under ``kept``."""
     from autotune import runner
     from autotune.strategy import Strategy
 
-    others = rivals(chosen, points, front, spec.objectives)
-    keys = [p.key for p in [chosen, *others] if p.key != "none"]
-    if not keys:
-        return Confirmation(
-            chosen.key,
-            chosen.key,
-            0,
-            0.0,
-            ["nothing to confirm: no compiled strategy passed"],
-            status="skipped",
-        )
     by_key = {p.key: p for p in points}
-    strategies = [Strategy.from_dict(by_key[k].strategy) for k in keys]
-    caches = [runner.cache_folder(kept, k) for k in keys] if kept else []
-    start = time.perf_counter()
-    m = runner.confirm(spec.model, spec.workload, strategies, spec.settings, caches)
-    wall = time.perf_counter() - start
-    if not m.ok or not m.rounds:
-        return Confirmation(chosen.key, chosen.key, 0, wall, [
-            f"not confirmed: the confirmation {m.status} ({m.reason[:200]}); the pick stands "
-            "unconfirmed"], status=m.status, reason=m.reason)  # fmt: skip
-    result = settle(points, chosen, m.rounds, spec.policy, spec.objectives)
-    result.lines.append(f"confirmation: {result.rounds} rounds of {len(keys)} strategies and "
-                        f"eager in one process, {wall:.1f} s")  # fmt: skip
-    result.wall_s = wall
-    return result
+
+    def time_rounds(keys: list[str]) -> Rounds:
+        strategies = [Strategy.from_dict(by_key[k].strategy) for k in keys]
+        caches = [runner.cache_folder(kept, k) for k in keys] if kept else []
+        start = time.perf_counter()
+        m = runner.confirm(spec.model, spec.workload, strategies, spec.settings, caches)
+        if not m.ok or not m.rounds:
+            return None, f"{m.status}: {m.reason}"
+        return m.rounds, time.perf_counter() - start
+
+    return passes(points, chosen, front, spec.policy, spec.objectives, time_rounds)

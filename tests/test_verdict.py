@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import timing
+from autotune import confirm, timing
 from autotune.cli import main
-from autotune.confirm import rivals, settle
+from autotune.confirm import passes, rivals, settle
 from autotune.measurement import Measurement
 from autotune.selection import candidates, pareto, pick
 from autotune.strategy import Strategy
@@ -75,6 +75,19 @@ def test_a_lead_the_confirmation_does_not_show_goes_to_the_policy_s_tie_rule() -
                for line in held.lines)  # fmt: skip
 
 
+def test_a_rival_shown_faster_than_eager_keeps_that_when_it_ties_with_a_pick_that_was_not() -> (
+    None
+):
+    points = [p for p in candidates(hand_rows()) if p.key in ("none", S["A"].key, S["B"].key)]
+    chosen = pick(points, "fastest")
+    rounds = _rounds(10.0, **{S["A"].key: 9.0})  # A beats eager in every round
+    rounds[S["B"].key] = [8.5, 11.0] * 5  # B: 5 of 10 against eager, and 5 of 10 against A
+    said = settle(points, chosen, rounds, "fastest", ("compile", "latency"))
+    assert any(line.endswith(": a tie") for line in said.lines)
+    assert said.latency_ms[S["A"].key] < said.latency_ms[S["B"].key] == points[0].latency_ms
+    assert said.pick == S["A"].key
+
+
 def test_a_speedup_that_was_noise_falls_back_to_the_next_and_then_to_eager() -> None:
     points = candidates(hand_rows())
     chosen = pick(points, "fastest")
@@ -86,6 +99,44 @@ def test_a_speedup_that_was_noise_falls_back_to_the_next_and_then_to_eager() -> 
                    ("compile", "latency"))  # fmt: skip
     assert noise.pick == "none" and noise.changed
     assert any(line.startswith(f"not shown: {S['B'].key}") for line in noise.lines)
+
+
+def _timer(truth: dict[str, float], asked: list[list[str]]):
+    """Rounds in which each strategy takes its ``truth`` (eager 10 ms), and a note of each ask."""
+
+    def time_rounds(keys: list[str]) -> tuple[dict[str, list[float]], float]:
+        asked.append(keys)
+        return _rounds(10.0, **{k: truth[k] for k in keys}), 1.0
+
+    return time_rounds
+
+
+def test_a_pick_the_rounds_did_not_time_is_confirmed_in_rounds_of_its_own(monkeypatch) -> None:
+    points = candidates(hand_rows(with_nested=True))
+    front, objectives = pareto(points), ("compile", "latency")
+    chosen = pick(points, "fastest")
+    assert chosen.key == S["B"].key
+    noise = {S[k].key: 10.0 for k in ("A", "B", "N")}  # the first rounds show none of them
+    asked: list[list[str]] = []
+    said = passes(points, chosen, front, "fastest", objectives,
+                  _timer({**noise, S["E"].key: 6.0}, asked))  # fmt: skip
+    assert S["E"].key not in asked[0] and asked[1][0] == S["E"].key
+    assert said.pick == S["E"].key and S["E"].key in said.latency_ms and said.chosen == chosen.key
+    assert any("was not in those rounds" in line for line in said.lines)
+    # no more passes allowed: the pick is the policy's among what the rounds timed (eager here)
+    monkeypatch.setattr(confirm, "PASSES", 1)
+    said = passes(points, chosen, front, "fastest", objectives,
+                  _timer({**noise, S["E"].key: 6.0}, []))  # fmt: skip
+    assert said.pick == "none" and "the strategies the rounds timed" in said.lines[-1]
+
+
+def test_a_confirmation_that_fails_leaves_the_pick_unconfirmed_and_says_so() -> None:
+    points = candidates(hand_rows())
+    chosen = pick(points, "fastest")
+    said = passes(points, chosen, pareto(points), "fastest", ("compile", "latency"),
+                  lambda keys: (None, "crashed: child died of signal SIGKILL"))  # fmt: skip
+    assert said.pick == chosen.key and said.status == "crashed" and not said.latency_ms
+    assert said.lines[-1].startswith("not confirmed: the confirmation crashed")
 
 
 def test_rivals_are_the_nearest_on_the_front_then_the_fastest() -> None:
