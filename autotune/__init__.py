@@ -34,10 +34,12 @@ def apply(
 
     Every granularity is honoured, ``nested`` included, which Accelerate cannot express.
     A file is data: a ``package.module:function`` backend it names is used only when you pass
-    it (``backends={name: fn}``) or allow its import by name (``backends=[name]``). Its cache
-    artefact (``best.cache.bin``) runs code when loaded, so it is loaded only when you trust
-    it (``trust_artifact=True``, or ``$AUTOTUNE_TRUST_ARTIFACTS=1``) and it fits this
-    machine; otherwise one warning line says why, and the compile goes on cold.
+    it (``backends={name: fn}``) or allow its import by name (``backends=[name]``). Its
+    artefacts run code when loaded, so they are loaded only when you trust them
+    (``trust_artifact=True``, or ``$AUTOTUNE_TRUST_ARTIFACTS=1``) and they fit this machine: a
+    precompiled function or an AOTInductor package (``best.precompiled.bin``,
+    ``best.aot.pt2``) replaces the compile, else the cache artefact (``best.cache.bin``) warms
+    it; otherwise one warning line says why, and the compile goes on cold.
     """
     from autotune import artifact, export
 
@@ -50,6 +52,8 @@ def apply(
     resolve = use.resolver(backends, how)
     if fitted.granularity != "none":
         fitted.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
+    if (started := use.load_ahead(model, data, how, trust_artifact)) is not None:
+        return started  # a precompiled function or an AOTInductor package: no compile at all
     loaded = artifact.prepare(data, how, trust_artifact)
     compiled = _compile.apply(model, fitted, resolve)
     return use.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled

@@ -70,11 +70,11 @@ def folder() -> Path:
     return Path(where) if where else Path.home() / ".cache" / "autotune" / "artifacts"
 
 
-def keep(path: str, meta: dict[str, Any]) -> dict[str, Any]:
+def keep(path: str, meta: dict[str, Any], suffix: str = SUFFIX) -> dict[str, Any]:
     """Keep the artefact at ``path`` under its checksum; ``meta`` plus ``sha256``."""
     data = Path(path).read_bytes()
     digest = sha256(data)
-    target = folder() / f"{digest}{SUFFIX}"
+    target = folder() / f"{digest}{suffix}"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
@@ -87,19 +87,23 @@ def keep(path: str, meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "sha256": digest, "bytes": len(data), "kept": True}
 
 
-def ship(meta: dict[str, Any] | None, json_path: Path) -> tuple[dict[str, Any] | None, str]:
-    """Copy a kept artefact beside an exported file; its ``cache_artifact`` block, or a note."""
+def ship(
+    meta: dict[str, Any] | None, json_path: Path, suffix: str = SUFFIX
+) -> tuple[dict[str, Any] | None, str]:
+    """Copy a kept artefact beside an exported file; its block (file, checksum, size,
+    fingerprint), or a note."""
     if not meta or not meta.get("sha256"):
         return None, ""
-    kept = folder() / f"{meta['sha256']}{SUFFIX}"
+    kept = folder() / f"{meta['sha256']}{suffix}"
     if not kept.exists():
-        return None, (f"no cache artefact written: {kept.name} is not in {kept.parent} on this "
-                      "machine (measured elsewhere?); a start will compile cold")  # fmt: skip
-    target = json_path.with_name(json_path.stem + SUFFIX)
+        return None, (f"no {suffix[1:]} artefact written: {kept.name} is not in "
+                      f"{kept.parent} on this machine (measured elsewhere?); a start will "
+                      "compile cold")  # fmt: skip
+    target = json_path.with_name(json_path.stem + suffix)
     try:
         shutil.copyfile(kept, target)
     except OSError as exc:
-        return None, f"no cache artefact written: cannot write {target}: {exc.strerror}"
+        return None, f"no {suffix[1:]} artefact written: cannot write {target}: {exc.strerror}"
     block = {"file": target.name, "sha256": meta["sha256"], "bytes": meta["bytes"],
              "fingerprint": meta.get("fingerprint", {})}  # fmt: skip
     return block, ""
@@ -156,13 +160,15 @@ def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = No
     Never raises, and a failed load never breaks the compile: whatever the artefact did to the
     cache directory, this process then compiles cold in a fresh one.
     """
-    block = (data.get("autotune") or {}).get("cache_artifact")
-    if not block:
-        return False
+    found = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+    block, ahead = found.get("cache_artifact"), found.get("ahead")
     if not trusted(trust):
-        name = block.get("file") if isinstance(block, dict) else SUFFIX
-        warnings.warn(f"cache artefact {name} not loaded: {OPT_IN}; compiling cold",
-                      CacheWarning, stacklevel=3)  # fmt: skip
+        names = [b.get("file") for b in [block, *(ahead or {}).values()] if isinstance(b, dict)]
+        if names := [n for n in names if isinstance(n, str)] or ([SUFFIX] if block else []):
+            warnings.warn(f"{', '.join(names)} not loaded: {OPT_IN}; compiling cold",
+                          CacheWarning, stacklevel=3)  # fmt: skip
+        return False
+    if not block:
         return False
     payload, why = check(block, Path(json_path))
     if payload is not None:

@@ -215,19 +215,31 @@ def export(
 
 
 def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tuple[str, str]:
-    """The JSON export with what one start of the chosen strategy costs (cold, warm, portable)
-    and its cache artefact written beside ``path``; a note where there is none to ship."""
+    """The JSON export with what one start of the chosen strategy costs (cold and every later
+    start measured), and its artefacts written beside ``path`` (the compile cache; a
+    precompiled function and an AOTInductor package where they were built); a note where
+    one of them cannot be shipped."""
+    from autotune import ahead
+
     row = store.measurement(study, key)
     if row is None:
         return text, ""
     m = Measurement.from_dict(row.payload)
     data = json.loads(text)
-    costs = {k: m.start_s(k) for k in ("cold", "warm", "portable") if k in m.starts}
+    costs = {k: m.start_s(k) for k in m.starts}
     if costs:
         data["autotune"]["start_s"] = costs
     block, note = artifact.ship(m.artifact, path)
     if block:
         data["autotune"]["cache_artifact"] = block
+    shipped = {}
+    for kind, meta in m.ahead.items():
+        found, why = artifact.ship(meta if "error" not in meta else None, path, ahead.SUFFIX[kind])
+        if found:
+            shipped[kind] = found
+        note = note or why
+    if shipped:
+        data["autotune"]["ahead"] = shipped
     return json.dumps(data, indent=2) + "\n", note
 
 

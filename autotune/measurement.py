@@ -109,9 +109,11 @@ class Memory:
 @dataclass
 class Start:
     """One start of a strategy in a fresh process: ``cold`` (empty compile caches), ``warm``
-    (the cold start's cache directories) or ``portable`` (empty caches, then the cold start's
-    saved artefact loaded). ``compile_s`` is the start's first compiled call, plus ``load_s``
-    for a portable start. ``cache`` holds the process's cache hit/miss counters; ``phases``
+    (the cold start's cache directories), ``portable`` (empty caches, then the cold start's
+    saved artefact loaded), ``precompiled`` or ``aot`` (empty caches, then a precompiled
+    function or an AOTInductor package loaded: :mod:`autotune.ahead`). ``compile_s`` is the
+    start's first compiled call, plus ``load_s`` for a start that loads a file.
+    ``cache`` holds the process's cache hit/miss counters; ``phases``
     its dynamo/backend split; ``latency`` a brief interleaved timing (not for cold, whose
     timing is the measurement's own). ``measured`` is False where the backend keeps no cache
     and the start is the cold compile again, ``note`` says why (or what went wrong)."""
@@ -175,6 +177,7 @@ class Measurement:
     artifact: dict[str, Any] | None = None  # the saved cache artefact: sha256, bytes, where
     starts: dict[str, Start] = field(default_factory=dict)  # cold, warm, portable
     rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
+    ahead: dict[str, dict[str, Any]] = field(default_factory=dict)  # built zero-compile artefacts
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

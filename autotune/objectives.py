@@ -1,6 +1,7 @@
 """Objectives and policies: what a study minimises, and how one point of its front is chosen.
 
-Objectives: one start cost (``compile`` = a cold start, ``warm`` or ``portable``), one speed
+Objectives: one start cost (``compile`` = a cold start, ``warm``, ``portable``,
+``precompiled`` or ``aot``), one speed
 (``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
 ``ttft``, the prefill), optionally ``memory``. :data:`ATTRIBUTE` is the one table from an
 objective to the value that stands for it (a :class:`autotune.selection.Point`'s field).
@@ -17,16 +18,19 @@ from typing import Any
 
 from autotune.errors import ConfigError
 
-START_COSTS = ("compile", "warm", "portable")  # objectives that are a start's cost
+START_COSTS = ("compile", "warm", "portable", "precompiled", "aot")  # a start's cost
 SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
 OBJECTIVES = (*START_COSTS, *SPEEDS, "memory")
 METRICS = {"compile": "compile_s", "warm": "warm_start_s", "portable": "portable_start_s",
+           "precompiled": "precompiled_start_s", "aot": "aot_start_s",
            "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
            "memory": "memory_mb"}  # fmt: skip  # Optuna's metric names
 ATTRIBUTE = {"compile": "compile_s", "warm": "warm_s", "portable": "portable_s",
+             "precompiled": "precompiled_s", "aot": "aot_s",
              "latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
              "memory": "memory_mb"}  # fmt: skip
-START_KIND = {"compile": "cold", "warm": "warm", "portable": "portable"}  # what each start costs
+START_KIND = {"compile": "cold", "warm": "warm", "portable": "portable",
+              "precompiled": "precompiled", "aot": "aot"}  # fmt: skip  # what each start costs
 POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
 
 
@@ -61,6 +65,13 @@ def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inf
             raise ConfigError(f"objective {o!r} needs {start} starts measured: add it to --starts")
     if kind != "generate" and {"decode", "ttft"} & set(objectives):
         raise ConfigError("objectives decode and ttft need --workload generate")
+
+
+def later_start(objectives: tuple[str, ...]) -> str:
+    """The start a ``restarts`` policy counts after the first cold one: the study's own start
+    objective when it is a later start (what the user will ship), else ``warm``."""
+    chosen = next((o for o in objectives if o in START_COSTS), "compile")
+    return "warm" if chosen == "compile" else START_KIND[chosen]
 
 
 def values(point: Any, objectives: tuple[str, ...]) -> tuple[float, ...]:

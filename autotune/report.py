@@ -119,37 +119,43 @@ def _hit(cache: dict[str, int]) -> str:
 
 
 def starts_lines(m: Measurement) -> list[str]:
-    """The warm and portable starts beside the cold compile, with their notes."""
-    later = [m.starts[k] for k in ("warm", "portable") if k in m.starts]
+    """Every later start beside the cold compile, with its notes (a kind that does not apply
+    says why)."""
+    later = [m.starts[k] for k in ("warm", "portable", "precompiled", "aot") if k in m.starts]
     if not later:
         return []
-    if not any(s.measured for s in later):
+    measured = [s for s in later if s.measured]
+    if not measured:
         names = " = ".join(s.kind for s in later)
         return [f"starts     {names} = cold: {later[0].note}"]
     cold = m.compile_s or 0.0
     parts = []
-    for s in later:
+    for s in measured:
         if s.status != "ok" or s.compile_s is None:
             parts.append(f"{s.kind} {s.status}")
             continue
         ratio = f"{s.compile_s / cold:.2f}x cold, " if cold else ""
-        load = f"load {seconds(s.load_s)}, " if s.kind == "portable" else ""
-        parts.append(f"{s.kind} {seconds(s.compile_s)} ({ratio}{load}{_hit(s.cache)})")
+        load = f"load {seconds(s.load_s)}, " if s.kind != "warm" else ""
+        hits = _hit(s.cache) if s.kind in ("warm", "portable") else "no compile"
+        parts.append(f"{s.kind} {seconds(s.compile_s)} ({ratio}{load}{hits})")
     size = (m.artifact or {}).get("bytes")
     artefact = f"; artefact {size / 2**20:.2f} MiB" if size else ""
     lines = ["starts     " + "; ".join(parts) + artefact]
-    return lines + [f"  note     {s.note}" for s in later if s.note]
+    return lines + [f"  {s.kind:<8} {s.note}" for s in later if s.note]
 
 
-def front_table(front: Sequence[Any], chosen: str) -> str:
+def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -> str:
     """The Pareto front as a table, the chosen strategy marked; a generate study shows TTFT
-    and tokens/s, and its latency is per decoded token."""
+    and tokens/s, and its latency is per decoded token; ``starts`` that skip the compiler get
+    a column each."""
     generate = any(p.ttft_ms is not None for p in front)
+    ahead = [k for k in ("precompiled", "aot") if k in starts]
     rows = []
     for p in front:
         speedup = f"{p.speedup:.2f}x" + ("" if p.significant or p.key == "none" else " (n.s.)")
         row = [("* " if p.key == chosen else "  ") + p.key, f"{p.compile_s:.2f} s",
-               f"{p.warm_s:.2f} s", f"{p.portable_s:.2f} s", f"{p.latency_ms:.3f} ms"]  # fmt: skip
+               f"{p.warm_s:.2f} s", f"{p.portable_s:.2f} s"]  # fmt: skip
+        row += [f"{getattr(p, f'{k}_s'):.2f} s" for k in ahead] + [f"{p.latency_ms:.3f} ms"]
         if generate:
             row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
                     "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
@@ -158,7 +164,7 @@ def front_table(front: Sequence[Any], chosen: str) -> str:
                 "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
         rows.append(tuple(row))
     speed = ["decode / token", "TTFT", "tokens/s"] if generate else ["latency"]
-    header = ("  strategy", "cold start", "warm start", "portable", *speed, "speedup",
+    header = ("  strategy", "cold start", "warm start", "portable", *ahead, *speed, "speedup",
               "peak memory")  # fmt: skip
     note = (
         "latency: the eager baseline over each trial's speedup, measured interleaved with eager "

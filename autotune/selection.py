@@ -10,9 +10,10 @@ the Pareto front and the policies (:mod:`autotune.objectives` parses them):
   eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
   nothing is never "quick";
 - ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
-- ``restarts:STARTS:CALLS``: a service that starts STARTS times (one cold start, then warm
-  restarts) and makes CALLS calls per start: the lowest
-  ``cold + (STARTS - 1) * warm + STARTS * CALLS * latency``;
+- ``restarts:STARTS:CALLS``: a service that starts STARTS times (one cold start, then later
+  starts: the study's start objective when it is one, such as ``precompiled``, else warm) and
+  makes CALLS calls per start: the lowest ``cold + (STARTS - 1) * later + STARTS * CALLS *
+  latency``;
 - ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
 """
 
@@ -99,6 +100,8 @@ class Point:
     significant: bool = False
     warm_s: float = 0.0  # one warm start (cold where not measured)
     portable_s: float = 0.0  # one portable start (cold where not measured)
+    precompiled_s: float = 0.0  # a start from a precompiled function (cold where not measured)
+    aot_s: float = 0.0  # a start from an AOTInductor package (cold where not measured)
     ttft_ms: float | None = None  # generate: the prefill, on the common scale
     tokens_per_s: float | None = None  # generate: the whole generation, as measured
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
@@ -115,16 +118,19 @@ class Point:
         return cls(
             key, m.strategy, m.compile_s, latency_on_baseline(m, base_ms), memory, speedup,
             trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
-            start_s(m, "warm"), start_s(m, "portable"), ttft_on_baseline(m, base_ttft),
-            m.tokens_per_s, m.limit_hit, m.without_cuda_graphs,
+            warm_s=start_s(m, "warm"), portable_s=start_s(m, "portable"),
+            precompiled_s=start_s(m, "precompiled"), aot_s=start_s(m, "aot"),
+            ttft_ms=ttft_on_baseline(m, base_ttft), tokens_per_s=m.tokens_per_s,
+            limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
         )  # fmt: skip
 
     def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:
         """``starts`` starts of ``calls`` calls each: the first start cold, the others as
-        ``start`` says (``compile`` = cold again, ``warm`` or ``portable``)."""
-        later = {"compile": self.compile_s, "warm": self.warm_s, "portable": self.portable_s}
+        ``start`` says (``compile`` = cold again, or a later start: ``warm``, ``portable``,
+        ``precompiled``, ``aot``)."""
+        later = getattr(self, objective.ATTRIBUTE["compile" if start == "cold" else start])
         per_start = calls * self.latency_ms / 1e3
-        return self.compile_s + (starts - 1) * later[start] + starts * per_start
+        return self.compile_s + (starts - 1) * later + starts * per_start
 
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
         """The point's value of each objective, in order."""
@@ -179,7 +185,8 @@ def pick(
         return min(points, key=lambda p: (p.total_s(args[0]), p.latency_ms))
     if name == "restarts":
         starts, calls = args
-        return min(points, key=lambda p: (p.total_s(calls, starts, "warm"), p.latency_ms))
+        kind = objective.later_start(objectives)
+        return min(points, key=lambda p: (p.total_s(calls, starts, kind), p.latency_ms))
     if name == "latency-budget":
         within = [p for p in points if p.latency_ms <= args[0]]
         if not within:

@@ -5,7 +5,10 @@
   restart on the same machine does;
 - ``portable``: a third fresh process with empty cache directories that first loads the
   artefact the cold one saved (``torch.compiler.load_cache_artifacts``), as a new machine or
-  container does; the load counts in its cost.
+  container does; the load counts in its cost;
+- ``precompiled`` and ``aot``: fresh processes with empty caches that load a precompiled
+  function or an AOTInductor package the cold one built, and skip the compiler
+  (:mod:`autotune.ahead`); the load counts in their cost.
 
 The parent (:mod:`autotune.runner`) starts the processes; this module decides which starts run,
 reads each child's cache counters, and turns its measurement into a :class:`Start`. Backends
@@ -22,10 +25,11 @@ from autotune.errors import ConfigError
 from autotune.measurement import Measurement, Start
 from autotune.strategy import Strategy
 
-KINDS = ("cold", "warm", "portable")
-CHOICES = ("cold", "cold,warm", "cold,warm,portable")
+KINDS = ("cold", "warm", "portable", "precompiled", "aot")
+DEFAULT = ("cold", "warm", "portable")
 CACHING_BACKENDS = ("inductor",)
 BRIEF_ITERS = 10  # interleaved rounds that time a warm or portable start's latency
+PROBES_SHOWN_S = 0.5  # ISA probes longer than this are named in a start's note
 LATENCY_TOLERANCE = 0.25  # a start whose speedup differs from cold's by more says so
 
 # torch._dynamo.utils.counters: private, so read in cache_counters() alone (see its test)
@@ -36,11 +40,18 @@ COUNTERS = {
 
 
 def parse(starts: str | Sequence[str], key: str = "starts") -> tuple[str, ...]:
-    """``cold``, ``cold,warm`` or ``cold,warm,portable`` as a tuple; ConfigError otherwise."""
+    """``cold`` then any of ``warm``, ``portable``, ``precompiled``, ``aot``, as a tuple in
+    that order; ConfigError otherwise."""
     wanted = texts(starts, key)
-    if ",".join(wanted) not in CHOICES:
-        raise ConfigError(f"bad starts {','.join(wanted)!r}: use {', '.join(CHOICES)}")
-    return wanted
+    if (
+        not wanted
+        or wanted[0] != "cold"
+        or len(set(wanted)) != len(wanted)
+        or any(w not in KINDS for w in wanted)
+    ):
+        raise ConfigError(f"bad starts {','.join(wanted)!r}: cold, then any of "
+                          f"{', '.join(KINDS[1:])} (e.g. cold,warm)")  # fmt: skip
+    return tuple(k for k in KINDS if k in wanted)
 
 
 def cache_counters() -> dict[str, int]:
@@ -76,15 +87,22 @@ def of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
     """A start as the child that ran it measured it (``cold``: the trial for comparison)."""
     if not m.ok:
         return Start(kind, m.status, note=m.reason, wall_s=m.wall_s)
-    load_s = m.load_s or 0.0
+    load_s, probes = m.load_s or 0.0, m.timings.get("isa_probes_s", 0.0)
     start = Start(
         kind, compile_s=(m.compile_s or 0.0) + load_s, load_s=load_s, cache=m.cache,
-        phases=m.phases, wall_s=m.wall_s,
+        phases={**m.phases, **({"isa_probes_s": probes} if probes else {})}, wall_s=m.wall_s,
     )  # fmt: skip
     if cold is None:
         return start
     start.latency, start.eager_latency, start.speedup = m.latency, m.eager_latency, m.speedup
-    notes = [hit_note(kind, m.cache)]
+    frames = int(m.timings.get("frames_compiled", 0))
+    skips = kind in ("precompiled", "aot")
+    notes = [f"{kind} start compiled {frames} frame(s): it did not skip the compiler"
+             if frames else ""] if skips else [hit_note(kind, m.cache)]  # fmt: skip
+    if probes > PROBES_SHOWN_S:
+        notes.append(f"{probes:.1f} s of its load were Inductor's ISA probes with the host "
+                     "compiler (pytorch/pytorch#191715; TORCHINDUCTOR_VEC_ISA_OK=1 skips "
+                     "them)")  # fmt: skip
     if m.accuracy is not None and not m.accuracy.passed:
         notes.append(f"{kind} start gave wrong answers: {m.accuracy.detail}")
     if cold.speedup and m.speedup and abs(m.speedup / cold.speedup - 1) > LATENCY_TOLERANCE:
@@ -103,10 +121,21 @@ def later(
 ) -> dict[str, Start]:  # fmt: skip
     """Every wanted start of an ok cold trial; ``run(kind)`` measures one in a fresh child.
     Not ``needed``: the later starts are recorded as skipped, and cost nothing."""
+    from autotune import ahead
+
     if not cold.ok:
         return {}
     starts = {"cold": of("cold", cold)}
-    later = [k for k in wanted if k != "cold"]
+    later = [k for k in wanted if k not in ("cold", *ahead.KINDS)]
+    for kind in (k for k in wanted if k in ahead.KINDS):
+        breaks = cold.graphs.breaks if cold.graphs else 0
+        why = ahead.not_applicable(kind, strategy, cold.workload.get("kind", "inference"), breaks)
+        why = why or (cold.ahead.get(kind) or {}).get("error", "")
+        if why or not needed:
+            starts[kind] = Start(kind, "not-applicable" if why else "skipped", measured=False,
+                                 note=why or SKIPPED)  # fmt: skip
+        else:
+            starts[kind] = of(kind, run(kind), cold)
     if not needed and not no_cache(strategy):
         return {**starts, **{k: Start(k, "skipped", measured=False, note=SKIPPED) for k in later}}
     if why := no_cache(strategy):

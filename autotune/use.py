@@ -105,3 +105,51 @@ def warn_on_miss(module: Any, name: str) -> Any:
 
     handle = module.register_forward_hook(after)
     return module
+
+
+def load_ahead(model: Any, data: dict[str, Any], path: str | Path, trust: bool | None) -> Any:
+    """The model as a zero-compile start (a precompiled function or an AOTInductor package the
+    export ships), when the caller trusts it and it fits; else None, with one line why (the
+    compile then goes on as usual)."""
+    from autotune import ahead, artifact
+
+    block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+    shipped = block.get("ahead") if isinstance(block.get("ahead"), dict) else {}
+    if not shipped:
+        return None
+    wanted = [o for o in block.get("objectives") or [] if o in shipped]
+    kind = next(iter(wanted + [k for k in ("aot", "precompiled") if k in shipped]))
+    if not artifact.trusted(trust):
+        return None  # artifact.prepare says so, for every artefact the file ships
+    payload, why = artifact.check(shipped[kind], Path(path))
+    if payload is not None:
+        try:
+            fn = ahead.load(kind, str(Path(path).with_name(shipped[kind]["file"])), model)
+        except Exception as exc:  # a file torch refuses: the compile goes on
+            why = f"{kind} artefact failed to load ({type(exc).__name__})"
+            artifact.isolate()
+        else:
+            return _checked(ahead.Ahead(model, fn, kind))
+    warnings.warn(f"{why}: compiling as usual", artifact.CacheWarning, stacklevel=3)
+    return None
+
+
+def _checked(module: Any) -> Any:
+    """After the first call, say in one line if Dynamo compiled anything (the artefact's
+    guards did not hold, so it did not skip the compiler)."""
+    from autotune import ahead
+
+    before = ahead.frames_compiled()
+    call = module.fn
+
+    def first(*args: Any) -> Any:
+        out = call(*args)
+        module.fn = call
+        if (frames := ahead.frames_compiled() - before) > 0:
+            warnings.warn(f"the {module.kind} artefact compiled {frames} frame(s) at its "
+                          "first call: it did not skip the compiler", AutotuneWarning,
+                          stacklevel=2)  # fmt: skip
+        return out
+
+    module.fn = first
+    return module

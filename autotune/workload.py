@@ -10,7 +10,7 @@ from typing import Any
 from autotune import config
 from autotune.config import option, positive, text, whole
 from autotune.errors import ConfigError
-from autotune.starts import KINDS as START_KINDS
+from autotune.starts import DEFAULT as START_KINDS
 from autotune.starts import parse as parse_starts
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -97,7 +97,7 @@ class Settings:
                        cli_type=int)  # fmt: skip
     starts: tuple[str, ...] = option(
         START_KINDS,
-        "the starts each trial measures: cold, cold,warm or cold,warm,portable",
+        "the starts each trial measures: cold, then any of warm, portable, precompiled, aot",
         read=parse_starts,
     )
     tolerance: float = option(1.0, "scales the accuracy gate: 2 is twice as lenient, 0.5 twice "

@@ -8,7 +8,8 @@ import torch
 
 from autotune import accuracy
 from autotune.catalog import ModelRef
-from autotune.runner import make_reference, measure
+from autotune.references import make as make_reference
+from autotune.runner import measure
 from autotune.scenarios.generate import check_tokens
 from autotune.scenarios.reference import choose
 from autotune.strategy import Strategy

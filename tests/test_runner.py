@@ -52,7 +52,7 @@ def test_abort_is_crashed_and_parent_fine() -> None:
 
 
 def test_hang_is_timeout() -> None:
-    from autotune.runner import Reference
+    from autotune.references import Reference
 
     none = Reference.none("a model that never answers has none")
     m = measure(ModelRef("tests.models:sleeping"), CPU, Strategy.create("full", "eager"),

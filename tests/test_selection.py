@@ -92,6 +92,24 @@ def test_restarts_counts_one_cold_start_and_warm_restarts(policy: str, expected:
     assert points[full.key].total_s(1000, 10, "warm") == pytest.approx(88.0)
 
 
+def test_restarts_count_the_start_the_objectives_name() -> None:
+    """With --objectives precompiled,latency a restart is a precompiled start; a strategy that
+    has none (regional here) counts a cold one; with compile,latency a restart is warm."""
+    from autotune.measurement import Start
+
+    full, regional = S["B"], S["C"]
+    m = Measurement.from_dict(point(full, 20.0, 5.0))
+    m.starts = {"cold": Start("cold", compile_s=20.0), "warm": Start("warm", compile_s=10.0),
+                "precompiled": Start("precompiled", compile_s=1.0, load_s=1.0)}  # fmt: skip
+    rows = [stored("none", 0, point(S["none"], 0.0, 10.0)), stored(full.key, 1, m.to_dict()),
+            stored(regional.key, 2, _with_warm(regional, 6.0, 5.0, 6.0))]  # fmt: skip
+    # S=10, C=1000: none 100 s; full 20 + 9 x 1 + 50 = 79 s; regional 6 + 9 x 6 + 60 = 120 s
+    shipped = pick(candidates(rows), "restarts:10:1000", ("precompiled", "latency"))
+    assert shipped.key == full.key
+    # warm restarts: none 100 s; full 20 + 9 x 10 + 50 = 160 s; regional 6 + 9 x 5 + 60 = 111 s
+    assert pick(candidates(rows), "restarts:10:1000", ("compile", "latency")).key == "none"
+
+
 def test_objectives_and_policies_that_make_no_sense_are_refused() -> None:
     from autotune.errors import ConfigError
     from autotune.objectives import check, parse_policy

@@ -33,7 +33,8 @@ TOY = ModelRef("toy-64", layers=4)
 def test_starts_parse_and_travel_with_the_settings() -> None:
     assert starts.parse("cold") == ("cold",)
     assert starts.parse(" cold, warm ") == ("cold", "warm")
-    for bad in ("warm", "cold,portable", "cold,warm,hot", ""):
+    assert starts.parse("cold,aot,portable") == ("cold", "portable", "aot")  # KINDS' order
+    for bad in ("warm", "warm,cold", "cold,warm,hot", "cold,warm,warm", ""):
         with pytest.raises(ConfigError, match="bad starts"):
             starts.parse(bad)
     settings = Settings(starts=["cold", "warm"])  # as a study's stored spec gives it back

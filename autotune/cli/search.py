@@ -96,7 +96,7 @@ def cmd_search(args: argparse.Namespace) -> int:
           f"{tally['deduced']} deduced without measuring, {outcome.repeats} sampler repeats "
           "reused their stored values")  # fmt: skip
     print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
-    print(report.front_table(front, chosen.key))
+    print(report.front_table(front, chosen.key, spec.settings.starts))
     print(f"\nchosen ({spec.policy}): {chosen.key}")
     for line in told.lines():
         print(line)

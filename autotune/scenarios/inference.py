@@ -4,10 +4,11 @@ and optimizer step; compiled and eager calls run on the same inputs."""
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune import accuracy, catalog, compile, device
+from autotune import accuracy, ahead, catalog, compile, device
 from autotune.measurement import Latency
 from autotune.scenarios import steps
 from autotune.scenarios.base import Scenario
@@ -33,8 +34,15 @@ class Inference(Scenario):
         model, self.inputs = catalog.build(ctx.ref, ctx.workload)
         self.model = model
         self.eager_model = self.eager_twin(model)
-        self.compiled = compile.apply(model, ctx.strategy)
-        ctx.result.regions = compile.count_regions(self.compiled)
+        if load := ctx.spec.get("load_ahead"):  # a start that skips the compiler
+            t = time.perf_counter()
+            if ctx.workload.device == "cpu":
+                ctx.timings["isa_probes_s"] = ahead.isa_probes_s()
+            self.compiled = ahead.load(load["kind"], load["path"], model)
+            ctx.result.load_s = time.perf_counter() - t
+        else:
+            self.compiled = compile.apply(model, ctx.strategy)
+            ctx.result.regions = compile.count_regions(self.compiled)
         self.graphs = ctx.strategy.uses_cuda_graphs()
         kind = ctx.workload.kind
         self.eager_step = steps.make_step(self.eager_model, self.inputs, kind)
@@ -54,6 +62,14 @@ class Inference(Scenario):
             expected = self.eager_step()  # the same call on both sides (a train step's second)
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else first_s
         m.accuracy = ctx.judge(*self.compared(expected, actual), self.reference_name(calls))
+        if ctx.spec.get("load_ahead"):
+            ctx.timings["frames_compiled"] = float(ahead.frames_compiled())
+
+    def run(self) -> Any:
+        m = super().run()
+        for kind, path in (self.ctx.spec.get("build_ahead") or {}).items():
+            m.ahead[kind] = ahead.build(kind, self.model, self.inputs, self.ctx.strategy, path)
+        return m
 
     def calls(self) -> dict[str, Callable[[], Any]]:
         return {"eager": self.eager_step, "compiled": self.compiled_step}

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.measurement import Measurement
-    from autotune.runner import Reference
+    from autotune.references import Reference
 
 
 class Listener(Protocol):
@@ -128,9 +128,8 @@ class Search:
         """Whether a cold trial's warm and portable starts (and its kept caches) are worth it:
         an objective or the policy counts them, or it is a contender (the front table shows
         its starts, and a confirmation may time it)."""
-        if {"warm", "portable"} & set(self.spec.objectives) or self.spec.policy.startswith(
-            "restarts"
-        ):
+        later = {"warm", "portable", "precompiled", "aot"}
+        if later & set(self.spec.objectives) or self.spec.policy.startswith("restarts"):
             return True
         return m.feasible and Strategy.from_dict(m.strategy).key in self.contenders(m)
 

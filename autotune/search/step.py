@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from autotune import runner
+from autotune import references
 from autotune.errors import AutotuneError
 from autotune.measurement import Measurement
 from autotune.search import deduction
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
     from autotune.coordination import Tally
-    from autotune.runner import Reference
+    from autotune.references import Reference
     from autotune.search.state import Listener, Search
 
 T = TypeVar("T")
@@ -82,13 +82,13 @@ def reference(search: Search, listener: Listener) -> Reference:
     if found is None:
         listener.now("computing the higher-precision reference")
         spec = search.spec
-        made = runner.make_reference(spec.model, spec.workload, spec.settings)
+        made = references.make(spec.model, spec.workload, spec.settings)
         data = Path(made.path).read_bytes() if made.path else None
         search.store.add_reference(search.name, made.dtype, made.reason, data)
         found = search.store.reference(search.name)
         assert found is not None
     _, reason, data = found
-    search.reference = runner.keep_reference(data) if data else runner.Reference.none(reason)
+    search.reference = references.keep(data) if data else references.Reference.none(reason)
     return search.reference
 
 

@@ -1,0 +1,135 @@
+"""Starts that skip the compiler: a precompiled function and an AOTInductor package, built by
+the cold trial, loaded by a fresh process; where a kind does not apply, one line says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune import ahead
+from autotune.ahead import not_applicable
+from autotune.cli import main
+from autotune.strategy import Strategy
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+pytestmark = pytest.mark.xdist_group("ahead")
+
+
+@pytest.mark.parametrize(
+    ("kind", "strategy", "workload", "breaks", "needle"),
+    [
+        ("precompiled", Strategy.create("full"), "inference", 2, "2 break(s)"),
+        ("aot", Strategy.create("full"), "train", 0, "built for inference"),
+        ("aot", Strategy.create("regional"), "inference", 0, "each block on its own"),
+        ("precompiled", Strategy.create("nested"), "inference", 0, "nested regions"),
+        ("aot", Strategy.create("full", "aot_eager"), "inference", 0, "compiles with Inductor"),
+        (
+            "aot",
+            Strategy.create("full", "inductor", "reduce-overhead"),
+            "inference",
+            0,
+            "no CUDA graphs",
+        ),
+        ("precompiled", Strategy.create("full", "cudagraphs"), "inference", 0, "takes backends"),
+        ("aot", Strategy.create("none"), "inference", 0, "eager compiles nothing"),
+    ],
+)
+def test_where_a_kind_does_not_apply_it_says_why(kind, strategy, workload, breaks, needle):
+    assert needle in not_applicable(kind, strategy, workload, breaks)
+
+
+def test_a_full_compile_without_breaks_can_skip_the_compiler() -> None:
+    for kind in ("precompiled", "aot"):
+        assert not_applicable(kind, Strategy.create("full", fullgraph=True), "inference", 0) == ""
+
+
+def test_the_private_torch_reads_still_work() -> None:
+    """Dynamo's frame counter and Inductor's ISA probes are torch internals, read in one
+    function each: if torch moves them, this fails loudly instead of reading zero."""
+    import torch
+
+    before = ahead.frames_compiled()
+    torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.ones(3))
+    assert ahead.frames_compiled() == before + 1
+    assert ahead.isa_probes_s() >= 0.0
+
+
+@pytest.mark.slow
+def test_measure_prints_all_five_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["measure", "--model", "toy-64", "--layers", "2", "--granularity", "full",
+                 "--backend", "inductor", "--fullgraph", "--iters", "3", "--warmup", "1",
+                 "--starts", "cold,warm,portable,precompiled,aot"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("starts"))
+    for kind in ("warm", "portable", "precompiled", "aot"):
+        assert f"{kind} " in line, line
+    assert "precompiled" in line and "no compile" in line
+
+
+APPLY = """
+import json, sys, warnings, torch
+import autotune
+from autotune import ahead, artifact, catalog, use
+from autotune.catalog import ModelRef
+from autotune.workload import Workload
+model, inputs = catalog.build(ModelRef("toy-64"), Workload(device="cpu"))
+ours = (artifact.CacheWarning, use.AutotuneWarning)
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    started = autotune.apply(model, sys.argv[1], trust_artifact=sys.argv[2] == "trust")
+    out, expected = started(*inputs), model(*inputs)
+print(json.dumps({"kind": getattr(started, "kind", None), "frames": ahead.frames_compiled(),
+                  "equal": torch.allclose(out, expected, rtol=1e-4, atol=1e-5),
+                  "warnings": [str(w.message) for w in caught if issubclass(w.category, ours)]}))
+"""
+
+
+def _apply(json_path: Path, trust: bool = True) -> dict:
+    env = {**os.environ, "PYTHONPATH": ROOT,
+           "TORCHINDUCTOR_CACHE_DIR": str(json_path.parent / "fresh-cache")}  # fmt: skip
+    env.pop("AUTOTUNE_TRUST_ARTIFACTS", None)
+    out = subprocess.run([sys.executable, "-c", APPLY, str(json_path), "trust" if trust else "no"],
+                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_search_for_precompiled_starts_ships_one_and_apply_compiles_nothing(in_tmp: Path):
+    """--objectives precompiled,latency: the export ships best.precompiled.bin; a fresh
+    process applies it and gives eager's outputs with zero frames compiled. An untrusted,
+    foreign (another torch) or corrupt one falls back to the compile, with one line."""
+    code = main(["search", "--model", "toy-64", "--granularity", "none,full",
+                 "--backend", "inductor", "--mode", "default", "--options", "none",
+                 "--dynamic", "false", "--fullgraph", "true", "--iters", "10",
+                 "--starts", "cold,precompiled", "--objectives", "precompiled,latency",
+                 "--policy", "fastest",
+                 "--no-progress", "--no-confirm", "--study", "pre"])  # fmt: skip
+    assert code == 0
+    best = in_tmp / "studies" / "pre" / "best.json"
+    block = json.loads(best.read_text())["autotune"]
+    assert block["objectives"] == ["precompiled", "latency"]
+    shipped = block["ahead"]["precompiled"]
+    assert (best.parent / shipped["file"]).is_file() and shipped["fingerprint"]["torch"]
+    started = _apply(best)
+    assert started["kind"] == "precompiled" and started["frames"] == 0 and started["equal"]
+    assert started["warnings"] == []
+    refused = _apply(best, trust=False)  # not trusted: compiles as usual, one line
+    assert refused["kind"] is None and refused["equal"] and len(refused["warnings"]) == 1
+    data = json.loads(best.read_text())
+    data["autotune"]["ahead"]["precompiled"]["fingerprint"]["torch"] = "2.12.0"
+    foreign = best.with_name("foreign.json")
+    foreign.write_text(json.dumps(data))  # the same file, said to be built by another torch
+    other = _apply(foreign)
+    [line] = other["warnings"]
+    assert "2.12.0" in line and other["kind"] is None and other["equal"]
+    (best.parent / shipped["file"]).write_bytes(b"not what was shipped")
+    corrupt = _apply(best)
+    [line] = [w for w in corrupt["warnings"] if "precompiled" in w or "corrupt" in w]
+    assert "corrupt" in line and corrupt["kind"] is None and corrupt["equal"]
