@@ -14,18 +14,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import ConfigError
-from autotune.strategy import (
-    GRANULARITIES,
+from autotune.inductor import (
     INFERENCE_ONLY,
     ONLY_UNDER_MODE,
     SWITCHES,
-    Strategy,
     check_switches,
     inductor_modes,
     inductor_options,
-    parse_dynamic,
-    registered_backends,
 )
+from autotune.strategy import GRANULARITIES, Strategy, parse_dynamic, registered_backends
 
 if TYPE_CHECKING:
     import optuna

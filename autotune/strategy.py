@@ -5,23 +5,28 @@ A strategy is validated against the running torch, has one canonical form (field
 matter are normalised away, so equivalent strategies share one key), and converts to
 ``torch.compile`` keyword arguments and to and from Accelerate's ``TorchDynamoPlugin`` fields.
 
-Inductor's options are named switches (:data:`SWITCHES`), each a small dict of
-``torch._inductor`` options. A mode is itself a bundle of options
-(``torch._inductor.list_mode_options``), so an Inductor strategy compiles with ``options=`` only:
-its mode's bundle merged with its switches. Two spellings of one options dict are one strategy:
-``default`` with ``max_autotune`` is ``max-autotune-no-cudagraphs``.
+Inductor's options are named switches (:mod:`autotune.inductor`); an Inductor strategy
+compiles with ``options=`` only: its mode's bundle merged with its switches.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import code
 from autotune.errors import ConfigError, NotApplicable
+from autotune.inductor import (
+    ONLY_UNDER_MODE,
+    SWITCHES,
+    check_switches,
+    inductor_modes,
+    merged,
+    spell,
+    torch_version,
+)
 
 GRANULARITIES = ("none", "full", "regional", "nested")
 EAGER_BACKEND = "none"
@@ -35,73 +40,6 @@ def registered_backends() -> list[str]:
     import torch._dynamo
 
     return list(torch._dynamo.list_backends(exclude_tags=()))
-
-
-@functools.cache
-def inductor_modes() -> dict[str, dict[str, Any]]:
-    """Inductor's modes and the options each one sets (read once: they are torch's constants).
-    Callers must not change the dict."""
-    import torch._inductor
-
-    return dict(torch._inductor.list_mode_options())
-
-
-# Inductor option switches: name -> the options it sets. Validated against list_options().
-SWITCHES: dict[str, dict[str, Any]] = {
-    "freezing": {"freezing": True},  # folds weights into constants: inference only
-    "cpp_wrapper": {"cpp_wrapper": True},
-    "max_autotune": {"max_autotune": True, "coordinate_descent_tuning": True},
-    "cudagraphs": {"triton.cudagraphs": True},  # CUDA only
-}
-ONLY_UNDER_MODE = {"max_autotune": "default"}  # a switch that other modes imply or exclude
-INFERENCE_ONLY = ("freezing",)
-
-
-@functools.cache
-def inductor_options() -> frozenset[str]:
-    """Every option name Inductor accepts in the running torch (read once)."""
-    import torch._inductor
-
-    return frozenset(torch._inductor.list_options())
-
-
-def check_switches(names: tuple[str, ...] | list[str]) -> None:
-    """Raise ``ConfigError`` for a switch that is unknown or that this torch cannot set."""
-    for name in names:
-        if name not in SWITCHES:
-            raise ConfigError(f"unknown option {name!r}: use {', '.join(SWITCHES)} or none")
-        missing = set(SWITCHES[name]) - inductor_options()
-        if missing:
-            raise ConfigError(f"option {name!r} needs Inductor options {', '.join(missing)}, "
-                              f"which torch {_torch_version()} does not have")  # fmt: skip
-
-
-def _subset(small: dict[str, Any], big: dict[str, Any]) -> bool:
-    return all(k in big and big[k] == v for k, v in small.items())
-
-
-def merged(mode: str, switches: tuple[str, ...]) -> dict[str, Any]:
-    """The Inductor options a mode and switches amount to."""
-    options = dict(inductor_modes().get(mode, {}))
-    for name in switches:
-        options.update(SWITCHES[name])
-    return options
-
-
-def spell(options: dict[str, Any], mode: str = "default") -> tuple[str, tuple[str, ...]]:
-    """The canonical (mode, switches) of an options dict: the largest mode bundle it contains,
-    plus the switches that bundle does not imply. Raises ``ConfigError`` if no mode and
-    switches make exactly ``options``."""
-    modes = inductor_modes()
-    fits = [m for m, o in modes.items() if _subset(o, options)]
-    best = max(fits, key=lambda m: (len(modes[m]), m == mode), default="default")
-    names = tuple(
-        n for n, o in SWITCHES.items() if _subset(o, options) and not _subset(o, modes[best])
-    )
-    if merged(best, names) != options:
-        raise ConfigError(f"Inductor options {options} are not a mode plus autotune's options "
-                          f"({', '.join(SWITCHES)})")  # fmt: skip
-    return best, names
 
 
 def parse_dynamic(text: str | bool | None) -> bool | None:
@@ -173,11 +111,11 @@ class Strategy:
         elif self.backend not in (known := registered_backends()):
             raise ConfigError(
                 f"backend {self.backend!r} is not registered in torch "
-                f"{_torch_version()}; known: {', '.join(known)}"
+                f"{torch_version()}; known: {', '.join(known)}"
             )
         if self.mode is not None and self.mode not in (modes := inductor_modes()):
             raise ConfigError(
-                f"mode {self.mode!r} does not exist in torch {_torch_version()}; "
+                f"mode {self.mode!r} does not exist in torch {torch_version()}; "
                 f"known: {', '.join(modes)}"
             )
 
@@ -329,9 +267,3 @@ def _key(s: Strategy) -> str:
     fg = "fullgraph" if s.fullgraph else "breaks-ok"
     key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
     return key + (f"/{'+'.join(s.options)}" if s.options else "")
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__

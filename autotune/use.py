@@ -50,7 +50,8 @@ def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strate
 
     from autotune import code
     from autotune.environment import fingerprint
-    from autotune.strategy import inductor_modes, registered_backends
+    from autotune.inductor import inductor_modes
+    from autotune.strategy import registered_backends
 
     block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
     made = block.get("environment") if isinstance(block.get("environment"), dict) else {}
