@@ -75,6 +75,10 @@ def build(kind: str, model: Any, inputs: tuple, strategy: Strategy, path: str) -
                 )
     except Exception as exc:  # torch's refusal: that kind does not apply to this strategy
         text = " ".join(str(exc).split())[:300]
+        if "guard cannot be serialized" in text:  # Dynamo's PackageError
+            text += (" (the model's guards cannot be saved; a guard_filter_fn such as "
+                     "torch.compiler.keep_portable_guards_unsafe drops them, with their "
+                     "checks)")  # fmt: skip
         return {"error": f"{kind} build failed: {type(exc).__name__}: {text}"}
     device = str(next(iter(model.parameters())).device) if list(model.parameters()) else "cpu"
     return {"bytes": Path(path).stat().st_size, "build_s": time.perf_counter() - start,
@@ -119,9 +123,9 @@ def frames_compiled() -> int:
 
 def isa_probes_s() -> float:
     """Seconds Inductor's first CPU load spends probing vector ISAs with the host compiler
-    (pytorch/pytorch#191715; ``TORCHINDUCTOR_VEC_ISA_OK=1`` skips them), timed alone before a
-    load so that the load's figure can say how much of it they were. Torch's private function,
-    read here alone (its result is cached, so the load does not probe again)."""
+    (pytorch/pytorch#191715; ``TORCHINDUCTOR_VEC_ISA_OK=1`` skips most of them), timed alone
+    before a load so that the load's figure can say how much of it they were. Torch's private
+    function, read here alone (its result is cached, so the load does not probe again)."""
     from torch._inductor import cpu_vec_isa
 
     start = time.perf_counter()

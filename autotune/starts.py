@@ -101,7 +101,7 @@ def of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
              if frames else ""] if skips else [hit_note(kind, m.cache)]  # fmt: skip
     if probes > PROBES_SHOWN_S:
         notes.append(f"{probes:.1f} s of its load were Inductor's ISA probes with the host "
-                     "compiler (pytorch/pytorch#191715; TORCHINDUCTOR_VEC_ISA_OK=1 skips "
+                     "compiler (pytorch/pytorch#191715; TORCHINDUCTOR_VEC_ISA_OK=1 skips most of "
                      "them)")  # fmt: skip
     if m.accuracy is not None and not m.accuracy.passed:
         notes.append(f"{kind} start gave wrong answers: {m.accuracy.detail}")
