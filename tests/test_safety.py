@@ -19,6 +19,7 @@ from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.storage import Store
 from autotune.strategy import Strategy
+from tests.conftest import hand_built
 from tests.models import tiny_toy
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -239,3 +240,19 @@ def test_studies_on_an_empty_postgresql_database_lists_none(postgres, capsys) ->
     assert main(["studies", "--storage", postgres.url.rsplit("/", 1)[0] + "/empty"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("0 studies in postgresql://autotune:***@")
+
+
+def test_export_on_a_read_only_database_writes_the_file_and_says_it_was_not_recorded(
+    in_tmp: Path, capsys
+) -> None:
+    hand_built(in_tmp)
+    read_only = f"sqlite:///file:{in_tmp / 'hand.db'}?mode=ro&uri=true"
+    assert main(["export", "--study", "hand", "--storage", read_only, "-o", "ro.json"]) == 0
+    err = capsys.readouterr().err
+    assert (in_tmp / "ro.json").is_file() and "did not record the export" in err
+    assert "read-only" in err and err.count("\n") == 1
+    assert Store(f"sqlite:///{in_tmp / 'hand.db'}").exports("hand") == []
+    writable = f"sqlite:///{in_tmp / 'hand.db'}"  # the other side: recorded, no note
+    assert main(["export", "--study", "hand", "--storage", writable, "-o", "rw.json"]) == 0
+    assert "did not record" not in capsys.readouterr().err
+    assert len(Store(writable).exports("hand")) == 1
