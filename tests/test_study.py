@@ -43,6 +43,21 @@ def test_each_strategy_measured_once_and_repeats_recorded(toy_study: Search) -> 
             assert t.user_attrs["key"] == first.user_attrs["key"] and t.values == first.values
 
 
+def test_search_and_studies_count_measured_alike(toy_study: Search, capsys) -> None:
+    """One definition of "measured": what the search's outcome says, what `autotune studies`
+    lists, and the budget of a study that stopped on it (the eager baseline counts when the
+    space holds eager, as here)."""
+    import json
+
+    from autotune.cli import main
+
+    assert main(["studies", "--storage", toy_study.store.url, "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert toy_study.outcome.stopped == "budget"  # type: ignore[attr-defined]
+    assert row["measured"] == toy_study.outcome.measured == row["budget"] == 10  # type: ignore[attr-defined]
+    assert row["live workers"] == 0
+
+
 def test_baseline_is_measured_once_and_is_the_none_trial(toy_study: Search) -> None:
     row = toy_study.store.measurement(toy_study.name, "none")
     assert row is not None and row.trial_number == 0
