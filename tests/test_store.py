@@ -79,3 +79,35 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
         c.execute(sqlalchemy.text("UPDATE autotune_meta SET value='99'"))
     with pytest.raises(StorageError, match="schema 99, newer"):
         Store(f"sqlite:///{tmp_path}/n.db")
+
+
+_OPEN_AT = """
+import sys, time
+from autotune.storage import Store
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+print(Store(sys.argv[1]).schema_version())
+"""
+
+
+def test_processes_that_open_one_new_database_at_once_all_get_it(tmp_path: Path) -> None:
+    """Six processes open the same new database at the same instant (a search and the test or
+    the worker beside it): every one opens it, and the version is stamped once."""
+    import subprocess
+    import sys
+    import os
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for n in range(3):
+        url = f"sqlite:///{tmp_path}/race{n}.db"
+        at = str(time.time() + 4.0)  # after every process has imported sqlalchemy
+        procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT, url, at], text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                 for _ in range(6)]  # fmt: skip
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err[-800:]
+            assert out.strip() == str(SCHEMA_VERSION)
+        with Store(url).engine.connect() as c:
+            rows = c.execute(sqlalchemy.text("SELECT count(*) FROM autotune_meta")).scalar()
+        assert rows == 1

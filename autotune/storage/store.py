@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, select
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from autotune.errors import StorageError
@@ -82,7 +82,19 @@ class Store:
 
     def _schema(self, create: bool) -> None:
         """Create missing tables (when ``create``) and migrate an older autotune's database.
-        A database without autotune's tables, opened only to read, reads as empty."""
+        A database without autotune's tables, opened only to read, reads as empty. Processes
+        that open one new database at once race to create and stamp it, one table at a time: each
+        loss means a peer made one, so the loser looks again, at most once per table."""
+        tries = len(schema.Base.metadata.tables) + 2
+        for attempt in range(tries):
+            try:
+                return self._schema_once(create)
+            except (IntegrityError, OperationalError, ProgrammingError) as exc:
+                if attempt == tries - 1 or not _lost_race(exc):
+                    raise
+                self._found = False
+
+    def _schema_once(self, create: bool) -> None:
         if create:
             schema.create(self.engine)
         with self.session() as s:
@@ -273,6 +285,11 @@ class Store:
 
 def _study(row: StudyRow) -> StudyRecord:
     return StudyRecord(row.name, row.spec, row.environment, row.created_at)
+
+
+def _lost_race(exc: SQLAlchemyError) -> bool:
+    """Whether a peer created the table or stamped the version first."""
+    return isinstance(exc, IntegrityError) or "already exists" in str(exc.orig or exc)
 
 
 def _line(exc: BaseException) -> str:
