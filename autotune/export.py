@@ -214,18 +214,24 @@ def export(
     return path, chosen, notes
 
 
+def starts(store: Store, study: str, key: str) -> tuple[dict[str, float | None], Any]:
+    """What one cold, warm and portable start of a stored strategy cost, and its cache
+    artefact's record (None when it has none)."""
+    row = store.measurement(study, key)
+    if row is None:
+        return {}, None
+    m = Measurement.from_dict(row.payload)
+    return {k: m.start_s(k) for k in ("cold", "warm", "portable") if k in m.starts}, m.artifact
+
+
 def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tuple[str, str]:
     """The JSON export with what one start of the chosen strategy costs (cold, warm, portable)
     and its cache artefact written beside ``path``; a note where there is none to ship."""
-    row = store.measurement(study, key)
-    if row is None:
-        return text, ""
-    m = Measurement.from_dict(row.payload)
+    costs, meta = starts(store, study, key)
     data = json.loads(text)
-    costs = {k: m.start_s(k) for k in ("cold", "warm", "portable") if k in m.starts}
     if costs:
         data["autotune"]["start_s"] = costs
-    block, note = artifact.ship(m.artifact, path)
+    block, note = artifact.ship(meta, path)
     if block:
         data["autotune"]["cache_artifact"] = block
     return json.dumps(data, indent=2) + "\n", note
