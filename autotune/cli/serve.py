@@ -77,8 +77,12 @@ def cmd_worker_all(args: argparse.Namespace) -> int:
 
     print("worker serving the queue"
           + (f" (idle timeout {args.idle_timeout})" if idle else ""), flush=True)  # fmt: skip
-    served = serve(args.storage, device=args.device, allow=allowed_code(args),
-                   idle_timeout_s=idle, listener=Log(), finished=finished)  # fmt: skip
+    try:
+        served = serve(args.storage, device=args.device, allow=allowed_code(args),
+                       idle_timeout_s=idle, listener=Log(), finished=finished)  # fmt: skip
+    except KeyboardInterrupt:  # asked before the queue was open
+        print("worker: stopped: asked", flush=True)
+        return 0
     done = ", ".join(served.finished) or "none"
     print(f"worker: {len(served.studies)} studies, measured {served.measured}, finished {done}; "
           f"stopped: {served.stopped}", flush=True)  # fmt: skip

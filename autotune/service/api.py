@@ -122,14 +122,16 @@ def router(service: Service) -> APIRouter:
         new_tokens: Annotated[int, Query(ge=2)] = 32,
         device_name: Annotated[str | None, Query(max_length=256)] = None,
         torch: Annotated[str | None, Query(max_length=64)] = None,
+        exported: bool = False,
     ) -> dict[str, Any]:
         """The best known config for a model, workload, device (kind and name) and torch;
-        404 when no study has one."""
+        404 when no study has one (with ``exported``: no finished, exported one)."""
         q = lookup.Query(model, device, layers, workload, batch_size, seq_len, dtype, new_tokens,
                          device_name, torch)  # fmt: skip
         found = cache.get(("lookup", q), lambda: lookup.lookup(store, q))
-        if found is None:
-            raise Refused(404, f"no study of {q.describe()} has an answer yet: submit one "
+        if found is None or (exported and not found["exported"]):
+            what = "an exported answer" if exported else "an answer"
+            raise Refused(404, f"no study of {q.describe()} has {what} yet: submit one "
                           "(POST /api/studies)")  # fmt: skip
         return found
 

@@ -4,11 +4,11 @@ gates (:mod:`.guard`), with every error as one line of JSON (:mod:`.errors`)."""
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 
 from autotune.service import api, errors, pages
 from autotune.service.guard import Guard
@@ -29,7 +29,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        threading.Thread(target=_warm, args=(service,), daemon=True, name="warm-up").start()
+        await run_in_threadpool(service.warm)  # before the first request (about 2 s)
         yield
 
     app = FastAPI(title="autotune", summary="How should I torch.compile this model, here?",
@@ -42,11 +42,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.add_middleware(Guard, max_body=settings.max_body, url=service.url)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
-
-
-def _warm(service: Service) -> None:
-    with contextlib.suppress(Exception):  # a first request then pays for it, and says why
-        service.warm()
 
 
 def _version() -> str:

@@ -35,11 +35,14 @@ class Service:
             return self._optuna
 
     def warm(self) -> None:
-        """Import what a first submit or page needs (torch's backends, plotly, Accelerate), so
-        that the first request after a start does not pay for it."""
+        """Import what submits, exports and pages need (torch's backends, Accelerate,
+        Transformers' CompileConfig, plotly), once, before the first request: two requests
+        importing torch at once in two threads can break its initialisation."""
         from autotune.strategy import inductor_modes, registered_backends
 
         registered_backends()
         inductor_modes()
         import accelerate.utils  # noqa: F401
+        import optuna.importance  # noqa: F401
         import plotly.graph_objects  # noqa: F401
+        from transformers import CompileConfig  # noqa: F401
