@@ -214,6 +214,20 @@ def export(
     return path, chosen, notes
 
 
+def starts(store: Store, study: str, key: str) -> tuple[dict[str, float | None], Any]:
+    """What one start of a stored strategy cost (cold and every later start measured), and
+    its cache artefact's record (None when it has none)."""
+    m = _measured(store, study, key)
+    if m is None:
+        return {}, None
+    return {k: m.start_s(k) for k in m.starts}, m.artifact
+
+
+def _measured(store: Store, study: str, key: str) -> Measurement | None:
+    row = store.measurement(study, key)
+    return None if row is None else Measurement.from_dict(row.payload)
+
+
 def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tuple[str, str]:
     """The JSON export with what one start of the chosen strategy costs (cold and every later
     start measured), and its artefacts written beside ``path`` (the compile cache; a
@@ -221,14 +235,12 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
     one of them cannot be shipped."""
     from autotune import ahead
 
-    row = store.measurement(study, key)
-    if row is None:
+    m = _measured(store, study, key)
+    if m is None:
         return text, ""
-    m = Measurement.from_dict(row.payload)
     data = json.loads(text)
-    costs = {k: m.start_s(k) for k in m.starts}
-    if costs:
-        data["autotune"]["start_s"] = costs
+    if m.starts:
+        data["autotune"]["start_s"] = {k: m.start_s(k) for k in m.starts}
     block, note = artifact.ship(m.artifact, path)
     if block:
         data["autotune"]["cache_artifact"] = block

@@ -94,13 +94,21 @@ def read_toml(path: str) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"space file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"space file {path} is not valid TOML: {exc}") from None
+    return check_tables(data, path)
+
+
+def check_tables(data: Any, where: str) -> dict[str, dict[str, Any]]:
+    """A spec's tables (from a TOML file or a JSON request): unknown tables and keys are
+    refused with the allowed ones named."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a spec is a table of tables: {', '.join(TABLES)}")
     for table, values in data.items():
         if table not in TABLES or not isinstance(values, dict):
-            raise ConfigError(f"{path}: unknown table [{table}]; use {', '.join(TABLES)}")
+            raise ConfigError(f"{where}: unknown table [{table}]; use {', '.join(TABLES)}")
         for key in values:
             if key not in TABLES[table]:
                 raise ConfigError(
-                    f"{path}: unknown key {key!r} in [{table}]; use {', '.join(TABLES[table])}"
+                    f"{where}: unknown key {key!r} in [{table}]; use {', '.join(TABLES[table])}"
                 )
     return data
 
@@ -149,7 +157,15 @@ class StudySpec:
     def from_sources(cls, toml: str | None = None, **flags: Any) -> StudySpec:
         """Merge a spec file and flags (flags win; a flag of None means 'not given'). Flags are
         named as the command line's options are (``model``, ``workload``, ``time_budget``)."""
-        data = read_toml(toml) if toml else {}
+        return cls.from_tables(read_toml(toml) if toml else {}, **flags)
+
+    @classmethod
+    def from_tables(
+        cls, data: dict[str, dict[str, Any]], *, resolve_device: bool = True, **flags: Any
+    ) -> StudySpec:
+        """A spec from tables checked by :func:`check_tables`, and flags (flags win). With
+        ``resolve_device=False`` the device is kept as named (``cuda`` on a machine without
+        one: a study submitted for the workers that have one), ``cpu`` when none is named."""
         tables = {table: dict(data.get(table, {})) for table in TABLES}
         for table, keys in TABLES.items():
             for key in keys:
@@ -161,7 +177,8 @@ class StudySpec:
         if "seed" in search:  # one seed for the weights, the inputs and the sampler
             tables["model"]["seed"] = search["seed"]
         model = ModelRef(**config.read(ModelRef, tables["model"], "[model] "))
-        workload = Workload.create(**config.read(Workload, tables["workload"], "[workload] "))
+        fields = config.read(Workload, tables["workload"], "[workload] ")
+        workload = Workload.create(**fields) if resolve_device else Workload(**fields)
         space = Space.default(workload.device, workload.kind).narrow(**tables["space"])
         settings = Settings(**config.read(Settings, {"seed": model.seed, **search}, "[search] "))
         chosen = config.read(cls, search, "[search] ")

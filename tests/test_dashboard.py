@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
@@ -20,15 +16,14 @@ from autotune.dashboard import data, figures, page
 from autotune.search import Search, open_search, run
 from autotune.storage import Store
 from autotune.strategy import Strategy
+from tests.browser import ARTIFACTS, CHROMIUM, chromium, console_errors, rendered_plots
 from tests.conftest import S, hand_built, point
 
 # a module-scoped fixture is built once: every test that shares it runs on one xdist worker
 pytestmark = pytest.mark.xdist_group("dashboard")
 
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 PLOTS = 7
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def test_data_from_a_real_study(toy_study: Search) -> None:
@@ -152,53 +147,22 @@ def _one_and_many(folder: Path) -> tuple[Store, Store]:
     return one, many
 
 
-def _chromium(page: Path, screenshot: Path | None = None) -> tuple[str, str]:
-    """Load the page from file:// in headless Chromium; return its DOM and its log."""
-    assert CHROMIUM
-    with tempfile.TemporaryDirectory() as profile:
-        flags = [
-            CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-            "--window-size=1400,5400", "--virtual-time-budget=10000",
-        ]  # fmt: skip
-        if screenshot:
-            run = subprocess.run(
-                [*flags, f"--screenshot={screenshot}", page.as_uri()],
-                capture_output=True, text=True, timeout=180,
-            )  # fmt: skip
-            assert screenshot.is_file(), run.stderr[-2000:]
-        run = subprocess.run([*flags, "--dump-dom", page.as_uri()],
-                             capture_output=True, text=True, timeout=180)  # fmt: skip
-    return run.stdout, run.stderr
-
-
-def _rendered_plots(dom: str) -> int:
-    parts = dom.split('class="plotly-graph-div')[1:]
-    return sum('class="main-svg"' in part.split("plotly-graph-div")[0] for part in parts)
-
-
-def _console_errors(log: str) -> list[str]:
-    lines = [line for line in log.splitlines() if "CONSOLE" in line]
-    return [line for line in lines if re.search(r"error|uncaught", line, re.I)]
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
 def test_page_renders_in_real_chromium(toy_study: Search, tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page = dashboard.write(toy_study.store, toy_study.name, str(tmp_path / "toy.html"))
     text = page.read_text()
     assert "<script src" not in text and len(text) > 3_000_000  # plotly.js is inlined
-    dom, log = _chromium(page, ARTIFACTS / "dashboard-toy-64.png")
+    dom, log = chromium(page.as_uri(), ARTIFACTS / "dashboard-toy-64.png")
     assert 'data-errors="' not in dom, "a script error was raised on the page"
-    assert _console_errors(log) == []
-    assert _rendered_plots(dom) == PLOTS
+    assert console_errors(log) == []
+    assert rendered_plots(dom) == PLOTS
     one, many = _one_and_many(tmp_path)
     for store, name in ((one, "one"), (many, "many")):
         page = dashboard.write(store, name, str(tmp_path / f"{name}.html"))
-        dom, log = _chromium(page)  # the DOM is the check; one screenshot is enough
-        assert 'data-errors="' not in dom and _console_errors(log) == []
-        assert _rendered_plots(dom) == PLOTS, name
+        dom, log = chromium(page.as_uri())  # the DOM is the check; one screenshot is enough
+        assert 'data-errors="' not in dom and console_errors(log) == []
+        assert rendered_plots(dom) == PLOTS, name
 
 
 def test_cli_dashboard_and_search_dashboard(in_tmp: Path, capsys) -> None:

@@ -2,7 +2,8 @@
 
 User errors (``AutotuneError``) end in one line on stderr and a non-zero exit; a traceback
 only with ``--debug``. The parser is in :mod:`autotune.cli.parser`; the commands in
-:mod:`autotune.cli.search` (measure, search) and :mod:`autotune.cli.study` (the rest).
+:mod:`autotune.cli.search` (measure, search), :mod:`autotune.cli.serve` (serve, and the queue
+worker) and :mod:`autotune.cli.study` (the rest).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from autotune.cli.parser import build_parser, model_and_workload
 from autotune.cli.search import cmd_measure, cmd_search, confirm_pick
+from autotune.cli.serve import cmd_serve
 from autotune.cli.study import (
     cmd_dashboard,
     cmd_export,
@@ -30,7 +32,7 @@ __all__ = ["COMMANDS", "build_parser", "confirm_pick", "main", "model_and_worklo
 COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
     "dashboard": cmd_dashboard, "studies": cmd_studies, "submit": cmd_submit, "show": cmd_show,
-    "worker": cmd_worker,
+    "worker": cmd_worker, "serve": cmd_serve,
 }  # fmt: skip
 
 

@@ -114,13 +114,34 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--space", required=True, metavar="FILE.toml", help="the study's spec")
     _add_storage_args(sb)
 
-    w = sub.add_parser("worker", help="join a study and run its trials")
+    w = sub.add_parser("worker", help="join a study (or serve the queue) and run its trials")
     _add_storage_args(w)
+    w.add_argument("--all", action="store_true", help="serve the queue: take the next study "
+                   "with budget left that fits this machine, measure it to the end, then the "
+                   "next")  # fmt: skip
+    w.add_argument("--idle-timeout", metavar="DURATION", help="with --all: exit after this long "
+                   "with no study to take (e.g. 90s, 10m; default: never)")  # fmt: skip
+    w.add_argument("--no-confirm", action="store_true", help="with --all: export a finished "
+                   "study's pick without timing it again against its rivals")  # fmt: skip
     w.add_argument("--device", help="this worker's device, e.g. cuda:1")
     w.add_argument("--trials", type=int, help="stop after measuring this many here")
     w.add_argument("--force", action="store_true", help="join although the hardware differs")
     w.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
     w.add_argument("--no-progress", action="store_true", help="no live progress bar")
+
+    v = sub.add_parser("serve", help="serve a storage over HTTP: the studies live, a lookup "
+                       "of the best known config, submitting studies")  # fmt: skip
+    v.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback; "
+                   "any other needs a token)")  # fmt: skip
+    v.add_argument("--port", type=int, default=8321, help="port (default 8321; 0: any free one)")
+    v.add_argument("--token", help="the token that writes need (default $AUTOTUNE_TOKEN; "
+                   "prefer the variable: a command line shows in ps)")  # fmt: skip
+    v.add_argument("--model-root", metavar="DIR", help="model directories that a submitted "
+                   "spec may name must lie under DIR (default: presets only)")  # fmt: skip
+    v.add_argument("--max-body", type=int, default=64 * 1024, metavar="BYTES",
+                   help="largest request body (default 65536)")  # fmt: skip
+    v.add_argument("--access-log", action="store_true", help="log every request")
 
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
     _add_storage_args(e)

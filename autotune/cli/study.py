@@ -38,8 +38,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.search import join, run
     from autotune.spec import check_name
 
+    if args.all:
+        from autotune.cli.serve import cmd_worker_all
+
+        return cmd_worker_all(args)
+    if args.idle_timeout or args.no_confirm:
+        raise ConfigError("--idle-timeout and --no-confirm go with --all")
     if not args.study:
-        raise ConfigError("give --study NAME (autotune studies lists them)")
+        raise ConfigError("give --study NAME (autotune studies lists them), or --all")
     search = join(check_name(args.study), args.storage, device=args.device, force=args.force,
                   allow=allowed_code(args))  # fmt: skip
     print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)

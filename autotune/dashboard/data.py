@@ -291,9 +291,11 @@ def issues_info(d: StudyData) -> list[IssueRow]:
     return sorted(rows, key=lambda r: (r.status == "ok", -r.breaks - r.recompiles))
 
 
-def importance_info(store: Store, study: str, objectives: tuple[str, ...]) -> dict[str, float]:
-    """Optuna's parameter importances for latency (read from Optuna's tables), once there are
-    enough completed trials."""
+def importance_info(
+    store: Store, study: str, objectives: tuple[str, ...], storage: Any = None
+) -> dict[str, float]:
+    """Optuna's parameter importances for latency (read from Optuna's tables through
+    ``storage``, or a storage made for the call), once there are enough completed trials."""
     import optuna
 
     from autotune.search.sampler import quiet_optuna
@@ -301,7 +303,7 @@ def importance_info(store: Store, study: str, objectives: tuple[str, ...]) -> di
     latency = next(i for i, o in enumerate(objectives) if o in SPEEDS)
     quiet_optuna()
     try:
-        s = optuna.load_study(study_name=study, storage=store.url)
+        s = optuna.load_study(study_name=study, storage=storage or store.url)
     except KeyError:  # autotune's tables without Optuna's study (written by hand or a tool)
         return {}
     done = [t for t in s.trials if t.state.name == "COMPLETE" and "repeat_of" not in t.user_attrs]

@@ -55,8 +55,9 @@ def _card(label: str, value: Any, extra: str = "") -> str:
     return f'<div class="card {extra}"><b>{html.escape(label)}</b>{html.escape(str(value))}</div>'
 
 
-def render(d: StudyData, importances: dict[str, float]) -> str:
-    """The whole page as one HTML string (plotly.js inlined)."""
+def render(d: StudyData, importances: dict[str, float], plotly_src: str | None = None) -> str:
+    """The whole page as one HTML string: plotly.js inlined, or loaded from ``plotly_src`` (a
+    server that sends it once, for every page)."""
     from plotly.offline import get_plotlyjs
 
     h = header_info(d)
@@ -104,13 +105,15 @@ def render(d: StudyData, importances: dict[str, float]) -> str:
         "<table><tr><th>strategy</th><th>status</th><th>graph breaks</th><th>recompiles</th>"
         f"<th>reasons</th></tr>{rows or '<tr><td colspan=5>none</td></tr>'}</table>"
     )
+    script = (f'<script src="{html.escape(plotly_src)}"></script>' if plotly_src
+              else f"<script>{get_plotlyjs()}</script>")  # fmt: skip
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>autotune · {html.escape(d.name)}</title>
 <style>{_CSS}</style>
 <script>window.autotuneErrors=[];window.addEventListener("error",e=>{{
 window.autotuneErrors.push(String(e.message));document.documentElement.dataset.errors=
 window.autotuneErrors.length;}});</script>
-<script>{get_plotlyjs()}</script></head>
+{script}</head>
 <body><h1>autotune · {html.escape(d.name)}</h1>
 <div class="sub">storage {html.escape(d.storage)}</div>
 <div class="cards">{cards}</div>

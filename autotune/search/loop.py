@@ -23,14 +23,17 @@ class Outcome:
     measured: int
     deduced: int
     repeats: int
-    stopped: str  # budget | time | exhausted | interrupted | worker limit
+    stopped: str  # budget | time | exhausted | interrupted | worker limit | others finishing
 
 
 def run(
-    search: Search, listener: Listener | None = None, max_measure: int | None = None
-) -> Outcome:
+    search: Search, listener: Listener | None = None, max_measure: int | None = None,
+    leave: bool = False,
+) -> Outcome:  # fmt: skip
     """Measure the baseline, then trials until the budget, time or space runs out (or, with
-    ``max_measure``, until this process has measured that many)."""
+    ``max_measure``, until this process has measured that many). With ``leave``, stop
+    (``others finishing``) instead of waiting when what is left is in live workers' hands: a
+    worker serving a queue has other studies to measure."""
     listener = listener or Lines()
     start = time.monotonic()
     step.baseline(search, listener)
@@ -51,6 +54,9 @@ def run(
                         stopped = stop
                         break
                     if tally.spent >= search.spec.trials or tally.claimed >= search.run_keys:
+                        if leave and not tally.stale:  # nothing to reap: theirs to finish
+                            stopped = "others finishing"
+                            break
                         listener.now("waiting for other workers")  # the rest is in their hands
                         time.sleep(step.POLL_S)
                         continue

@@ -91,13 +91,13 @@ def open_search(
     )  # fmt: skip
 
 
-def submit(spec: StudySpec, storage: str | None) -> str:
+def submit(spec: StudySpec, storage: str | Store | None) -> str:
     """Create a study with its whole spec, for workers to join later; return its name.
 
     Its environment is left open: the first worker to join sets it, and later workers must
     match it. The default name leaves the hardware out, since the submitter may have none.
     """
-    store = Store(storage)
+    store = storage if isinstance(storage, Store) else Store(storage)
     name = spec.study or f"{spec.model.slug()}-{spec.workload.slug()}"
     if store.study(name) is not None:
         raise ConfigError(f"a study named {name!r} exists already in {mask(store.url)}")

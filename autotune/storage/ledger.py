@@ -22,13 +22,17 @@ _EPOCH = {  # the database's clock, in seconds since the epoch
 }
 
 
+def clock(session: Session) -> Any:
+    """The database's clock as a column expression, in seconds since the epoch."""
+    return literal_column(_EPOCH.get(session.get_bind().dialect.name, "0.0"), Float)
+
+
 class Ledger:
     """A study's claims and measurements inside one open transaction."""
 
     def __init__(self, session: Session, study: str) -> None:
         self.s, self.study = session, study
-        epoch = _EPOCH.get(session.get_bind().dialect.name, "0.0")
-        self.clock = literal_column(epoch, Float)
+        self.clock = clock(session)
 
     def lock(self) -> None:
         """Serialise this study's locked transactions (a row lock on a server, the write lock

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -216,6 +216,23 @@ class Store:
             Ledger(s, study).add_measurement(key, trial_number, payload, None, None)
 
     @resilient
+    def live_workers(self, grace_s: float) -> dict[str, int]:
+        """Workers measuring right now (a claim beaten within ``grace_s``), per study, in one
+        query."""
+        from sqlalchemy import distinct
+
+        from autotune.storage.ledger import clock
+        from autotune.storage.schema import ClaimRow
+
+        with self.session() as s:
+            query = (
+                select(ClaimRow.study, func.count(distinct(ClaimRow.worker)))
+                .where(ClaimRow.heartbeat >= clock(s) - grace_s)
+                .group_by(ClaimRow.study)
+            )
+            return {study: int(n) for study, n in s.execute(query).all()}
+
+    @resilient
     def claims(self, study: str) -> list[records.Claim]:
         with self.session() as s:
             return Ledger(s, study).claims()
@@ -274,6 +291,28 @@ class Store:
     def add_export(self, study: str, policy: str, fmt: str, key: str, content: str) -> None:
         with self.session() as s:
             s.add(ExportRow(study=study, policy=policy, format=fmt, key=key, content=content))
+
+    @resilient
+    def latest_export(self, study: str, fmt: str = "accelerate") -> ExportRecord | None:
+        """The study's latest export in format ``fmt``, or None."""
+        with self.session() as s:
+            query = select(ExportRow).where(ExportRow.study == study, ExportRow.format == fmt)
+            r = s.scalars(query.order_by(ExportRow.id.desc()).limit(1)).first()
+            return None if r is None else ExportRecord(r.policy, r.format, r.key, r.content,
+                                                       r.exported_at)  # fmt: skip
+
+    @resilient
+    def stamp(self) -> tuple[int, ...]:
+        """A cheap fingerprint of what the storage holds, in one query: it changes whenever a
+        study, run, measurement, export or confirmation is added (or a measurement deleted),
+        so a reader may keep what it computed from the rest until it does."""
+        if not self._has_tables():
+            return ()
+        tables = (StudyRow, RunRow, MeasurementRow, ExportRow, ConfirmationRow)
+        columns = [select(func.count()).select_from(t).scalar_subquery() for t in tables]
+        columns += [select(func.max(t.id)).scalar_subquery() for t in tables[1:]]
+        with self.session() as s:
+            return tuple(v or 0 for v in s.execute(select(*columns)).one())
 
     @resilient
     def exports(self, study: str) -> list[ExportRecord]:

@@ -1,0 +1,89 @@
+"""``autotune serve`` (the HTTP API and live pages over a storage) and ``autotune worker
+--all`` (a worker that serves the storage's queue of studies)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import socket
+from typing import Any
+
+from autotune.cli.parser import allowed_code
+from autotune.errors import ConfigError
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from autotune.service import ServiceSettings, check_bind, create_app
+
+    settings = ServiceSettings.from_environment(args.storage, args.token, args.model_root,
+                                                args.max_body)  # fmt: skip
+    check_bind(args.host, settings.token)
+    app: Any = create_app(settings)  # reaches the storage: one line if it cannot
+    service = app.state.service
+    sock = _listen(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    writes = "writes need the token" if settings.token else "read-only: no token, no writes"
+    print(f"serving {service.shown} on http://{shown}:{port}/ ({writes})", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=args.access_log,
+                            server_header=False, timeout_graceful_shutdown=5)  # fmt: skip
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C or SIGTERM: a clean stop
+        uvicorn.Server(config).run(sockets=[sock])
+    print("stopped", flush=True)
+    return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free one, printed at start)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def cmd_worker_all(args: argparse.Namespace) -> int:
+    from autotune import export
+    from autotune.cli.search import confirm_pick
+    from autotune.search.queue import serve
+    from autotune.search.state import Lines
+    from autotune.spec import parse_duration
+
+    class Log(Lines):  # each strategy measured on stdout; notes on stderr
+        def measured(self, key: str, done: int) -> None:
+            print(f"measured {key} ({done} in the study)", flush=True)
+
+    if args.study:
+        raise ConfigError("give --study NAME or --all, not both")
+    idle = parse_duration(args.idle_timeout, "--idle-timeout")
+
+    def finished(search: Any) -> None:
+        spec = search.spec
+        if not args.no_confirm:
+            print(f"study {search.name} is done: confirming its pick…", flush=True)
+            confirm_pick(search)
+        path, chosen, _ = export.export(search.store, search.name, spec.policy, "accelerate",
+                                        None, spec.max_memory_mb)  # fmt: skip
+        print(f"study {search.name}: chosen ({spec.policy}) {chosen.key}; wrote {path}",
+              flush=True)  # fmt: skip
+
+    print("worker serving the queue"
+          + (f" (idle timeout {args.idle_timeout})" if idle else ""), flush=True)  # fmt: skip
+    try:
+        served = serve(args.storage, device=args.device, allow=allowed_code(args),
+                       idle_timeout_s=idle, listener=Log(), finished=finished)  # fmt: skip
+    except KeyboardInterrupt:  # asked before the queue was open
+        print("worker: stopped: asked", flush=True)
+        return 0
+    done = ", ".join(served.finished) or "none"
+    print(f"worker: {len(served.studies)} studies, measured {served.measured}, finished {done}; "
+          f"stopped: {served.stopped}", flush=True)  # fmt: skip
+    return 0  # asked to stop (Ctrl-C, SIGTERM) or idle: either is how a queue worker ends

@@ -1,0 +1,122 @@
+"""The queue that ``autotune worker --all`` serves: every study in a storage, oldest first, and
+which of them a worker on this machine should take next.
+
+A study is open while it has budget left that no live worker holds: fewer strategies measured
+or being measured by a live worker (a claim beaten within ``GRACE_S``) than its budget and its
+space, or a stored measurement that no trial has adopted yet. A silent claim counts as free, so
+a worker joins the study and its loop reaps the claim: a dead worker's strategy is never lost.
+A study fits this machine when its device kind is here and, once a first worker has fixed its
+environment, the hardware and torch agree (:func:`autotune.coordination.comparable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.coordination import liveness
+from autotune.coordination.workers import comparable
+from autotune.errors import AutotuneError
+from autotune.storage import Store, StudyRecord
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a study stands, for the queue: its space's ``size``, its ``budget``, strategies
+    ``measured`` (or deduced: settled), those ``held`` by a live worker, and ``unadopted``
+    measurements (no trial's yet)."""
+
+    size: int
+    budget: int
+    settled: int
+    measured: int
+    held: int
+    unadopted: int
+
+    @property
+    def open(self) -> bool:
+        """Whether a worker that joins now has something to do."""
+        if self.unadopted and not self.held:
+            return True
+        return self.settled < self.size and self.measured + self.held < min(self.budget, self.size)
+
+
+def space_keys(spec: dict[str, Any], device: str) -> set[str]:
+    """The keys of a stored spec's space that can run on ``device``."""
+    from autotune.spec import StudySpec
+
+    return {s.key for s in StudySpec.from_dict(spec).space.validate(device)}
+
+
+def progress(store: Store, name: str, keys: set[str], budget: int) -> Progress:
+    """A study's progress, in two small queries (no measurement is read whole)."""
+    with store.ledger(name) as ledger:
+        rows = ledger.measurement_states()
+        claims, now = ledger.claims_and_now()
+    settled = {k for k, _, _ in rows} & keys
+    deduced = {k for k, _, d in rows if d is not None} & keys
+    unadopted = {k for k, n, _ in rows if n is None} & keys
+    fresh = now - liveness.GRACE_S
+    held = {c.key for c in claims if c.heartbeat is not None and c.heartbeat >= fresh}
+    held = (held & keys) - settled
+    return Progress(len(keys), budget, len(settled), len(settled - deduced), len(held),
+                    len(unadopted))  # fmt: skip
+
+
+@dataclass
+class Queue:
+    """One worker's view of the queue. ``device_for`` maps a study's device to the one this
+    worker would measure it on (None: not here, e.g. a CUDA study on a CPU machine);
+    ``environment`` gives this machine's fingerprint on a device; ``allowed`` says whether the
+    code a spec names may run here (a reason when not)."""
+
+    store: Store
+    device_for: Callable[[str], str | None]
+    environment: Callable[[str], dict[str, Any]]
+    allowed: Callable[[dict[str, Any]], str | None]
+
+    def __post_init__(self) -> None:
+        self.skipped: dict[str, str] = {}  # studies this worker will not take, and why
+        self._keys: dict[tuple[str, str], set[str]] = {}
+
+    def why_not(self, study: StudyRecord) -> str | None:
+        """Why this worker cannot take ``study`` (None when it can)."""
+        if not study.spec:
+            return "it has no spec"
+        device = self.device_for(str((study.spec.get("workload") or {}).get("device", "cpu")))
+        if device is None:
+            return "its device is not on this machine"
+        if study.environment and comparable(study.environment) != comparable(
+            self.environment(device)
+        ):
+            return "its hardware or torch differs from this machine's"
+        return self.allowed(study.spec)
+
+    def device(self, study: StudyRecord) -> str | None:
+        return self.device_for(str((study.spec.get("workload") or {}).get("device", "cpu")))
+
+    def next(self, exclude: Iterable[str] = ()) -> StudyRecord | None:
+        """The oldest open study this worker can take (None when there is none)."""
+        left_out = set(exclude)
+        for study in self.store.studies():
+            if study.name in left_out or study.name in self.skipped:
+                continue
+            if self.why_not(study) is not None:
+                continue  # another machine's, or code this worker may not run: not an error
+            device = self.device(study)
+            assert device is not None
+            try:
+                keys = self._space(study, device)
+            except AutotuneError as exc:  # a spec this autotune cannot read: say so once
+                self.skipped[study.name] = str(exc)
+                continue
+            if progress(self.store, study.name, keys, int(study.spec.get("trials") or 0)).open:
+                return study
+        return None
+
+    def _space(self, study: StudyRecord, device: str) -> set[str]:
+        cached = (study.name, repr(study.spec.get("space")))
+        if cached not in self._keys:
+            self._keys[cached] = space_keys(study.spec, device)
+        return self._keys[cached]

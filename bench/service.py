@@ -1,0 +1,169 @@
+"""The search service under load: p50 and p99 latency, and errors, of the index, the lookup and a
+study page, at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
+
+    python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 300]
+                            [--max-s 30] [--raw FILE]
+
+Per storage: a finished study (``toy-64``, eager and aot_eager, exported) answers the lookup
+and is the study page; a second study is searched by ``autotune search`` for the whole run,
+so that trials are written while the clients ask (its writes change what the service keeps).
+``autotune serve`` runs in its own process; the clients are ``httpx.AsyncClient`` in this one,
+each with its own connection, asking one request after another. Each cell (storage, clients,
+endpoint) stops after ``--requests`` answers or ``--max-s`` seconds, whichever is first. An
+error is a status other than 200, or no answer. PostgreSQL is a throwaway server started here
+(``tests/postgres.py``; needs the server binaries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+ENDPOINTS = {
+    "index": "/",
+    "lookup": "/api/lookup?model=toy-64&layers=2&device=cpu",
+    "study page": "/studies/done",
+}
+SPACE = ["--backend", "eager,aot_eager", "--dynamic", "none", "--fullgraph", "false"]
+
+
+def autotune(folder: Path, url: str, *args: str, wait: bool = True) -> subprocess.Popen:
+    """An ``autotune`` command on the storage ``url``, run in ``folder``."""
+    env = {**os.environ, "AUTOTUNE_STORAGE": url, "PYTHONPATH": str(ROOT)}
+    env.pop("AUTOTUNE_TOKEN", None)
+    log = subprocess.PIPE if wait or args[0] == "serve" else open(folder / f"{args[0]}.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=folder, env=env,
+                            stdout=log, stderr=subprocess.STDOUT if log != subprocess.PIPE
+                            else subprocess.PIPE, text=True)  # fmt: skip
+    if wait:
+        _, err = proc.communicate(timeout=1800)
+        if proc.returncode:
+            raise SystemExit(f"autotune {' '.join(args)} failed: {err.strip()[-500:]}")
+    return proc
+
+
+def serve(folder: Path, url: str) -> tuple[subprocess.Popen, str]:
+    """``autotune serve --port 0`` and the address it prints."""
+    proc = autotune(folder, url, "serve", "--port", "0", wait=False)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"on (http://[^/ ]+)/", line)
+    if not found:
+        proc.kill()
+        raise SystemExit(f"the server did not start: {line}{proc.stderr.read()[-500:]}")  # type: ignore[union-attr]
+    return proc, found.group(1)
+
+
+async def cell(base: str, path: str, clients: int, requests: int, max_s: float) -> dict:
+    """``clients`` concurrent clients asking ``path`` until ``requests`` answers or ``max_s``."""
+    latencies: list[float] = []
+    errors = 0
+    left = requests
+    deadline = time.perf_counter() + max_s
+
+    async def client() -> None:
+        nonlocal left, errors
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            while left > 0 and time.perf_counter() < deadline:
+                left -= 1
+                t = time.perf_counter()
+                try:
+                    ok = (await http.get(path)).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                latencies.append((time.perf_counter() - t) * 1e3)
+                errors += not ok
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else []
+    return {"requests": len(latencies), "errors": errors, "wall_s": round(wall, 2),
+            "p50_ms": round(q[49], 1) if q else None, "p99_ms": round(q[98], 1) if q else None,
+            "rps": round(len(latencies) / wall, 1)}  # fmt: skip
+
+
+def one_storage(kind: str, url: str, folder: Path, args: argparse.Namespace) -> list[dict]:
+    print(f"[{kind}] a finished study, searched and exported…", flush=True)
+    autotune(folder, url, "search", "--model", "toy-64", "--layers", "2", *SPACE,
+             "--trials", "4", "--iters", "3", "--warmup", "1", "--study", "done",
+             "--no-progress")  # fmt: skip
+    writer = autotune(folder, url, "search", "--model", "toy-64", "--layers", "2", *SPACE,
+                      "--granularity", "none,full,regional", "--trials", "200", "--iters", "20",
+                      "--study", "live", "--no-progress", "--no-confirm", wait=False)  # fmt: skip
+    server, base = serve(folder, url)
+    rows = []
+    try:
+        with httpx.Client(base_url=base, timeout=60) as http:  # each endpoint answers once
+            for name, path in ENDPOINTS.items():
+                status = http.get(path).status_code
+                if status != 200:
+                    raise SystemExit(f"[{kind}] {name} ({path}) answered {status}")
+        for clients in args.clients:
+            for name, path in ENDPOINTS.items():
+                row = asyncio.run(cell(base, path, clients, args.requests, args.max_s))
+                row.update(storage=kind, clients=clients, endpoint=name,
+                           writer_alive=writer.poll() is None)  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        for proc in (server, writer):
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| storage | clients | endpoint | requests | errors | p50 ms | p99 ms | req/s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['storage']} | {r['clients']} | {r['endpoint']} | {r['requests']} | "
+                     f"{r['errors']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--storage", default="sqlite,postgres")
+    ap.add_argument("--clients", default="1,16,64", type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--requests", type=int, default=300, help="answers per cell, at most")
+    ap.add_argument("--max-s", type=float, default=30.0, help="seconds per cell, at most")
+    ap.add_argument("--raw", type=Path, help="append each cell as a JSON line")
+    args = ap.parse_args()
+    rows: list[dict] = []
+    for kind in args.storage.split(","):
+        folder = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
+        if kind == "sqlite":
+            rows += one_storage(kind, f"sqlite:///{folder}/s.db", folder, args)
+            continue
+        from tests import postgres
+
+        server = postgres.start()
+        try:
+            rows += one_storage(kind, server.url, folder, args)
+        finally:
+            postgres.stop(server)
+    if args.raw:
+        with args.raw.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
