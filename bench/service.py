@@ -1,8 +1,9 @@
 """The search service under load: p50 and p99 latency, and errors, of the index, the lookup and a
-study page, at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
+study page (and ``/api/health``, which reads nothing: the floor of the server and the client on
+this machine), at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
 
-    python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 300]
-                            [--max-s 30] [--raw FILE]
+    python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 2000]
+                            [--max-s 20] [--raw FILE]
 
 Per storage: a finished study (``toy-64``, eager and aot_eager, exported) answers the lookup
 and is the study page; a second study is searched by ``autotune search`` for the whole run,
@@ -21,6 +22,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 ENDPOINTS = {
+    "health (the floor)": "/api/health",
     "index": "/",
     "lookup": "/api/lookup?model=toy-64&layers=2&device=cpu",
     "study page": "/studies/done",
@@ -55,6 +58,37 @@ def autotune(folder: Path, url: str, *args: str, wait: bool = True) -> subproces
     return proc
 
 
+def writing(folder: Path, url: str) -> subprocess.Popen:
+    """A worker that writes trials for the whole run: one small search after another, each a
+    new study (so that every few seconds the storage changes), at ``nice 10`` beside the
+    server on this 2-core machine (on a deployment it runs on a machine of its own)."""
+    search = " ".join(
+        [
+            sys.executable,
+            "-m",
+            "autotune.cli",
+            "search",
+            "--model",
+            "toy-64",
+            "--layers",
+            "2",
+            *SPACE,
+            "--granularity",
+            "none,full,regional",
+            "--trials",
+            "5",
+            "--iters",
+            "20",
+            "--no-progress",
+            "--no-confirm",
+        ]
+    )
+    loop = f"i=0; while true; do {search} --study live-$i >> writer.log 2>&1; i=$((i+1)); done"
+    env = {**os.environ, "AUTOTUNE_STORAGE": url, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(["nice", "-n", "10", "bash", "-c", loop], cwd=folder, env=env,
+                            start_new_session=True)  # fmt: skip
+
+
 def serve(folder: Path, url: str) -> tuple[subprocess.Popen, str]:
     """``autotune serve --port 0`` and the address it prints."""
     proc = autotune(folder, url, "serve", "--port", "0", wait=False)
@@ -68,28 +102,32 @@ def serve(folder: Path, url: str) -> tuple[subprocess.Popen, str]:
 
 
 async def cell(base: str, path: str, clients: int, requests: int, max_s: float) -> dict:
-    """``clients`` concurrent clients asking ``path`` until ``requests`` answers or ``max_s``."""
+    """``clients`` concurrent clients asking ``path`` until ``requests`` answers or ``max_s``.
+    Every client is made and connected before the clock starts (making one costs ~20 ms of
+    CPU, which would otherwise land in the others' latencies)."""
     latencies: list[float] = []
     errors = 0
     left = requests
+    pool = [httpx.AsyncClient(base_url=base, timeout=30) for _ in range(clients)]
+    await asyncio.gather(*(http.get("/api/health") for http in pool))
     deadline = time.perf_counter() + max_s
 
-    async def client() -> None:
+    async def client(http: httpx.AsyncClient) -> None:
         nonlocal left, errors
-        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            while left > 0 and time.perf_counter() < deadline:
-                left -= 1
-                t = time.perf_counter()
-                try:
-                    ok = (await http.get(path)).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                latencies.append((time.perf_counter() - t) * 1e3)
-                errors += not ok
+        while left > 0 and time.perf_counter() < deadline:
+            left -= 1
+            t = time.perf_counter()
+            try:
+                ok = (await http.get(path)).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            latencies.append((time.perf_counter() - t) * 1e3)
+            errors += not ok
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(http) for http in pool))
     wall = time.perf_counter() - t0
+    await asyncio.gather(*(http.aclose() for http in pool))
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else []
     return {"requests": len(latencies), "errors": errors, "wall_s": round(wall, 2),
             "p50_ms": round(q[49], 1) if q else None, "p99_ms": round(q[98], 1) if q else None,
@@ -101,11 +139,10 @@ def one_storage(kind: str, url: str, folder: Path, args: argparse.Namespace) -> 
     autotune(folder, url, "search", "--model", "toy-64", "--layers", "2", *SPACE,
              "--trials", "4", "--iters", "3", "--warmup", "1", "--study", "done",
              "--no-progress")  # fmt: skip
-    writer = autotune(folder, url, "search", "--model", "toy-64", "--layers", "2", *SPACE,
-                      "--granularity", "none,full,regional", "--trials", "200", "--iters", "20",
-                      "--study", "live", "--no-progress", "--no-confirm", wait=False)  # fmt: skip
+    writer = writing(folder, url)
     server, base = serve(folder, url)
     rows = []
+    before = trials(url)
     try:
         with httpx.Client(base_url=base, timeout=60) as http:  # each endpoint answers once
             for name, path in ENDPOINTS.items():
@@ -116,10 +153,11 @@ def one_storage(kind: str, url: str, folder: Path, args: argparse.Namespace) -> 
             for name, path in ENDPOINTS.items():
                 row = asyncio.run(cell(base, path, clients, args.requests, args.max_s))
                 row.update(storage=kind, clients=clients, endpoint=name,
-                           writer_alive=writer.poll() is None)  # fmt: skip
+                           written=trials(url) - before)  # fmt: skip
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
+        os.killpg(writer.pid, signal.SIGTERM)
         for proc in (server, writer):
             proc.terminate()
             try:
@@ -129,12 +167,27 @@ def one_storage(kind: str, url: str, folder: Path, args: argparse.Namespace) -> 
     return rows
 
 
+def trials(url: str) -> int:
+    """Trials stored so far, every study."""
+    from autotune.storage import Store
+
+    store = Store(url)
+    try:
+        return sum(len(store.measurements(s.name)) for s in store.studies())
+    finally:
+        store.engine.dispose()
+
+
 def table(rows: list[dict]) -> str:
-    lines = ["| storage | clients | endpoint | requests | errors | p50 ms | p99 ms | req/s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| storage | clients | endpoint | requests | errors | p50 ms | p99 ms | req/s | "
+        "trials written so far |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         lines.append(f"| {r['storage']} | {r['clients']} | {r['endpoint']} | {r['requests']} | "
-                     f"{r['errors']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} |")  # fmt: skip
+                     f"{r['errors']} | {r['p50_ms']} | {r['p99_ms']} | {r['rps']} | "
+                     f"{r['written']} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -142,8 +195,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--storage", default="sqlite,postgres")
     ap.add_argument("--clients", default="1,16,64", type=lambda s: [int(x) for x in s.split(",")])
-    ap.add_argument("--requests", type=int, default=300, help="answers per cell, at most")
-    ap.add_argument("--max-s", type=float, default=30.0, help="seconds per cell, at most")
+    ap.add_argument("--requests", type=int, default=2000, help="answers per cell, at most")
+    ap.add_argument("--max-s", type=float, default=20.0, help="seconds per cell, at most")
     ap.add_argument("--raw", type=Path, help="append each cell as a JSON line")
     args = ap.parse_args()
     rows: list[dict] = []

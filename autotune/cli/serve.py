@@ -38,7 +38,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: any free one, printed at start)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so; without it a
+    # response's headers and body wait for a delayed ACK (40 ms a request).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
