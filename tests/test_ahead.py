@@ -17,7 +17,6 @@ from autotune.cli import main
 from autotune.strategy import Strategy
 
 ROOT = str(Path(__file__).resolve().parent.parent)
-pytestmark = pytest.mark.xdist_group("ahead")
 
 
 @pytest.mark.parametrize(

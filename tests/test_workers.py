@@ -201,6 +201,7 @@ def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) 
     postgres.pg_ctl("start")
     outs = [w.communicate(timeout=600) for w in workers]
     errs = "".join(err for _, err in outs)
+    (tmp_path / "errs.txt").write_text(errs)  # for a failure's post-mortem
     assert all(w.returncode == 0 for w in workers), errs[-3000:]
     assert "unreachable" in errs and "retrying" in errs  # the retry path was taken
     assert "Traceback" not in errs and PASSWORD not in errs
@@ -345,3 +346,27 @@ def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     assert len(after) == 7 and all(after[k] == v for k, v in before.items())
     study = optuna.load_study(study_name="resume", storage=db)
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
+
+
+def test_a_tell_whose_answer_was_lost_is_not_taken_for_a_reaper_s(tmp_path: Path) -> None:
+    """A tell that landed, its answer lost to a dropped connection, is retried and finds the
+    trial ended: COMPLETE is this worker's own (a reaper only fails), so the measurement
+    stays its trial's; a trial a reaper failed is not."""
+    from autotune.measurement import Measurement
+    from autotune.search import open_search, step
+    from autotune.selection import objective_values
+    from tests.conftest import S, fast_spec, point
+
+    search = open_search(fast_spec(trials=4), f"sqlite:///{tmp_path}/t.db")
+    search.baseline = Measurement.from_dict(point(S["none"], 0.0, 10.0))
+    m = Measurement.from_dict(point(S["A"], 1.0, 5.0))
+    landed = search.optuna.ask()
+    search.optuna.tell(landed, objective_values(m, search.spec.objectives, search.baseline))
+    assert step.tell(search, landed, m, None) is True  # the retry finds its own tell
+    reaped = search.optuna.ask()
+    search.optuna.tell(reaped, state=optuna.trial.TrialState.FAIL)  # as a reaper does
+    assert step.tell(search, reaped, m, None) is False
+    fresh = search.optuna.ask()
+    assert step.tell(search, fresh, m, None) is True
+    states = [t.state.name for t in search.optuna.get_trials(deepcopy=False)]
+    assert states == ["COMPLETE", "FAIL", "COMPLETE"]

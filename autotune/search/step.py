@@ -133,7 +133,17 @@ def tell(search: Search, trial: optuna.trial.Trial, m: Measurement, repeat_of: i
 
     ended = db(search, lambda: finished_as(search.optuna, told), "tell")
     expected = "COMPLETE" if m.ok else "FAIL"
-    return ended is not None and ended.state.name == expected
+    if ended is None:  # ended before: failed by a reaper, or this tell's own commit landed and
+        # a lost connection swallowed the answer (the retry then finds it ended). Only this
+        # worker tells this trial COMPLETE (a reaper only fails), so COMPLETE is ours; a failed
+        # measurement is a FAIL trial whoever ended it.
+        return db(search, lambda: trial_state(search.optuna, trial.number), "tell") == expected
+    return ended.state.name == expected
+
+
+def trial_state(study: optuna.Study, number: int) -> str:
+    """The state of trial ``number`` as the storage holds it."""
+    return next(t.state.name for t in study.get_trials(deepcopy=False) if t.number == number)
 
 
 def skip(search: Search, trial: optuna.trial.Trial, key: str, why: str) -> None:

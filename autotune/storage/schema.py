@@ -10,6 +10,8 @@ the columns each later version added (:data:`MIGRATIONS`).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -23,9 +25,13 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    inspect,
     text,
 )
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, declared_attr, mapped_column
+
+from autotune.errors import StorageError
 
 SCHEMA_VERSION = 4
 MIGRATIONS = {  # version -> what it added to an existing database (new tables: create_all)
@@ -146,11 +152,6 @@ class ConfirmationRow(OfStudy, Base):
     created_at: Mapped[datetime.datetime] = mapped_column(DateTime(timezone=True), default=now)
 
 
-def create(engine: Engine) -> None:
-    """Create the tables that are missing (a new database, or one made by Optuna alone)."""
-    Base.metadata.create_all(engine)
-
-
 def version(s: Session) -> int | None:
     """The schema version the database records (None: no autotune tables yet)."""
     row = s.get(Meta, "schema_version")
@@ -172,3 +173,37 @@ def upgrade(s: Session) -> bool:
             s.execute(text(statement))
     row.value = str(SCHEMA_VERSION)
     return True
+
+
+def prepare(engine: Engine, session: Callable[[], AbstractContextManager[Session]],
+            create: bool, shown: str) -> None:  # fmt: skip
+    """Create missing tables (when ``create``) and migrate an older autotune's database; a
+    database without autotune's tables, opened only to read, stays as it is. Processes that
+    open one new database at once race to create and stamp it, one table at a time: each loss
+    means a peer made one, so the loser looks again, at most once per table."""
+    tries = len(Base.metadata.tables) + 2
+    for attempt in range(tries):
+        try:
+            return _prepare_once(engine, session, create, shown)
+        except (IntegrityError, OperationalError, ProgrammingError) as exc:
+            lost = isinstance(exc, IntegrityError) or "already exists" in str(exc.orig or exc)
+            if attempt == tries - 1 or not lost:
+                raise
+
+
+def _prepare_once(engine: Engine, session: Callable[[], AbstractContextManager[Session]],
+                  create: bool, shown: str) -> None:  # fmt: skip
+    if create:
+        Base.metadata.create_all(engine)  # the tables that are missing
+    with session() as s:
+        found = version(s) if inspect(engine).has_table(Meta.__tablename__) else None
+        if found is None:
+            if create:
+                stamp(s)
+            return
+        if found > SCHEMA_VERSION:
+            raise StorageError(
+                f"storage {shown} has autotune schema {found}, newer than this "
+                f"autotune's {SCHEMA_VERSION}: upgrade autotune"
+            )
+        upgrade(s)

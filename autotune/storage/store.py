@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, event, func, select
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from autotune.errors import StorageError
 from autotune.storage import records, schema
+from autotune.storage.engine import connect, line
 from autotune.storage.ledger import Ledger
 from autotune.storage.records import ExportRecord, RunRecord, Stored, StudyRecord
 from autotune.storage.retry import final_reason, resilient, transient
@@ -49,18 +50,16 @@ class Store:
         if create and self.url == DEFAULT_URL:
             Path(sqlite_path(parsed)).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.engine = _engine(self.url)
+            self.engine = connect(self.url)
         except ImportError as exc:
             raise StorageError(
                 f"storage {mask(self.url)}: its database driver is not installed ({exc.name})"
             ) from None
         except (SQLAlchemyError, ValueError, TypeError) as exc:
-            raise StorageError(
-                f"storage {mask(self.url)}: {scrub(_line(exc), self.url)}"
-            ) from None
+            raise StorageError(f"storage {mask(self.url)}: {scrub(line(exc), self.url)}") from None
         with self.session() as s:  # reach the server now: fail early, with one clear line
             s.connection()
-        self._schema(create)
+        schema.prepare(self.engine, self.session, create, mask(self.url))
 
     def __repr__(self) -> str:
         return f"Store({mask(self.url)!r})"
@@ -75,40 +74,10 @@ class Store:
             raise
         except SQLAlchemyError as exc:
             why = final_reason(exc)
-            message = f"{why}: {_line(exc)}" if why else _line(exc)
+            message = f"{why}: {line(exc)}" if why else line(exc)
             error = StorageError(f"storage {mask(self.url)}: {scrub(message, self.url)}")
             error.transient = transient(exc)
             raise error from None
-
-    def _schema(self, create: bool) -> None:
-        """Create missing tables (when ``create``) and migrate an older autotune's database.
-        A database without autotune's tables, opened only to read, reads as empty. Processes
-        that open one new database at once race to create and stamp it, one table at a time: each
-        loss means a peer made one, so the loser looks again, at most once per table."""
-        tries = len(schema.Base.metadata.tables) + 2
-        for attempt in range(tries):
-            try:
-                return self._schema_once(create)
-            except (IntegrityError, OperationalError, ProgrammingError) as exc:
-                if attempt == tries - 1 or not _lost_race(exc):
-                    raise
-                self._found = False
-
-    def _schema_once(self, create: bool) -> None:
-        if create:
-            schema.create(self.engine)
-        with self.session() as s:
-            found = schema.version(s) if self._has_tables() else None
-            if found is None:
-                if create:
-                    schema.stamp(s)
-                return
-            if found > schema.SCHEMA_VERSION:
-                raise StorageError(
-                    f"storage {mask(self.url)} has autotune schema {found}, newer than this "
-                    f"autotune's {schema.SCHEMA_VERSION}: upgrade autotune"
-                )
-            schema.upgrade(s)
 
     def _has_tables(self) -> bool:
         if not self._found:  # once there, they stay: look until then
@@ -324,26 +293,3 @@ class Store:
 
 def _study(row: StudyRow) -> StudyRecord:
     return StudyRecord(row.name, row.spec, row.environment, row.created_at)
-
-
-def _lost_race(exc: SQLAlchemyError) -> bool:
-    """Whether a peer created the table or stamped the version first."""
-    return isinstance(exc, IntegrityError) or "already exists" in str(exc.orig or exc)
-
-
-def _line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _engine(url: str) -> Engine:
-    if make_url(url).get_backend_name() != "sqlite":
-        return create_engine(url)  # no pings: a lost connection fails and is retried
-    engine = create_engine(url, connect_args={"timeout": 60})
-
-    @event.listens_for(engine, "connect")
-    def _wal(dbapi_connection: Any, _: Any) -> None:  # readers never block the writer
-        dbapi_connection.execute("PRAGMA journal_mode=WAL")
-        dbapi_connection.execute("PRAGMA busy_timeout=60000")
-
-    return engine
