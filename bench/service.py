@@ -1,6 +1,5 @@
 """The search service under load: p50 and p99 latency, and errors, of the index, the lookup and a
-study page (and ``/api/health``, which reads nothing: the floor of the server and the client on
-this machine), at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
+study page, at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
 
     python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 2000]
                             [--max-s 20] [--raw FILE]
@@ -8,9 +7,9 @@ this machine), at 1, 16 and 64 concurrent clients, on loopback, while a worker w
 Per storage: a finished study (``toy-64``, eager and aot_eager, exported) answers the lookup
 and is the study page; a second study is searched by ``autotune search`` for the whole run,
 so that trials are written while the clients ask (its writes change what the service keeps).
-``autotune serve`` runs in its own process; the clients are ``httpx.AsyncClient`` in this one,
-each with its own connection, asking one request after another. Each cell (storage, clients,
-endpoint) stops after ``--requests`` answers or ``--max-s`` seconds, whichever is first. An
+``autotune serve`` runs in its own process; the clients run in this one (see :func:`cell`).
+Each cell (storage, clients, endpoint) stops after ``--requests`` answers or ``--max-s``
+seconds, whichever is first. An
 error is a status other than 200, or no answer. PostgreSQL is a throwaway server started here
 (``tests/postgres.py``; needs the server binaries).
 """
@@ -35,7 +34,6 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 ENDPOINTS = {
-    "health (the floor)": "/api/health",
     "index": "/",
     "lookup": "/api/lookup?model=toy-64&layers=2&device=cpu",
     "study page": "/studies/done",
@@ -103,31 +101,39 @@ def serve(folder: Path, url: str) -> tuple[subprocess.Popen, str]:
 
 async def cell(base: str, path: str, clients: int, requests: int, max_s: float) -> dict:
     """``clients`` concurrent clients asking ``path`` until ``requests`` answers or ``max_s``.
-    Every client is made and connected before the clock starts (making one costs ~20 ms of
-    CPU, which would otherwise land in the others' latencies)."""
+    Each client is one keep-alive HTTP/1.1 connection, opened before the clock starts, asking
+    one request after another. The client is asyncio's own streams, not an HTTP library: at
+    64 clients httpx alone took most of a core here, and the clients share the machine."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
     latencies: list[float] = []
     errors = 0
     left = requests
-    pool = [httpx.AsyncClient(base_url=base, timeout=30) for _ in range(clients)]
-    await asyncio.gather(*(http.get("/api/health") for http in pool))
+    pool = [await asyncio.open_connection(host, int(port)) for _ in range(clients)]
     deadline = time.perf_counter() + max_s
 
-    async def client(http: httpx.AsyncClient) -> None:
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal left, errors
         while left > 0 and time.perf_counter() < deadline:
             left -= 1
             t = time.perf_counter()
             try:
-                ok = (await http.get(path)).status_code == 200
-            except httpx.HTTPError:
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                ok = head.split(b" ", 2)[1] == b"200"
+                size = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                            if line.lower().startswith(b"content-length:"))  # fmt: skip
+                await reader.readexactly(size)
+            except (OSError, asyncio.IncompleteReadError, StopIteration, ValueError):
                 ok = False
             latencies.append((time.perf_counter() - t) * 1e3)
             errors += not ok
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(client(http) for http in pool))
+    await asyncio.gather(*(client(r, w) for r, w in pool))
     wall = time.perf_counter() - t0
-    await asyncio.gather(*(http.aclose() for http in pool))
+    for _, w in pool:
+        w.close()
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else []
     return {"requests": len(latencies), "errors": errors, "wall_s": round(wall, 2),
             "p50_ms": round(q[49], 1) if q else None, "p99_ms": round(q[98], 1) if q else None,

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from autotune.service import lookup, views
+from autotune.service.cache import MISSING
 from autotune.service.errors import Refused, validation_line
 from autotune.service.guard import token_gate
 from autotune.service.schemas import Answer, Error, Health, SpecBody, Studies, Study, Submitted
@@ -111,7 +112,7 @@ def router(service: Service) -> APIRouter:
                             filename="best.cache.bin", headers={"X-Sha256": digest})  # fmt: skip
 
     @api.get("/lookup", response_model=Answer, responses={404: {"model": Error}})
-    def find(
+    async def find(
         model: Annotated[str, Query(min_length=1, max_length=512)],
         device: Literal["cpu", "cuda"],
         layers: Annotated[int | None, Query(ge=1)] = None,
@@ -128,7 +129,10 @@ def router(service: Service) -> APIRouter:
         404 when no study has one (with ``exported``: no finished, exported one)."""
         q = lookup.Query(model, device, layers, workload, batch_size, seq_len, dtype, new_tokens,
                          device_name, torch)  # fmt: skip
-        found = cache.get(("lookup", q), lambda: lookup.lookup(store, q))
+        found = cache.peek(("lookup", q))  # the common case: answered on the event loop
+        if found is MISSING:
+            found = await run_in_threadpool(cache.get, ("lookup", q),
+                                            lambda: lookup.lookup(store, q))  # fmt: skip
         if found is None or (exported and not found["exported"]):
             what = "an exported answer" if exported else "an answer"
             raise Refused(404, f"no study of {q.describe()} has {what} yet: submit one "
@@ -151,6 +155,7 @@ def router(service: Service) -> APIRouter:
         except ValidationError as exc:
             raise Refused(422, validation_line(exc)) from None
         name = await run_in_threadpool(_submit, service, data)
+        cache.changed()
         return {"study": name, "page": f"/studies/{name}", "api": f"/api/studies/{name}"}
 
     return api
