@@ -1,7 +1,7 @@
 """The search service under load: p50 and p99 latency, and errors, of the index, the lookup and a
 study page, at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
 
-    python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 2000]
+    python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 20000]
                             [--max-s 20] [--raw FILE]
 
 Per storage: a finished study (``toy-64``, eager and aot_eager, exported) answers the lookup
@@ -201,7 +201,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--storage", default="sqlite,postgres")
     ap.add_argument("--clients", default="1,16,64", type=lambda s: [int(x) for x in s.split(",")])
-    ap.add_argument("--requests", type=int, default=2000, help="answers per cell, at most")
+    ap.add_argument("--requests", type=int, default=20000, help="answers per cell, at most")
     ap.add_argument("--max-s", type=float, default=20.0, help="seconds per cell, at most")
     ap.add_argument("--raw", type=Path, help="append each cell as a JSON line")
     args = ap.parse_args()
