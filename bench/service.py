@@ -1,8 +1,8 @@
 """The search service under load: p50 and p99 latency, and errors, of the index, the lookup and a
 study page, at 1, 16 and 64 concurrent clients, on loopback, while a worker writes trials.
 
-    python bench/service.py [--storage sqlite,postgres] [--clients 1,16,64] [--requests 20000]
-                            [--max-s 20] [--raw FILE]
+    python bench/service.py [--pin] [--storage sqlite,postgres] [--clients 1,16,64]
+                            [--requests 20000] [--max-s 20] [--raw FILE]
 
 Per storage: a finished study (``toy-64``, eager and aot_eager, exported) answers the lookup
 and is the study page; a second study is searched by ``autotune search`` for the whole run,
@@ -41,14 +41,20 @@ ENDPOINTS = {
 SPACE = ["--backend", "eager,aot_eager", "--dynamic", "none", "--fullgraph", "false"]
 
 
+PIN: dict[str, set[int]] = {}  # with --pin: the CPUs of the server and of everything else
+
+
 def autotune(folder: Path, url: str, *args: str, wait: bool = True) -> subprocess.Popen:
-    """An ``autotune`` command on the storage ``url``, run in ``folder``."""
+    """An ``autotune`` command on the storage ``url``, run in ``folder`` (``serve`` on the
+    server's CPU when pinned)."""
+    cpus = PIN.get("server") if args[0] == "serve" else None
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     env = {**os.environ, "AUTOTUNE_STORAGE": url, "PYTHONPATH": str(ROOT)}
     env.pop("AUTOTUNE_TOKEN", None)
     log = subprocess.PIPE if wait or args[0] == "serve" else open(folder / f"{args[0]}.log", "w")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=folder, env=env,
                             stdout=log, stderr=subprocess.STDOUT if log != subprocess.PIPE
-                            else subprocess.PIPE, text=True)  # fmt: skip
+                            else subprocess.PIPE, text=True, preexec_fn=pin)  # fmt: skip
     if wait:
         _, err = proc.communicate(timeout=1800)
         if proc.returncode:
@@ -80,7 +86,7 @@ def writing(folder: Path, url: str) -> subprocess.Popen:
             "--no-progress",
             "--no-confirm",
         ]
-    )
+    )  # the writer inherits this process's CPUs (with --pin, not the server's)
     loop = f"i=0; while true; do {search} --study live-$i >> writer.log 2>&1; i=$((i+1)); done"
     env = {**os.environ, "AUTOTUNE_STORAGE": url, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(["nice", "-n", "10", "bash", "-c", loop], cwd=folder, env=env,
@@ -204,7 +210,16 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20000, help="answers per cell, at most")
     ap.add_argument("--max-s", type=float, default=20.0, help="seconds per cell, at most")
     ap.add_argument("--raw", type=Path, help="append each cell as a JSON line")
+    ap.add_argument("--pin", action="store_true", help="the server on CPU 0, everything else "
+                    "(clients, writing worker, PostgreSQL) on the other CPUs, as on a deployment "
+                    "where the service has a core of its own")  # fmt: skip
     args = ap.parse_args()
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs two CPUs or more")
+        PIN.update(server={cpus[0]}, rest=set(cpus[1:]))
+        os.sched_setaffinity(0, PIN["rest"])  # what this process starts inherits it
     rows: list[dict] = []
     for kind in args.storage.split(","):
         folder = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
