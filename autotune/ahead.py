@@ -80,7 +80,8 @@ def build(kind: str, model: Any, inputs: tuple, strategy: Strategy, path: str) -
                      "torch.compiler.keep_portable_guards_unsafe drops them, with their "
                      "checks)")  # fmt: skip
         return {"error": f"{kind} build failed: {type(exc).__name__}: {text}"}
-    device = str(next(iter(model.parameters())).device) if list(model.parameters()) else "cpu"
+    first = next(model.parameters(), None)
+    device = str(first.device) if first is not None else "cpu"
     return {"bytes": Path(path).stat().st_size, "build_s": time.perf_counter() - start,
             "fingerprint": artifact.fingerprint(device)}  # fmt: skip
 
