@@ -31,6 +31,7 @@ class Tally:
     stale: tuple[Claim, ...] = ()  # other workers' claims silent for GRACE_S
     numbers: frozenset[int] = frozenset()  # the trials that hold a claim
     deduced: frozenset[str] = frozenset()
+    live: frozenset[str] = frozenset()  # being measured by a worker that beat within GRACE_S
 
     @property
     def measured(self) -> frozenset[str]:
@@ -142,8 +143,9 @@ class Coordinator:
         deduced = {k for k, _, d in rows if d is not None} & keys
         claimed = ({c.key for c in claims} & keys) | settled
         numbers = frozenset(c.trial_number for c in claims if c.trial_number is not None)
+        live = {c.key for c in claims if c.heartbeat is not None and c.heartbeat >= silent}
         return Tally(frozenset(settled), frozenset(unadopted), frozenset(claimed), stale,
-                     numbers, frozenset(deduced))  # fmt: skip
+                     numbers, frozenset(deduced), frozenset((live & keys) - settled))  # fmt: skip
 
     @resilient
     def forget_failed_baseline(self) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.coordination import liveness
+from autotune.coordination.claims import Coordinator
 from autotune.coordination.workers import comparable
 from autotune.errors import AutotuneError
 from autotune.storage import Store, StudyRecord
@@ -50,18 +50,10 @@ def space_keys(spec: dict[str, Any], device: str) -> set[str]:
 
 
 def progress(store: Store, name: str, keys: set[str], budget: int) -> Progress:
-    """A study's progress, in two small queries (no measurement is read whole)."""
-    with store.ledger(name) as ledger:
-        rows = ledger.measurement_states()
-        claims, now = ledger.claims_and_now()
-    settled = {k for k, _, _ in rows} & keys
-    deduced = {k for k, _, d in rows if d is not None} & keys
-    unadopted = {k for k, n, _ in rows if n is None} & keys
-    fresh = now - liveness.GRACE_S
-    held = {c.key for c in claims if c.heartbeat is not None and c.heartbeat >= fresh}
-    held = (held & keys) - settled
-    return Progress(len(keys), budget, len(settled), len(settled - deduced), len(held),
-                    len(unadopted))  # fmt: skip
+    """A study's progress, from the same two small queries a worker's tally makes."""
+    t = Coordinator(store, name, "").tally(keys)  # "": no worker of its own
+    return Progress(len(keys), budget, len(t.settled), len(t.measured), len(t.live),
+                    len(t.unadopted))  # fmt: skip
 
 
 @dataclass
