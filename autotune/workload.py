@@ -106,3 +106,12 @@ class Settings:
 
     def __post_init__(self) -> None:
         config.validate(self)
+
+
+def describe(workload: dict[str, Any]) -> str:
+    """A stored workload in one line, as the dashboard and the service show it."""
+    line = (f"{workload.get('kind', 'inference')} · batch {workload.get('batch_size')} · "
+            f"seq {workload.get('seq_len')} · {workload.get('dtype')}")  # fmt: skip
+    if workload.get("kind") == "generate":
+        line += f" · {workload.get('new_tokens')} new tokens"
+    return line

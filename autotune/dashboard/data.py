@@ -18,6 +18,7 @@ from autotune.selection import Point, candidates, gain, pareto
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy
 from autotune.verdict import Answer, answer
+from autotune.workload import describe
 
 CALLS = [10**e for e in range(0, 9)]  # the break-even plot's x axis, calls made after compiling
 MIN_TRIALS_FOR_IMPORTANCE = 6
@@ -114,8 +115,7 @@ def header_info(d: StudyData) -> Header:
     latency = baseline.measurement.latency if baseline else None
     return Header(
         d.name, d.storage, (d.spec.get("model") or {}).get("name"),
-        f"{w.get('kind')} · batch {w.get('batch_size')} · seq {w.get('seq_len')} · "
-        f"{w.get('dtype')}",
+        describe(w),
         f"{w.get('device')} · {d.environment.get('device_name')}", d.environment.get("torch"),
         dict(sorted(d.counts.items())), latency.median_ms if latency else None,
         d.chosen.key if d.chosen else None, d.policy, d.answer.lines() if d.answer else [],

@@ -13,6 +13,7 @@ from autotune.progress import counts
 from autotune.service.errors import Refused
 from autotune.storage import Store, Stored, StudyRecord
 from autotune.verdict import Answer, answer
+from autotune.workload import describe
 
 
 def finite(value: Any) -> float | None:
@@ -31,14 +32,6 @@ def clean(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
     return value
-
-
-def workload_line(workload: dict[str, Any]) -> str:
-    line = (f"{workload.get('kind', 'inference')} · batch {workload.get('batch_size')} · "
-            f"seq {workload.get('seq_len')} · {workload.get('dtype')}")  # fmt: skip
-    if workload.get("kind") == "generate":
-        line += f" · {workload.get('new_tokens')} new tokens"
-    return line
 
 
 def study_answer(store: Store, study: StudyRecord, rows: list[Stored]) -> Answer | None:
@@ -75,7 +68,7 @@ def summary(store: Store, study: StudyRecord) -> dict[str, Any]:
         "study": study.name,
         "model": model.get("name"),
         "layers": model.get("layers"),
-        "workload": workload_line(workload),
+        "workload": describe(workload),
         "device": str(env.get("device") or workload.get("device") or ""),
         "device_name": env.get("device_name"),
         "torch": env.get("torch"),
