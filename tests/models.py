@@ -234,3 +234,24 @@ def shift_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         return tuple(o.roll(1) if isinstance(o, torch.Tensor) else o for o in gm(*args))
 
     return run
+
+
+class Chain(torch.nn.Module):
+    """200 elementwise steps on a small tensor: eager dispatches each one, Inductor fuses them
+    into one loop, so a compiled strategy wins every timed round even on a loaded machine (a
+    test that needs a compiled pick does not then hang on the sign test's noise)."""
+
+    def __init__(self, steps: int = 200, width: int = 64) -> None:
+        super().__init__()
+        self.steps = steps
+        self.scale = torch.nn.Parameter(torch.full((width,), 0.99))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.steps):
+            x = x * self.scale + 0.01
+        return x
+
+
+def chain() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Chain(), (torch.randn(64, 64),)

@@ -47,7 +47,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them), or --all")
     search = join(check_name(args.study), args.storage, device=args.device, force=args.force,
-                  allow=allowed_code(args))  # fmt: skip
+                  allow=allowed_code(args), clean=not args.spawned)  # fmt: skip
     print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
     with Progress(search.target, len(search.measured()), not args.no_progress) as bar:
         outcome = run(search, bar, max_measure=args.trials)

@@ -230,7 +230,14 @@ class Coordinator:
 
 
 def _fail(study: optuna.Study, number: int) -> str:
-    """Fail a trial unless it has ended; the state it ends in."""
+    """Fail a trial unless it has ended; the state it ends in (``FAIL`` when it was running).
+    Its worker, or a peer's reaper, may end it between Optuna's check and this write: then
+    ``COMPLETE`` if its worker told it, else ``ENDED`` (a peer failed it)."""
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
-    return study.tell(number, state=TrialState.FAIL, skip_if_finished=True).state.name
+    try:
+        return study.tell(number, state=TrialState.FAIL, skip_if_finished=True).state.name
+    except UpdateFinishedTrialError:
+        ended = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return "COMPLETE" if any(t.number == number for t in ended) else "ENDED"

@@ -61,7 +61,8 @@ class LocalWorkers:
     ``ps`` does not show)."""
 
     def __init__(self, study: str, url: str, devices: list[str], allow: list[str]) -> None:
-        argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study, "--no-progress"]
+        argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study]
+        argv += ["--no-progress", "--spawned"]  # spawned: this search has cleaned the study
         if allow:  # the code the search's own command line named
             argv += ["--allow-code", ",".join(allow)]
         self.procs = [

@@ -57,10 +57,12 @@ def open_optuna(url: str, name: str, spec: StudySpec, seed: int, size: int) -> t
 
 def open_search(
     spec: StudySpec, storage: str | None, *, force: bool = False, name: str | None = None,
-    save_spec: bool = True,
+    save_spec: bool = True, clean: bool = True,
 ) -> Search:  # fmt: skip
     """Open a study to search: create it, or resume it (a narrower space is fine, a wider one
-    refused), or join it as a worker (``save_spec=False``: the stored spec stands)."""
+    refused), or join it as a worker (``save_spec=False``: the stored spec stands). ``clean``:
+    fail what an earlier run left RUNNING, if no worker is live (not for workers that a
+    search started: it has cleaned, and their siblings' fresh trials are not an earlier run's)."""
     members = spec.space.validate(spec.workload.device)  # bad input: before any file
     environment = fingerprint(spec.workload.device)
     name = name or spec.study_name(environment)
@@ -83,7 +85,8 @@ def open_search(
         store.set_environment(name, environment)
     store.add_run(name, environment)
     coord = Coordinator(store, name, worker)
-    coord.clean(study)  # what an earlier run left RUNNING, when nobody is working on it now
+    if clean:
+        coord.clean(study)  # what an earlier run left RUNNING, when nobody is working on it now
     store.retry = True  # from here on, a lost connection is waited out, not fatal
     return Search(
         spec, saved.space, name, worker, store, coord, study, sampler, members, keys,
@@ -109,7 +112,7 @@ def submit(spec: StudySpec, storage: str | Store | None) -> str:
 
 def join(
     name: str, storage: str | None, *, device: str | None = None, force: bool = False,
-    allow: list[str] | None = None,
+    allow: list[str] | None = None, clean: bool = True,
 ) -> Search:  # fmt: skip
     """A worker's search on an existing study: everything comes from the storage, and the code
     its spec names runs only if ``allow`` names it (autotune.code)."""
@@ -124,4 +127,4 @@ def join(
     if device is not None:
         workload = Workload.create(**{**spec.workload.to_dict(), "device": device})
         spec = dataclasses.replace(spec, workload=workload)
-    return open_search(spec, storage, force=force, name=name, save_spec=False)
+    return open_search(spec, storage, force=force, name=name, save_spec=False, clean=clean)
