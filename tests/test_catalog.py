@@ -229,7 +229,8 @@ def test_llama() -> None:
     assert (rope["rope_type"], rope["rope_theta"], rope["factor"]) == ("llama3", 500000.0, 32.0)
     assert (rope["low_freq_factor"], rope["high_freq_factor"]) == (1.0, 4.0)
     assert rope["original_max_position_embeddings"] == 8192
-    assert len(model.model.layers) == 1
+    assert len(model.model.layers) == 1 and c._attn_implementation == "sdpa"
+    assert next(model.parameters()).dtype == torch.bfloat16
     assert torch.equal(model.model.rotary_emb.inv_freq, LlamaRotaryEmbedding(c).inv_freq)
     assert torch.all(model.model.norm.weight == 1)  # Llama's RMSNorm starts at ones
     assert model.lm_head.weight is model.model.embed_tokens.weight
@@ -288,6 +289,7 @@ def test_directory_with_config_only(tmp_path: Path) -> None:
     model, inputs = build(ModelRef(str(tmp_path)), F32)
     assert type(model).__name__ == "GPT2LMHeadModel" and len(model.transformer.h) == 2
     assert model.config.use_cache is False
+    assert model.config._attn_implementation == "sdpa"  # asked for by the public argument
     assert inputs[0].shape == (1, 8) and int(inputs[0].max()) < 100
     assert torch.isfinite(logits(model, inputs)).all()
     again, _ = build(ModelRef(str(tmp_path)), F32)
@@ -304,7 +306,7 @@ def test_directory_with_weights(tmp_path: Path) -> None:
         saved = GPT2LMHeadModel(tiny_gpt2_config())
     saved.save_pretrained(tmp_path)
     model, inputs = build(ModelRef(str(tmp_path)), F32)
-    assert same_weights(model, saved)
+    assert same_weights(model, saved) and model.config._attn_implementation == "sdpa"
     assert torch.isfinite(logits(model, inputs)).all()
     with pytest.raises(ConfigError, match="cannot load weights"):
         build(ModelRef("gpt2", layers=1, weights=str(tmp_path)), F32)

@@ -142,33 +142,41 @@ def make_config(entry: dict[str, Any], layers: int | None) -> Any:
     """The transformers config of a preset entry, with use_cache off, sdpa and ``layers``."""
     import transformers
 
-    config = getattr(transformers, entry["config_class"])(**entry["config"])
-    return adjust_config(config, layers)
+    config_class = getattr(transformers, entry["config_class"])
+    return adjust_config(config_class(**entry["config"], attn_implementation="sdpa"), layers)
 
 
 def adjust_config(config: Any, layers: int | None) -> Any:
-    """Turn the KV cache off, ask for sdpa attention, and cut the model to ``layers`` blocks."""
+    """Turn the KV cache off and cut the model to ``layers`` blocks. (The attention is asked for
+    through transformers' public ``attn_implementation`` argument, where the config or the
+    model is made.)"""
     config.use_cache = False
-    config._attn_implementation = "sdpa"
     if layers is not None:
         config.get_text_config().num_hidden_layers = layers
     return config
 
 
-def random_model(model_class: Any, config: Any, seed: int, workload: Workload) -> Any:
-    """Build ``model_class`` from ``config`` with deterministic random weights, fast."""
+def random_model(
+    model_class: Any, config: Any, seed: int, workload: Workload, attention: str | None = None
+) -> Any:
+    """Build ``model_class`` from ``config`` with deterministic random weights, fast: an Auto
+    class with ``attention``, a model class as its config says (the skeleton sets the dtype)."""
     dtype = workload.torch_dtype
     with skeleton(dtype):
         if hasattr(model_class, "from_config"):  # an Auto class
-            model = model_class.from_config(config, dtype=dtype, trust_remote_code=False)
+            model = model_class.from_config(config, dtype=dtype, trust_remote_code=False,
+                                            attn_implementation=attention)  # fmt: skip
         else:
-            model = model_class._from_config(config, dtype=dtype)
+            model = model_class(config)
     materialize(model, seed, workload.device, dtype)
     return model
 
 
-def pretrained_model(model_class: Any, path: str, config: Any, workload: Workload) -> Any:
+def pretrained_model(
+    model_class: Any, path: str, config: Any, workload: Workload, attention: str | None = None
+) -> Any:
     """Load real weights from the local directory ``path`` (never the hub) into ``config``."""
+    extra = {"attn_implementation": attention} if attention else {}
     try:
         model, info = model_class.from_pretrained(
             path,
@@ -177,6 +185,7 @@ def pretrained_model(model_class: Any, path: str, config: Any, workload: Workloa
             local_files_only=True,
             trust_remote_code=False,
             output_loading_info=True,
+            **extra,
         )
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise ConfigError(f"cannot load weights from {path}: {one_line(exc)}") from exc
@@ -225,22 +234,22 @@ def build_directory(
 ) -> tuple[Any, tuple[Any, ...]]:
     """A local directory with ``config.json``; real weights from ``weights`` or the directory."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read {path}/config.json: {one_line(exc)}") from exc
     adjust_config(config, layers)
-    causal = type(config) in AutoModelForCausalLM._model_mapping
+    causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     auto = AutoModelForCausalLM if causal else AutoModel
     source = weights or (path if has_weights(path) else None)
     for attention in ("sdpa", "eager"):  # sdpa where the architecture has it
-        config._attn_implementation = attention
         try:
             if source:
-                model = pretrained_model(auto, source, config, workload)
+                model = pretrained_model(auto, source, config, workload, attention)
             else:
-                model = random_model(auto, config, seed, workload)
+                model = random_model(auto, config, seed, workload, attention)
             break
         except (ValueError, ConfigError) as exc:
             if attention == "sdpa" and "scaled_dot_product_attention" in str(exc):
