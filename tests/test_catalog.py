@@ -230,7 +230,7 @@ def test_llama() -> None:
     assert (rope["low_freq_factor"], rope["high_freq_factor"]) == (1.0, 4.0)
     assert rope["original_max_position_embeddings"] == 8192
     assert len(model.model.layers) == 1 and c._attn_implementation == "sdpa"
-    assert next(model.parameters()).dtype == torch.bfloat16
+    assert next(model.parameters()).dtype == torch.bfloat16 and c.dtype == torch.bfloat16
     assert torch.equal(model.model.rotary_emb.inv_freq, LlamaRotaryEmbedding(c).inv_freq)
     assert torch.all(model.model.norm.weight == 1)  # Llama's RMSNorm starts at ones
     assert model.lm_head.weight is model.model.embed_tokens.weight

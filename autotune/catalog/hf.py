@@ -166,7 +166,8 @@ def random_model(
         if hasattr(model_class, "from_config"):  # an Auto class
             model = model_class.from_config(config, dtype=dtype, trust_remote_code=False,
                                             attn_implementation=attention)  # fmt: skip
-        else:
+        else:  # a model class: its config records the dtype, as from_config's does
+            config.dtype = dtype
             model = model_class(config)
     materialize(model, seed, workload.device, dtype)
     return model
