@@ -24,7 +24,7 @@ from autotune.space import KEYS as SPACE_KEYS
 from autotune.space import Space
 from autotune.workload import Settings, Workload
 
-SAMPLERS = ("tpe", "gp", "nsga2", "random", "grid")
+SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 _SIZES = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -123,7 +123,9 @@ class StudySpec:
     trials: int = option(30, "strategies to measure in the study", read=whole(1), cli_type=int)
     time_budget_s: float | None = option(None, "stop starting trials after e.g. 30m or 2h",
                                          toml="time_budget", read=parse_duration)  # fmt: skip
-    sampler: str = option("tpe", f"the sampler: {', '.join(SAMPLERS)}", read=text(SAMPLERS))
+    sampler: str = option("surrogate", f"the sampler: {', '.join(SAMPLERS)} (surrogate: "
+                          "autotune's model of the factors, TPE where it has no pick)",
+                          read=text(SAMPLERS))  # fmt: skip
     objectives: tuple[str, ...] = option(
         None, "START,SPEED[,memory]: START is compile (a cold start), warm or portable; SPEED "
         "latency, or decode or ttft for --workload generate (default compile,latency; "

@@ -1,14 +1,23 @@
-"""Search efficiency: replay the search against a recorded exhaustive grid.
+"""Search efficiency: replay the search against recorded exhaustive grids, held out.
 
 Record a grid once (every canonical strategy of a space, measured for real), e.g.:
 
-    autotune search --model toy-64 --sampler grid --trials 1000 --iters 10 --no-progress \
-        --study toy64-grid --storage sqlite:///bench/results/toy64-grid.db
+    autotune search --model bench/models/llama-small --sampler grid --trials 1000 --iters 10 \
+        --starts cold --mode default,max-autotune-no-cudagraphs --options freezing,cpp_wrapper \
+        --fullgraph false --no-progress --no-confirm --study llama-small-options-grid \
+        --storage sqlite:///bench/results/llama-small-options-grid.db
 
-then replay the search over 10 seeds through autotune's own loop (steering, de-duplication and
-deduction included), each measurement looked up in the record instead of run:
+then replay the search over 10 seeds through autotune's own loop (steering, de-duplication,
+deduction and the surrogate included), each measurement looked up in the record instead of run.
 
-    python bench/efficiency.py --record sqlite:///bench/results/toy64-grid.db --study toy64-grid
+    python bench/efficiency.py
+
+replays every record ``bench/results/*-grid.db`` (the study named as the file) *held out*:
+for each record, the tactics variant (``--choices``) that does best on the other records is
+chosen, and only its result on this record is reported, beside the sampler alone (TPE and
+random, no tactics). ``--record URL [--study NAME]`` reports one more record the same way,
+chosen on all of the bench's. ``--samplers`` and ``--variants`` print instead one table per
+record of every sampler with every variant (no choosing: for diagnosis).
 
 The space, workload and objectives come from the record's stored spec, so older and newer
 records replay without code changes. A strategy of that space missing from the record counts as
@@ -25,15 +34,20 @@ record's wall time of each measured strategy).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import shutil
 import statistics
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
 from autotune.measurement import Measurement
 from autotune.metrics import failure_stage_of
+from autotune.references import Reference
 from autotune.search import Search, open_search, run
 from autotune.search.deduction import Tactics
 from autotune.selection import Point, candidates, pareto
@@ -41,18 +55,22 @@ from autotune.spec import StudySpec
 from autotune.storage import Store
 from autotune.strategy import Strategy
 
-NONE = Tactics(False, False, False, False, False)
+NONE = Tactics(False, False, False, False, False, False)
 VARIANTS = {  # name: tactics
     "default": Tactics(),
-    "all": Tactics(True, True, True, True, True),
+    "all": Tactics(True, True, True, True, True, True),
     "none": NONE,
-    "anchors": Tactics(True, False, False, False, False),
-    "implication": Tactics(False, True, False, False, False),
-    "equivalence": Tactics(False, False, True, False, False),
-    "exhaustive": Tactics(False, False, False, True, False),
-    "cheap-first": Tactics(False, False, False, False, True),
-    "all-but-cheap-first": Tactics(True, True, True, True, False),
-    "all-but-equivalence": Tactics(True, True, False, True, True),
+    "narrow": Tactics(spread=0.5),  # the surrogate, sure of less change per factor
+    "wide": Tactics(spread=2.0),  # ... of more
+    "old-default": Tactics(model=False),  # the tactics before the surrogate
+    "model": Tactics(False, False, False, False, False, True),
+    "anchors": Tactics(True, False, False, False, False, False),
+    "implication": Tactics(False, True, False, False, False, False),
+    "equivalence": Tactics(False, False, True, False, False, False),
+    "exhaustive": Tactics(False, False, False, True, False, False),
+    "cheap-first": Tactics(False, False, False, False, True, False),
+    "all-but-cheap-first": Tactics(True, True, True, True, False, True),
+    "all-but-equivalence": Tactics(True, True, False, True, True, True),
 }
 
 
@@ -120,6 +138,7 @@ def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, sc
     with tempfile.TemporaryDirectory() as folder:
         search = open_search(spec, f"sqlite:///{folder}/replay.db")
         search.measure = lookup  # type: ignore[method-assign]
+        search.reference = Reference.none("a replay measures nothing")
         search.tactics = tactics
         trace = Trace(search, record, scale)
         run(search, trace)
@@ -138,76 +157,200 @@ def open_record(url: str, folder: str) -> Store:
     return Store(url, create=False)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--record", default="sqlite:///bench/results/toy64-grid.db")
-    p.add_argument("--study", default="toy64-grid")
-    p.add_argument("--seeds", type=int, default=10)
-    p.add_argument("--samplers", default="tpe,gp,nsga2,random")
-    p.add_argument("--variants", default="all,none", help=", ".join(VARIANTS))
-    p.add_argument("--budget", type=float, default=0.2, help="fraction of the space")
-    p.add_argument("--fraction", type=float, default=0.95)
-    args = p.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        store = open_record(args.record, folder)
-        row = store.study(args.study)
-        if row is None:
-            raise SystemExit(f"no study {args.study} in {args.record}")
-        record = {r.key: Measurement.from_dict(r.payload) for r in store.measurements(args.study)}
-        everything = candidates(store.measurements(args.study))
-    recorded = StudySpec.from_dict(row.spec)
-    front = pareto(everything)
-    scale = Scale(front)
-    full = hypervolume(everything, scale)
-    size = len(recorded.space.validate(recorded.workload.device))
-    budget = max(1, int(args.budget * size))
+@dataclass
+class Record:
+    """An exhaustive record, loaded: every measurement by key, its spec and exhaustive front."""
+
+    url: str
+    name: str
+    record: dict[str, Measurement]
+    spec: StudySpec
+    front: list[Point]
+    scale: Scale
+    full: float  # the exhaustive front's hypervolume
+    size: int  # strategies in its space
+    budget: int  # measured strategies a replay may spend
+
+    @classmethod
+    def load(cls, url: str, study: str, budget: float) -> Record:
+        with tempfile.TemporaryDirectory() as folder:
+            store = open_record(url, folder)
+            row = store.study(study)
+            if row is None:
+                raise SystemExit(f"no study {study} in {url}")
+            stored = store.measurements(study)
+        record = {r.key: Measurement.from_dict(r.payload) for r in stored}
+        everything = candidates(stored)
+        spec = StudySpec.from_dict(row.spec)
+        front = pareto(everything)
+        scale = Scale(front)
+        size = len(spec.space.validate(spec.workload.device))
+        return cls(url, study, record, spec, front, scale, hypervolume(everything, scale), size,
+                   max(1, int(budget * size)))  # fmt: skip
+
+    def replays(self, sampler: str, variant: str, seeds: int, fraction: float) -> Replays:
+        """``seeds`` replays of the search with ``sampler`` and the tactics ``variant``."""
+        out = Replays(self.budget)
+        for seed in range(seeds):
+            data = self.spec.to_dict()
+            spec = StudySpec.from_dict({
+                **data, "sampler": sampler, "trials": self.budget,
+                "study": f"replay-{sampler}-{variant}-{seed}",
+                "settings": {**data["settings"], "seed": seed},
+            })  # fmt: skip
+            n, spent, final, gone = replay(self.record, spec, VARIANTS[variant], self.scale,
+                                           fraction * self.full)  # fmt: skip
+            out.needed.append(n)
+            out.spent.append(spent)
+            out.finals.append(final / self.full)
+            out.missing |= gone
+        return out
+
+
+@dataclass
+class Replays:
+    """The outcome of one sampler and tactics over the seeds of one record."""
+
+    budget: int
+    needed: list[int | None] = field(default_factory=list)  # measured to reach the target
+    spent: list[float] = field(default_factory=list)  # seconds measuring until then
+    finals: list[float] = field(default_factory=list)  # hypervolume at the budget, a fraction
+    missing: set[str] = field(default_factory=set)
+
+    @property
+    def reached(self) -> int:
+        return sum(n is not None for n in self.needed)
+
+    def score(self) -> tuple[float, float]:
+        """What the held-out choice maximises: seeds reaching the target, then median HV."""
+        return self.reached / len(self.needed), statistics.median(self.finals)
+
+    def counts(self) -> tuple[str, str, str]:
+        """(each seed's count, median, worst), ``>B`` where the budget ran out first."""
+        shown = [str(n) if n is not None else f">{self.budget}" for n in self.needed]
+        ranked = sorted(n if n is not None else self.budget + 1 for n in self.needed)
+        median, worst = statistics.median(ranked), ranked[-1]
+
+        def cap(v: float) -> str:
+            return f"{v:g}" if v <= self.budget else f">{self.budget}"
+
+        return ", ".join(shown), cap(median), cap(worst)
+
+    def hv(self) -> str:
+        return f"{statistics.median(self.finals):.1%} ({min(self.finals):.1%})"
+
+
+def table(rec: Record, samplers: list[str], variants: list[str], seeds: int, fraction: float
+          ) -> None:  # fmt: skip
+    """One record's table: every sampler with every tactics variant."""
     print(
-        f"record {args.study}: {len(record)} strategies measured ({size} in its space), "
-        f"{len(everything)} feasible; exhaustive front: {', '.join(p.key for p in front)}"
-    )
-    print(f"budget: {budget} measured strategies ({args.budget:.0%} of the space); target "
-          f"{args.fraction:.0%} of the exhaustive hypervolume\n")  # fmt: skip
-    print(
-        f"| sampler | tactics | measured strategies to reach {args.fraction:.0%} ({args.seeds} "
-        "seeds) | median | worst | seeds within budget | median s measuring (reached) | "
+        f"| sampler | tactics | measured strategies to reach {fraction:.0%} ({seeds} seeds) | "
+        "median | worst | seeds within budget | median s measuring (reached) | "
         "HV at budget, median (worst) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for sampler in args.samplers.split(","):
-        for variant in args.variants.split(","):
-            needed, spent, finals, missing = [], [], [], set()
-            for seed in range(args.seeds):
-                data = recorded.to_dict()
-                spec = StudySpec.from_dict({
-                    **data, "sampler": sampler, "trials": budget,
-                    "study": f"replay-{sampler}-{variant}-{seed}",
-                    "settings": {**data["settings"], "seed": seed},
-                })  # fmt: skip
-                n, s, final, gone = replay(record, spec, VARIANTS[variant], scale,
-                                           args.fraction * full)  # fmt: skip
-                needed.append(n)
-                spent.append(s)
-                finals.append(final / full)
-                missing |= gone
-            shown = [str(n) if n is not None else f">{budget}" for n in needed]
-            ranked = sorted(n if n is not None else budget + 1 for n in needed)
-            median = statistics.median(ranked)
-            worst = ranked[-1]
-            reached = [s for s, n in zip(spent, needed, strict=True) if n]
-            print(
-                f"| {sampler} | {variant} | {', '.join(shown)} | "
-                f"{median if median <= budget else f'>{budget}'} | "
-                f"{worst if worst <= budget else f'>{budget}'} | "
-                f"{sum(n is not None for n in needed)}/{len(needed)} | "
-                f"{statistics.median(reached) if reached else 0:.0f}"
-                f" | {statistics.median(finals):.1%} ({min(finals):.1%}) |",
-                flush=True,
-            )
-            if missing:
+    for sampler in samplers:
+        for variant in variants:
+            r = rec.replays(sampler, variant, seeds, fraction)
+            shown, median, worst = r.counts()
+            spent = [s for s, n in zip(r.spent, r.needed, strict=True) if n]
+            print(f"| {sampler} | {variant} | {shown} | {median} | {worst} | "
+                  f"{r.reached}/{seeds} | {statistics.median(spent) if spent else 0:.0f} | "
+                  f"{r.hv()} |", flush=True)  # fmt: skip
+            if r.missing:
                 print(
-                    f"  ({len(missing)} strategies of the space are not in the record, "
-                    f"counted as unmeasurable: {', '.join(sorted(missing)[:5])} ...)"
+                    f"  ({len(r.missing)} strategies of the space are not in the record, "
+                    f"counted as unmeasurable: {', '.join(sorted(r.missing)[:5])} ...)"
                 )
+
+
+def _replays(job: tuple[str, str, float, str, str, int, float]) -> Replays:
+    """One (record, sampler, variant)'s replays, in a process of its own."""
+    url, study, budget, sampler, variant, seeds, fraction = job
+    return Record.load(url, study, budget).replays(sampler, variant, seeds, fraction)
+
+
+def held_out(
+    records: list[Record], targets: list[Record], choices: list[str], seeds: int,
+    fraction: float, budget: float, jobs: int,
+) -> None:  # fmt: skip
+    """Leave one out: for each target, the tactics variant that does best on the *other*
+    records is chosen, and only its result on the target is reported, beside the samplers
+    alone (TPE and random with no tactics). The replays run ``jobs`` at a time."""
+    every = {r.name: r for r in records + targets}
+    wanted = {(r, v, "tpe") for r in every for v in choices}
+    wanted |= {(t.name, "none", sampler) for t in targets for sampler in ("tpe", "random")}
+    order = sorted(wanted)
+    work = [(every[r].url, r, budget, sampler, v, seeds, fraction) for r, v, sampler in order]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = dict(zip(order, pool.map(_replays, work), strict=True))
+
+    print(f"| record (held out) | budget | tactics chosen on the others | seeds reaching "
+          f"{fraction:.0%} within budget | measured strategies to reach it: median (worst) | "
+          "HV at budget: median (worst) | TPE alone: seeds, HV median (worst) | "
+          "random alone: seeds, HV median (worst) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for target in targets:
+        train = [r for r in records if r.name != target.name]
+
+        def on_train(variant: str, train: list[Record] = train) -> tuple[float, float]:
+            scores = [done[r.name, variant, "tpe"].score() for r in train]
+            return tuple(statistics.mean(s[i] for s in scores) for i in (0, 1))  # type: ignore
+
+        chosen = max(choices, key=on_train) if train else choices[0]
+        got = done[target.name, chosen, "tpe"]
+        _, median, worst = got.counts()
+        alone = [done[target.name, "none", sampler] for sampler in ("tpe", "random")]
+        print(f"| {target.name} | {target.budget} of {target.size} | {chosen} | "
+              f"{got.reached}/{seeds} | {median} ({worst}) | {got.hv()} | "
+              + " | ".join(f"{a.reached}/{seeds}, {a.hv()}" for a in alone) + " |",
+              flush=True)  # fmt: skip
+    print("\nEach variant on each record (what the choices were made from; a record's own row "
+          "never chose its variant):\n")  # fmt: skip
+    print("| record | " + " | ".join(choices) + " |")
+    print("| --- |" + " --- |" * len(choices))
+    for rec in every.values():
+        cells = [f"{done[rec.name, v, 'tpe'].reached}/{seeds}, {done[rec.name, v, 'tpe'].hv()}"
+                 for v in choices]  # fmt: skip
+        print(f"| {rec.name} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--record", help="a record's storage URL (default: every bench record)")
+    p.add_argument("--study", help="the record's study name (default: the file's name)")
+    p.add_argument("--results", default="bench/results", help="where the records *-grid.db are")
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--samplers", help="one table per record: these samplers ...")
+    p.add_argument("--variants", help="... with these tactics: " + ", ".join(VARIANTS))
+    p.add_argument(
+        "--choices",
+        default="default,narrow,wide,old-default",
+        help="held out: the tactics variants the other records choose among",
+    )
+    p.add_argument("--budget", type=float, default=0.2, help="fraction of the space")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replays at a time")
+    p.add_argument("--fraction", type=float, default=0.95)
+    args = p.parse_args()
+    bench = [Record.load(f"sqlite:///{path}", path.stem, args.budget)
+             for path in sorted(Path(args.results).glob("*-grid.db"))]  # fmt: skip
+    targets = bench
+    if args.record:
+        study = args.study or Path(make_url(args.record).database or "").stem
+        targets = [Record.load(args.record, study, args.budget)]
+    for rec in targets:
+        print(f"record {rec.name}: {len(rec.record)} strategies measured ({rec.size} in its "
+              f"space); exhaustive front: {', '.join(p.key for p in rec.front)}")  # fmt: skip
+    print(f"budget: {args.budget:.0%} of each space; target {args.fraction:.0%} of the "
+          "exhaustive hypervolume\n")  # fmt: skip
+    if args.samplers or args.variants:
+        for rec in targets:
+            print(f"\n{rec.name}: {rec.budget} measured strategies\n")
+            samplers, variants = args.samplers or "tpe", args.variants or "default"
+            table(rec, samplers.split(","), variants.split(","), args.seeds, args.fraction)
+        return
+    held_out(bench, targets, args.choices.split(","), args.seeds, args.fraction, args.budget,
+             args.jobs)  # fmt: skip
 
 
 if __name__ == "__main__":

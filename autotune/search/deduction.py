@@ -10,11 +10,13 @@ first. Every rule here is proved by the trial it starts from, never assumed:
   would (automatic dynamic shapes only change anything at a recompile); with no graph break (and
   no block left eager), ``fullgraph=False`` compiled exactly as ``fullgraph=True`` would. The
   siblings are told the trial's measurement as a repeat.
-- **Anchors first**: eager, Dynamo alone (``full/eager``), ``full`` and ``regional`` Inductor at
-  its defaults (the choices of torch's docs and of Accelerate) and ``full`` Inductor at its most
-  effort, so the pick is never worse than those and the front starts with real points at both
-  of its ends. **Exhaustive when cheap**: when the budget covers every strategy left, they
-  are all measured, cheapest to compile first; **cheap first** also breaks the sampler's ties.
+- **Anchors first**: eager, Dynamo alone (``full/eager``), each granularity's Inductor at its
+  defaults (``full`` and ``regional`` are the choices of torch's docs and of Accelerate) and
+  ``full`` Inductor at its most effort, one strategy each, so the pick is never worse than those
+  and the front starts with real points at both of its ends. **Exhaustive when cheap**: when
+  the budget covers every strategy left, they are all measured, cheapest to compile first. The
+  rest is the surrogate's (:mod:`.surrogate`), or with it off the sampler's, where **cheap
+  first** breaks the ties.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ ANCHORS = (
     Strategy.create("full", "eager"),  # Dynamo alone: the quickest compile there is
     Strategy.create("full"),
     Strategy.create("regional"),
+    Strategy.create("nested"),
 )
 _BACKEND_COST = {"none": 0, "eager": 1, "aot_eager": 2, "inductor": 4}
 _MODE_COST = {"lite": 0, "default": 1}
@@ -47,6 +50,9 @@ class Tactics:
     equivalence: bool = False
     exhaustive: bool = True
     cheap_first: bool = True
+    model: bool = True  # the surrogate (:mod:`.surrogate`) picks what the anchors leave (the
+    # default sampler, ``surrogate``; another sampler named turns it off)
+    spread: float = 1.0  # the surrogate's prior spreads, scaled (bench/efficiency.py picks it)
 
 
 def cost(s: Strategy) -> tuple[int, int, int, int]:
@@ -56,16 +62,16 @@ def cost(s: Strategy) -> tuple[int, int, int, int]:
     return _BACKEND_COST.get(s.backend, 3), mode, len(s.options), granularity
 
 
-def anchors(free: Iterable[Strategy]) -> list[Strategy]:
+def anchors(free: Iterable[Strategy], members: Iterable[Strategy]) -> list[Strategy]:
     """The anchors among ``free``, in order: eager; Dynamo alone (``full/eager``); ``full`` and
     ``regional`` Inductor at its defaults; and ``full`` Inductor at its most effort (the dearest
-    mode and every option), the likely other end of the front."""
-    free = list(free)
+    mode and every option of the space's ``members``), the likely other end of the front. Each
+    is one strategy, measured once: once they are, the anchors are done."""
     keys = {s.key for s in free}
-    dear = [s for s in free if (s.granularity, s.backend, s.dynamic, s.fullgraph)
+    dear = [s for s in members if (s.granularity, s.backend, s.dynamic, s.fullgraph)
             == ("full", "inductor", None, False)]  # fmt: skip
     most = [max(dear, key=cost)] if dear else []
-    return [a for a in ANCHORS if a.key in keys] + [s for s in most if s not in ANCHORS]
+    return [a for a in (*ANCHORS, *most) if a.key in keys]
 
 
 def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:

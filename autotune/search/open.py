@@ -90,7 +90,7 @@ def open_search(
     store.retry = True  # from here on, a lost connection is waited out, not fatal
     return Search(
         spec, saved.space, name, worker, store, coord, study, sampler, members, keys,
-        environment, Tactics(equivalence=spec.equivalence),
+        environment, Tactics(equivalence=spec.equivalence, model=saved.sampler == "surrogate"),
     )  # fmt: skip
 
 

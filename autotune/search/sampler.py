@@ -32,13 +32,14 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-SAMPLERS = ("tpe", "gp", "nsga2", "random", "grid")
+SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
 
 
 def base_sampler(name: str, seed: int, size: int) -> optuna.samplers.BaseSampler | None:
-    """Optuna's sampler for a space of ``size`` strategies (``grid``: none, space order)."""
+    """Optuna's sampler for a space of ``size`` strategies (``grid``: none, space order;
+    ``surrogate``: TPE, for the trials where the surrogate has no pick)."""
     startup = max(4, min(10, size // 6))
-    if name == "tpe":
+    if name in ("tpe", "surrogate"):
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=startup
         )

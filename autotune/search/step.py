@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from autotune import references
 from autotune.errors import AutotuneError
 from autotune.measurement import Measurement
-from autotune.search import deduction
+from autotune.search import deduction, surrogate
 from autotune.selection import objective_values
 from autotune.storage import retrying
 from autotune.strategy import Strategy
@@ -198,13 +198,28 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
 
 
 def steer(search: Search, tally: Tally, free: list[Strategy]) -> Strategy | None:
-    """The strategy the next trial must be, if the domain says so: an anchor not yet measured,
-    or, when the budget covers every strategy left, the cheapest of them."""
-    if search.tactics.anchors and (first := deduction.anchors(free)):
+    """The strategy the next trial must be, if the domain says so: an anchor not yet measured;
+    when the budget covers every strategy left, the cheapest of them; else the surrogate's
+    pick (None: the sampler's)."""
+    if search.tactics.anchors and (first := deduction.anchors(free, search.members)):
         return first[0]
     if search.tactics.exhaustive and free and search.spec.trials - tally.spent >= len(free):
         return min(free, key=deduction.cost)
+    if search.tactics.model:
+        return model_pick(search, free)
     return None
+
+
+def model_pick(search: Search, free: list[Strategy]) -> Strategy | None:
+    """The surrogate's pick among ``free`` from the study's measured strategies so far."""
+    from autotune.selection import candidates
+
+    rows = [r for r in search.store.measurements(search.name) if r.deduced_from is None]
+    points = candidates(rows, search.spec.max_memory_mb)
+    values = {Strategy.from_dict(p.strategy): p.values(search.spec.objectives) for p in points}
+    failed = [Strategy.from_dict(r.payload["strategy"]) for r in rows
+              if r.key not in {p.key for p in points}]  # fmt: skip
+    return surrogate.propose(values, failed, free, search.tactics.spread)
 
 
 def deduce(search: Search, m: Measurement, number: int) -> int:

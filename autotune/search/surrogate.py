@@ -1,0 +1,173 @@
+"""The surrogate: what the strategies measured so far predict about those not measured yet.
+
+A strategy is a set of factors (granularity, backend, mode, ``dynamic``, ``fullgraph`` and each
+Inductor option that is on) and the pairs that most often interact (granularity with each other
+factor, backend with ``dynamic``). Each objective, on a log scale, is modelled as a sum of one
+effect per factor and pair (Bayesian linear regression: every effect starts at zero with a prior
+spread, a pair's smaller than a single factor's). So what one trial shows is shared by every
+strategy with the same factors: ``cpp_wrapper``'s gain measured at ``full`` is expected at
+``regional`` too, until a trial there says otherwise. A strategy fails (or gives wrong outputs)
+with a probability smoothed from the trials of its backend, then its granularity and backend,
+then its ``dynamic``, and of each option it turns on.
+
+The next strategy is the one whose measurement (drawn from the posterior, measuring noise
+included) would add most, on average, to the hypervolume of the front found so far (expected
+improvement), times its chance to run. The constants are set a priori, not fitted to a record:
+a factor changes an objective by about x1.35, a pair by x1.16, and a measurement is noisy by
+about x1.1 (identical compiles differ by 15-19 % in the records). ``spread`` scales the priors;
+``bench/efficiency.py`` chooses it on held-out records.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from autotune.search.deduction import cost
+from autotune.strategy import Strategy
+
+FACTOR_SD, PAIR_SD, NOISE_SD = 0.3, 0.15, 0.1  # log units: x1.35, x1.16, x1.1
+DRAWS = 64  # samples of each strategy's predicted objectives, for its expected improvement
+FAIL_PRIOR, FAIL_WEIGHT = 0.1, 2.0  # a failure rate's start, and how many trials it counts as
+
+
+def factors(s: Strategy) -> list[str]:
+    """A strategy's factors: one per field that applies, one per option that is on."""
+    if s.granularity == "none":
+        return ["eager"]
+    fields = [f"g={s.granularity}", f"b={s.backend}", f"d={s.dynamic}", f"f={s.fullgraph}"]
+    if s.backend == "inductor":
+        fields.append(f"m={s.mode}")
+    return fields + [f"o={o}" for o in s.options]
+
+
+def features(s: Strategy) -> list[str]:
+    """Factors, and the pairs that most often interact: granularity with each other factor
+    (a region compiles and runs differently), and backend with ``dynamic``."""
+    one = factors(s)
+    pairs = [(a, b) for a, b in itertools.combinations(one, 2)
+             if a.startswith("g=") or (a.startswith("b=") and b.startswith("d="))]  # fmt: skip
+    return one + [f"{a}&{b}" for a, b in pairs]
+
+
+class Fit:
+    """Bayesian linear regression of one objective (log scale) on the features."""
+
+    def __init__(
+        self, names: list[str], xs: list[list[str]], ys: list[float], spread: float = 1.0
+    ) -> None:
+        self.index = {n: i for i, n in enumerate(names)}
+        prior = (spread * np.array([PAIR_SD if "&" in n else FACTOR_SD for n in names])) ** 2
+        self.mean = float(np.mean(ys)) if ys else 0.0
+        x = self.matrix(xs)
+        precision = x.T @ x / NOISE_SD**2 + np.diag(1.0 / prior)
+        self.cov = np.linalg.inv(precision)
+        self.w = self.cov @ x.T @ (np.array(ys) - self.mean) / NOISE_SD**2
+
+    def matrix(self, xs: list[list[str]]) -> np.ndarray:
+        m = np.zeros((len(xs), len(self.index)))
+        for row, names in enumerate(xs):
+            for n in names:
+                if n in self.index:
+                    m[row, self.index[n]] = 1.0
+        return m
+
+    def predict(self, xs: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of each row's objective (log scale)."""
+        x = self.matrix(xs)
+        sd = np.sqrt(np.einsum("ij,jk,ik->i", x, self.cov, x))
+        return self.mean + x @ self.w, sd
+
+
+def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
+    """The volume the points dominate (minimising every objective) up to ``ref``."""
+    pts = [tuple(p) for p in points if all(a < r for a, r in zip(p, ref, strict=True))]
+    if not pts:
+        return 0.0
+    if len(ref) == 1:
+        return ref[0] - min(p[0] for p in pts)
+    pts.sort(key=lambda p: p[-1])
+    volume = 0.0
+    for i, p in enumerate(pts):  # slabs along the last objective
+        top = pts[i + 1][-1] if i + 1 < len(pts) else ref[-1]
+        if top > p[-1]:
+            volume += hypervolume([q[:-1] for q in pts[: i + 1]], ref[:-1]) * (top - p[-1])
+    return volume
+
+
+def failure_chance(s: Strategy, tried: list[tuple[Strategy, bool]]) -> float:
+    """How likely ``s`` is to fail, from the trials so far (``(strategy, failed)``): a rate
+    smoothed from its backend's trials, then its granularity's, then its ``dynamic``'s (trials
+    with options ``s`` lacks left out); and for each option it turns on, from that rate on to
+    the option's trials, then the option's at this granularity. The largest of these."""
+
+    def smoothed(start: float, *groups: list[bool]) -> float:
+        for group in groups:
+            start = (sum(group) + FAIL_WEIGHT * start) / (len(group) + FAIL_WEIGHT)
+        return start
+
+    def same(*fields: str, option: str | None = None) -> list[bool]:
+        """The trials alike in ``fields``: with ``option`` on, or (for the cell) with no
+        option that ``s`` does not turn on (their failure may be the option's)."""
+        return [
+            f
+            for t, f in tried
+            if all(getattr(t, n) == getattr(s, n) for n in fields)
+            and (option in t.options if option else set(t.options) <= set(s.options))
+        ]
+
+    cell = smoothed(FAIL_PRIOR, same("backend"), same("granularity", "backend"),
+                    same("granularity", "backend", "dynamic"))  # fmt: skip
+    return max([cell] + [smoothed(cell, same(option=o), same("granularity", option=o))
+                         for o in s.options])  # fmt: skip
+
+
+def propose(
+    values: dict[Strategy, tuple[float, ...]], failed: list[Strategy], free: list[Strategy],
+    spread: float = 1.0,
+) -> Strategy | None:  # fmt: skip
+    """The free strategy most likely to add to the front of ``values`` (feasible strategies'
+    objective values, eager included), or None when none is expected to add anything.
+    ``spread`` scales the prior spreads of the effects."""
+    if not values or not free:
+        return None
+    tried = [(s, False) for s in values] + [(s, True) for s in failed]
+    measured = [s for s in values if s.granularity != "none"]
+    names = sorted({n for s in [*measured, *free] for n in features(s)})
+    k = len(next(iter(values.values())))
+    floor = [1e-3 * max(max(v[i] for v in values.values()), 1e-9) for i in range(k)]
+    fits = [
+        Fit(names, [features(s) for s in measured],
+            [math.log(values[s][i] + floor[i]) for s in measured], spread)
+        for i in range(k)
+    ]  # fmt: skip
+    front = [v for v in values.values()
+             if not any(w != v and all(a <= b for a, b in zip(w, v, strict=True))
+                        for w in values.values())]  # fmt: skip  # the non-dominated
+    lo = [min(v[i] for v in front) for i in range(k)]
+    span = [max(v[i] for v in front) - lo[i] or 1.0 for i in range(k)]
+    ref = [1.1] * k
+
+    def scaled(v: Sequence[float]) -> tuple[float, ...]:
+        return tuple((v[i] - lo[i]) / span[i] for i in range(k))
+
+    base = [scaled(v) for v in front]
+    now = hypervolume(base, ref)
+    # what a measurement would show: the effects' uncertainty and the measuring noise
+    predicted = [(m, np.sqrt(sd**2 + NOISE_SD**2))
+                 for m, sd in (f.predict([features(s) for s in free]) for f in fits)]  # fmt: skip
+    noise = np.random.default_rng(0).standard_normal((DRAWS, k))  # the same draws for all
+    best, best_gain = None, 0.0
+    for j, s in enumerate(free):
+        draws = [[max(math.exp(m[j] + z[i] * sd[j]) - floor[i], 0.0)
+                  for i, (m, sd) in enumerate(predicted)] for z in noise]  # fmt: skip
+        expected = sum(hypervolume([*base, scaled(d)], ref) - now for d in draws) / DRAWS
+        gain = expected * (1 - failure_chance(s, tried))
+        if gain > best_gain * (1 + 1e-9) or (
+            best is not None and math.isclose(gain, best_gain) and cost(s) < cost(best)
+        ):
+            best, best_gain = s, gain
+    return best if best_gain > 1e-12 else None

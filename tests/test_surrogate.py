@@ -1,0 +1,102 @@
+"""The surrogate (autotune.search.surrogate): what the measured strategies predict about the
+others, shared across cells; and the anchors the search starts from (autotune.search.deduction)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.search import deduction, open_search, surrogate
+from autotune.space import Space
+from autotune.strategy import Strategy
+from tests.conftest import fast_spec
+
+S = Strategy.create
+CPP = ("cpp_wrapper",)
+
+
+def test_hypervolume_is_the_area_and_volume_dominated() -> None:
+    # two points: [0,2]x[1,2] and [1,2]x[0,2], overlapping in [1,2]x[1,2]
+    assert surrogate.hypervolume([(0, 1), (1, 0)], (2, 2)) == pytest.approx(3.0)
+    assert surrogate.hypervolume([(0, 1), (1, 0), (1, 1)], (2, 2)) == pytest.approx(3.0)
+    assert surrogate.hypervolume([(0, 0, 0)], (1, 2, 3)) == pytest.approx(6.0)
+    assert surrogate.hypervolume([(0, 0, 0), (0.5, 0.5, -1)], (1, 2, 3)) == pytest.approx(6.75)
+    assert surrogate.hypervolume([(3, 0)], (2, 2)) == 0.0  # outside the box
+
+
+def _front(cpp_gain: float) -> dict[Strategy, tuple[float, float]]:
+    """Measured (compile s, latency ms): cpp_wrapper divides full Inductor's latency by
+    ``cpp_gain``; regional Inductor compiles in half the time, as fast."""
+    return {
+        S("none"): (0.0, 10.0),
+        S("full", "eager"): (1.0, 9.5),
+        S("full"): (10.0, 6.0),
+        S("full", options=CPP): (11.0, 6.0 / cpp_gain),
+        S("regional"): (5.0, 6.0),
+    }
+
+
+FREE = [S("regional", "eager"), S("regional", options=CPP), S("nested", "eager"),
+        S("nested"), S("nested", options=CPP)]  # fmt: skip
+
+
+def test_an_option_s_gain_at_one_granularity_is_expected_at_another() -> None:
+    assert surrogate.propose(_front(2.0), [], FREE) == S("regional", options=CPP)
+    # the other side: where cpp_wrapper gained nothing at full, regional+cpp_wrapper is
+    # expected to be regional again (dominated), and something unknown is tried instead
+    picked = surrogate.propose(_front(1.0), [], FREE)
+    assert picked is not None and picked != S("regional", options=CPP)
+
+
+def test_failures_are_expected_where_they_happened_and_not_elsewhere() -> None:
+    tried = [
+        (S("full", options=CPP), False),
+        (S("nested"), False),
+        (S("nested", options=CPP, dynamic=False), True),
+        (S("nested", options=CPP, dynamic=True), True),
+    ]
+    chance = {g: surrogate.failure_chance(S(g, options=CPP), tried)
+              for g in ("full", "regional", "nested")}  # fmt: skip
+    # where cpp_wrapper ran < where it was never tried < where it failed twice
+    assert chance["full"] < chance["regional"] - 0.1 < chance["nested"] - 0.2
+    assert chance["nested"] > 0.6
+    assert surrogate.failure_chance(S("nested"), tried) < 0.3  # it ran without the option
+    # and the pick steers clear of it: nested+cpp_wrapper failed everywhere it was tried
+    failed = [S("nested", options=CPP, dynamic=False), S("nested", options=CPP, dynamic=True)]
+    free = [S("nested", options=CPP), S("regional", options=CPP)]
+    values = {**_front(2.0), S("nested"): (4.0, 6.0)}  # nested compiles quickest
+    assert surrogate.propose(values, [], free) == S("nested", options=CPP)  # unaware
+    assert surrogate.propose(values, failed, free) == S("regional", options=CPP)
+
+
+def test_nothing_to_gain_or_nothing_free_is_no_pick() -> None:
+    assert surrogate.propose(_front(2.0), [], []) is None
+    assert surrogate.propose({}, [], FREE) is None
+
+
+def test_the_anchors_are_one_each_and_then_done() -> None:
+    members = Space.default("cpu").narrow(backend="inductor,eager", dynamic="none,false",
+                                          fullgraph="false").validate("cpu")  # fmt: skip
+    first = deduction.anchors(members, members)
+    dearest = first[-1]
+    assert [a.key for a in first[:5]] == [S(*g).key for g in (
+        ("none",), ("full", "eager"), ("full",), ("regional",), ("nested",))]  # fmt: skip
+    assert (dearest.granularity, dearest.backend) == ("full", "inductor") and dearest.options
+    assert len(first) == 6
+    # once the dearest is measured, no other full Inductor strategy becomes an anchor
+    left = [s for s in members if s not in first]
+    assert deduction.anchors(left, members) == []
+    assert deduction.anchors([*left, dearest], members) == [dearest]
+
+
+@pytest.mark.parametrize(("sampler", "model"), [(None, True), ("surrogate", True), ("tpe", False),
+                                                ("random", False)])  # fmt: skip
+def test_the_surrogate_picks_unless_another_sampler_is_named(
+    in_tmp: Path, sampler: str | None, model: bool
+) -> None:
+    over = {"sampler": sampler} if sampler else {}
+    search = open_search(fast_spec(trials=3, **over), f"sqlite:///{in_tmp}/s.db")
+    assert search.spec.sampler == (sampler or "surrogate")
+    assert search.tactics.model is model
+    assert search.tactics.anchors  # the anchors come first with any sampler
