@@ -52,7 +52,7 @@ class Tactics:
     cheap_first: bool = True
     model: bool = True  # the surrogate (:mod:`.surrogate`) picks what the anchors leave (the
     # default sampler, ``surrogate``; another sampler named turns it off)
-    spread: float = 1.0  # the surrogate's prior spreads, scaled (bench/efficiency.py picks it)
+    spread: float = 0.5  # the surrogate's prior spreads, scaled: bench/efficiency.py chose it
 
 
 def cost(s: Strategy) -> tuple[int, int, int, int]:
