@@ -160,12 +160,14 @@ def pareto(
 ) -> list[Point]:
     """The non-dominated points, sorted by compile time."""
     vals = [p.values(objectives) for p in points]
-    front = [
-        p
-        for p, v in zip(points, vals, strict=True)
-        if not any(all(a <= b for a, b in zip(w, v, strict=True)) and w != v for w in vals)
-    ]
+    front = [p for p, v in zip(points, vals, strict=True) if not dominated(v, vals)]
     return sorted(front, key=lambda p: (p.compile_s, p.latency_ms))
+
+
+def dominated(v: tuple[float, ...], others: Iterable[tuple[float, ...]]) -> bool:
+    """Whether another of ``others`` is at least as good as ``v`` in every objective (and is
+    not ``v``'s values): minimising all."""
+    return any(w != v and all(a <= b for a, b in zip(w, v, strict=True)) for w in others)
 
 
 def pick(

@@ -48,7 +48,7 @@ from sqlalchemy.engine import make_url
 from autotune.measurement import Measurement
 from autotune.metrics import failure_stage_of
 from autotune.references import Reference
-from autotune.search import Search, open_search, run
+from autotune.search import Search, open_search, run, surrogate
 from autotune.search.deduction import Tactics
 from autotune.selection import Point, candidates, pareto
 from autotune.spec import StudySpec
@@ -90,13 +90,8 @@ class Scale:
 
 
 def hypervolume(points: list[Point], scale: Scale, ref: float = 1.1) -> float:
-    """Area the points dominate (minimising both) inside the box up to ``ref`` x the nadir."""
-    area, best_latency = 0.0, ref
-    for c, lat in sorted(scale(p) for p in points):
-        if c < ref and lat < best_latency:  # each step down adds a strip to the box's edge
-            area += (ref - c) * (best_latency - lat)
-            best_latency = lat
-    return area
+    """Area the points dominate (minimising both), scaled, inside the box up to ``ref``."""
+    return surrogate.hypervolume([scale(p) for p in points], (ref, ref))
 
 
 class Trace:

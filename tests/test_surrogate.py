@@ -14,6 +14,7 @@ from tests.conftest import fast_spec
 
 S = Strategy.create
 CPP = ("cpp_wrapper",)
+SPREAD = deduction.Tactics().spread  # the search's own prior spreads
 
 
 def test_hypervolume_is_the_area_and_volume_dominated() -> None:
@@ -42,10 +43,10 @@ FREE = [S("regional", "eager"), S("regional", options=CPP), S("nested", "eager")
 
 
 def test_an_option_s_gain_at_one_granularity_is_expected_at_another() -> None:
-    assert surrogate.propose(_front(2.0), [], FREE) == S("regional", options=CPP)
+    assert surrogate.propose(_front(2.0), [], FREE, SPREAD) == S("regional", options=CPP)
     # the other side: where cpp_wrapper gained nothing at full, regional+cpp_wrapper is
     # expected to be regional again (dominated), and something unknown is tried instead
-    picked = surrogate.propose(_front(1.0), [], FREE)
+    picked = surrogate.propose(_front(1.0), [], FREE, SPREAD)
     assert picked is not None and picked != S("regional", options=CPP)
 
 
@@ -66,13 +67,13 @@ def test_failures_are_expected_where_they_happened_and_not_elsewhere() -> None:
     failed = [S("nested", options=CPP, dynamic=False), S("nested", options=CPP, dynamic=True)]
     free = [S("nested", options=CPP), S("regional", options=CPP)]
     values = {**_front(2.0), S("nested"): (4.0, 6.0)}  # nested compiles quickest
-    assert surrogate.propose(values, [], free) == S("nested", options=CPP)  # unaware
-    assert surrogate.propose(values, failed, free) == S("regional", options=CPP)
+    assert surrogate.propose(values, [], free, SPREAD) == S("nested", options=CPP)  # unaware
+    assert surrogate.propose(values, failed, free, SPREAD) == S("regional", options=CPP)
 
 
 def test_nothing_to_gain_or_nothing_free_is_no_pick() -> None:
-    assert surrogate.propose(_front(2.0), [], []) is None
-    assert surrogate.propose({}, [], FREE) is None
+    assert surrogate.propose(_front(2.0), [], [], SPREAD) is None
+    assert surrogate.propose({}, [], FREE, SPREAD) is None
 
 
 def test_the_anchors_are_one_each_and_then_done() -> None:

@@ -217,8 +217,8 @@ def model_pick(search: Search, free: list[Strategy]) -> Strategy | None:
     rows = [r for r in search.store.measurements(search.name) if r.deduced_from is None]
     points = candidates(rows, search.spec.max_memory_mb)
     values = {Strategy.from_dict(p.strategy): p.values(search.spec.objectives) for p in points}
-    failed = [Strategy.from_dict(r.payload["strategy"]) for r in rows
-              if r.key not in {p.key for p in points}]  # fmt: skip
+    feasible = {p.key for p in points}
+    failed = [Strategy.from_dict(r.payload["strategy"]) for r in rows if r.key not in feasible]
     return surrogate.propose(values, failed, free, search.tactics.spread)
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autotune.search.deduction import cost
+from autotune.selection import dominated
 from autotune.strategy import Strategy
 
 FACTOR_SD, PAIR_SD, NOISE_SD = 0.3, 0.15, 0.1  # log units: x1.35, x1.16, x1.1
@@ -57,9 +58,8 @@ def features(s: Strategy) -> list[str]:
 class Fit:
     """Bayesian linear regression of one objective (log scale) on the features."""
 
-    def __init__(
-        self, names: list[str], xs: list[list[str]], ys: list[float], spread: float = 1.0
-    ) -> None:
+    def __init__(self, names: list[str], xs: list[list[str]], ys: list[float], spread: float
+                 ) -> None:  # fmt: skip
         self.index = {n: i for i, n in enumerate(names)}
         prior = (spread * np.array([PAIR_SD if "&" in n else FACTOR_SD for n in names])) ** 2
         self.mean = float(np.mean(ys)) if ys else 0.0
@@ -128,7 +128,7 @@ def failure_chance(s: Strategy, tried: list[tuple[Strategy, bool]]) -> float:
 
 def propose(
     values: dict[Strategy, tuple[float, ...]], failed: list[Strategy], free: list[Strategy],
-    spread: float = 1.0,
+    spread: float,
 ) -> Strategy | None:  # fmt: skip
     """The free strategy most likely to add to the front of ``values`` (feasible strategies'
     objective values, eager included), or None when none is expected to add anything.
@@ -145,9 +145,7 @@ def propose(
             [math.log(values[s][i] + floor[i]) for s in measured], spread)
         for i in range(k)
     ]  # fmt: skip
-    front = [v for v in values.values()
-             if not any(w != v and all(a <= b for a, b in zip(w, v, strict=True))
-                        for w in values.values())]  # fmt: skip  # the non-dominated
+    front = [v for v in values.values() if not dominated(v, values.values())]
     lo = [min(v[i] for v in front) for i in range(k)]
     span = [max(v[i] for v in front) - lo[i] or 1.0 for i in range(k)]
     ref = [1.1] * k
@@ -158,8 +156,9 @@ def propose(
     base = [scaled(v) for v in front]
     now = hypervolume(base, ref)
     # what a measurement would show: the effects' uncertainty and the measuring noise
+    candidates = [features(s) for s in free]
     predicted = [(m, np.sqrt(sd**2 + NOISE_SD**2))
-                 for m, sd in (f.predict([features(s) for s in free]) for f in fits)]  # fmt: skip
+                 for m, sd in (f.predict(candidates) for f in fits)]  # fmt: skip
     noise = np.random.default_rng(0).standard_normal((DRAWS, k))  # the same draws for all
     best, best_gain = None, 0.0
     for j, s in enumerate(free):
