@@ -13,13 +13,13 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune import compile as _compile
-from autotune import use
 from autotune.errors import AutotuneError, ConfigError, NotApplicable
-from autotune.measurement import Measurement
-from autotune.runner import measure
-from autotune.strategy import Strategy
-from autotune.use import AutotuneWarning, Backends
+from autotune.ship import exported as use
+from autotune.ship.exported import AutotuneWarning, Backends
+from autotune.strategy import granularity as _compile
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ def apply(
     ``best.aot.pt2``) replaces the compile, else the cache artefact (``best.cache.bin``) warms
     it; otherwise one warning line says why, and the compile goes on cold.
     """
-    from autotune import artifact, export
+    from autotune.ship import export
+    from autotune.starts import artifact
 
     if isinstance(how, Strategy):
         return _compile.apply(model, how)
@@ -69,7 +70,8 @@ def apply_generation(
     at its granularity (regional and nested too) with a static KV cache, as autotune measured
     them; ``model`` itself is left as it was.
     """
-    from autotune import code, export
+    from autotune import usercode as code
+    from autotune.ship import export
 
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "generation_config"):
         raise ConfigError(
@@ -97,7 +99,8 @@ def load_plugin(path: str | Path) -> Any:
     ``nested`` becomes one full compile)."""
     from accelerate.utils import TorchDynamoPlugin
 
-    from autotune import code, export
+    from autotune import usercode as code
+    from autotune.ship import export
 
     strategy, _ = export.read(path)
     if code.is_code(strategy.backend):

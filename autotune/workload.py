@@ -7,11 +7,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from autotune import config
-from autotune.config import option, positive, text, whole
+from autotune import fields as config
 from autotune.errors import ConfigError
-from autotune.starts import DEFAULT as START_KINDS
-from autotune.starts import parse as parse_starts
+from autotune.fields import option, positive, text, whole
+from autotune.starts.later import DEFAULT as START_KINDS
+from autotune.starts.later import parse as parse_starts
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")
@@ -101,7 +101,7 @@ class Settings:
         read=parse_starts,
     )
     tolerance: float = option(1.0, "scales the accuracy gate: 2 is twice as lenient, 0.5 twice "
-                              "as strict (see autotune/accuracy.py)", read=positive,
+                              "as strict (see autotune/trial/accuracy.py)", read=positive,
                               cli_type=float)  # fmt: skip
 
     def __post_init__(self) -> None:

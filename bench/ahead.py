@@ -6,7 +6,7 @@ two that skip the compiler (a precompiled function, an AOTInductor package).
 
 Cases: toy-64 full (inductor, fullgraph, float32; 10 timed calls after 3 warm-ups) and gemma-2b
 ``--layers 2`` full (inductor, fullgraph, bfloat16; 3 timed calls after 1 warm-up). Each
-repeat is one autotune trial (``autotune.runner.measure``): a cold child that also builds the
+repeat is one autotune trial (``autotune.trial.parent.measure``): a cold child that also builds the
 two artefacts, then a fresh child per later start; repeats run round-robin over the cases.
 A start's cost is its load plus its first call; the build of an artefact is paid once, in the
 cold trial, and reported beside it. ``--raw`` appends each measurement as a JSON line;
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from autotune.catalog import ModelRef
-from autotune.measurement import Measurement
-from autotune.runner import Settings, measure
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 
 KINDS = ("cold", "warm", "portable", "precompiled", "aot")

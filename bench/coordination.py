@@ -59,9 +59,9 @@ class DatabaseClock:
 def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> None:
     import autotune.search.loop as loop
     import autotune.search.step as st
-    from autotune.measurement import Measurement
     from autotune.search import join
     from autotune.storage import Store
+    from autotune.trial.measurement import Measurement
 
     record = {r.key: Measurement.from_dict(r.payload) for r in Store(RECORD).measurements(
         "toy64-grid")}  # fmt: skip
@@ -103,7 +103,7 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
 
 def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> None:
     from autotune.search import submit
-    from autotune.spec import StudySpec
+    from autotune.search.spec import StudySpec
     from autotune.storage import Store
 
     spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec)

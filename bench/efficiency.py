@@ -45,15 +45,15 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from autotune.measurement import Measurement
-from autotune.metrics import failure_stage_of
-from autotune.references import Reference
+from autotune.choice.selection import Point, candidates, pareto
 from autotune.search import Search, open_search, run, surrogate
 from autotune.search.deduction import Tactics
-from autotune.selection import Point, candidates, pareto
-from autotune.spec import StudySpec
+from autotune.search.spec import StudySpec
 from autotune.storage import Store
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.metrics import failure_stage_of
+from autotune.trial.reference import Reference
 
 NONE = Tactics(False, False, False, False, False, False)
 VARIANTS = {  # name: tactics

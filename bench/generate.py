@@ -15,9 +15,9 @@ import argparse
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.runner import Settings, measure
-from autotune.selection import sign_test
-from autotune.strategy import Strategy
+from autotune.choice.selection import sign_test
+from autotune.strategy.strategy import Strategy
+from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 
 STRATEGIES = (Strategy.create("full", "inductor"), Strategy.create("regional", "inductor"))

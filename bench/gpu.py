@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from autotune import catalog, device  # noqa: E402
 from autotune.catalog import ModelRef  # noqa: E402
-from autotune.runner import measure  # noqa: E402
-from autotune.strategy import Strategy  # noqa: E402
+from autotune.strategy.strategy import Strategy  # noqa: E402
+from autotune.trial.parent import measure  # noqa: E402
 from autotune.workload import Settings, Workload  # noqa: E402
 
 ACCELERATE = {"none": (0.0, 18.3), "full": (10.7, 6.3), "regional": (1.95, 9.7)}  # s, ms (H100)

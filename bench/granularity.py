@@ -2,7 +2,7 @@
 
     python bench/granularity.py [--repeats 3] [--model toy-64] [--layers N] [--dtype float32]
 
-Each trial is a fresh process with empty compile caches (autotune.runner). Repeats run
+Each trial is a fresh process with empty compile caches (autotune.trial.parent). Repeats run
 round-robin so that drift in the machine's speed falls on every granularity alike.
 """
 
@@ -12,8 +12,8 @@ import argparse
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.runner import measure
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 
 

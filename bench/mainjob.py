@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.measurement import Measurement
 from autotune.storage import Store
+from autotune.trial.measurement import Measurement
 
 PHASES = ("startup_s", "build_s", "first_s", "warmup_s", "timing_s")
 

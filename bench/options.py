@@ -17,9 +17,9 @@ import json
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.measurement import Measurement
-from autotune.runner import Settings, measure
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 
 STRATEGIES = [

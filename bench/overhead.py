@@ -16,10 +16,10 @@ import statistics
 import tempfile
 import time
 
-from autotune.measurement import Measurement
 from autotune.search import open_search, run
-from autotune.spec import StudySpec
+from autotune.search.spec import StudySpec
 from autotune.storage import Store
+from autotune.trial.measurement import Measurement
 
 
 def child_overhead(m: Measurement) -> dict[str, float]:

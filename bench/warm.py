@@ -4,7 +4,7 @@
 
 Cases: toy-64 full, regional and nested (inductor, float32; 10 timed calls after 3 warm-ups)
 and gemma-2b ``--layers 2`` (bfloat16; 3 timed calls after 1 warm-up, since one bf16 call
-takes seconds on a CPU). Each trial is autotune's own (autotune.runner.measure): a cold child
+takes seconds on a CPU). Each trial is autotune's own (autotune.trial.parent.measure): a cold child
 with empty caches, a warm child in the cold one's cache directories, and a portable child in
 empty ones that loads the cold one's saved artefact first. Repeats run round-robin within a
 case. ``--raw`` appends each measurement as a JSON line; ``--tables`` prints the tables from
@@ -16,7 +16,7 @@ against eager's ``S C latency`` for a few services of S starts and C calls per s
 
 measures the alternative for a CPU, whose mega-cache lacks the C++ kernels: a cold start in
 cache directory A, A copied to a new path B (as into a container image), then a start with
-``TORCHINDUCTOR_CACHE_DIR=B`` (plain ``python -m autotune.child`` processes).
+``TORCHINDUCTOR_CACHE_DIR=B`` (plain ``python -m autotune.trial.child`` processes).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 from autotune.catalog import ModelRef
-from autotune.measurement import Measurement
-from autotune.runner import Settings, measure
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 
 TOY, GEMMA = Settings(iters=10, warmup=3), Settings(iters=3, warmup=1)
@@ -90,7 +90,7 @@ def child_start(folder: str, tag: str, caches: str) -> Measurement:
     with open(spec_path, "w") as f:
         json.dump(spec, f)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": caches}
-    subprocess.run([sys.executable, "-m", "autotune.child", spec_path, result_path], env=env,
+    subprocess.run([sys.executable, "-m", "autotune.trial.child", spec_path, result_path], env=env,
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     with open(result_path) as f:
         return Measurement.from_dict(json.load(f))

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.measurement import Accuracy, Latency, Measurement, Memory
 from autotune.search import Search, open_search, run
-from autotune.spec import StudySpec
+from autotune.search.spec import StudySpec
 from autotune.storage import Store, Stored
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Accuracy, Latency, Measurement, Memory
 from autotune.workload import Workload
 
 # Inductor's first load in a process with an empty cache directory compiles and loads a test

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune import accuracy
 from autotune.catalog import ModelRef
-from autotune.references import make as make_reference
-from autotune.runner import measure
-from autotune.scenarios.generate import check_tokens
-from autotune.scenarios.reference import choose
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial import accuracy
+from autotune.trial.parent import measure
+from autotune.trial.reference import make as make_reference
+from autotune.trial.scenarios.generate import check_tokens
+from autotune.trial.scenarios.precise import choose
 from autotune.workload import Settings, Workload
 
 BF16 = Workload(device="cpu", dtype="bfloat16")
@@ -133,7 +133,7 @@ def test_a_deep_bf16_inductor_compile_fails_the_eager_check_and_passes_the_refer
 def test_train_compares_the_same_optimizer_step() -> None:
     """A CUDA-graph strategy's compiled step is its second call (the first records the
     graphs): eager must take two steps too, and the reference's second step is the truth."""
-    from autotune.scenarios import Train, begin
+    from autotune.trial.scenarios import Train, begin
 
     spec = {"strategy": Strategy.create("full", "aot_eager").to_dict(),
             "model": ModelRef("toy-64", layers=4).to_dict(),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune import ahead
-from autotune.ahead import not_applicable
 from autotune.cli import main
-from autotune.strategy import Strategy
+from autotune.starts import precompiled as ahead
+from autotune.starts.precompiled import not_applicable
+from autotune.strategy.strategy import Strategy
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -74,7 +74,10 @@ def test_measure_prints_all_five_starts(capsys: pytest.CaptureFixture[str]) -> N
 APPLY = """
 import json, sys, warnings, torch
 import autotune
-from autotune import ahead, artifact, catalog, use
+from autotune import catalog
+from autotune.starts import precompiled as ahead
+from autotune.starts import artifact
+from autotune.ship import exported as use
 from autotune.catalog import ModelRef
 from autotune.workload import Workload
 model, inputs = catalog.build(ModelRef("tests.models:chain"), Workload(device="cpu"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import artifact
+from autotune.starts import artifact
 
 HERE = artifact.fingerprint("cpu")
 

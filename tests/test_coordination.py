@@ -11,10 +11,10 @@ import optuna
 import pytest
 
 from autotune.coordination import Coordinator, liveness
-from autotune.measurement import Measurement
-from autotune.space import Space
 from autotune.storage import Store, optuna_storage
-from autotune.strategy import Strategy
+from autotune.strategy.space import Space
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
 
 KEYS = {"a", "b", "c"}
 

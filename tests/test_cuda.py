@@ -9,7 +9,7 @@ import torch
 from autotune import device
 from autotune.coordination import check_environment
 from autotune.errors import ConfigError
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
 
 H100 = {"torch": "2.13.0", "cuda": "12.8", "device_name": "NVIDIA H100 80GB HBM3"}
 
@@ -42,7 +42,7 @@ def test_cuda_events_agree_with_perf_counter_after_synchronize() -> None:
 @needs_cuda
 def test_regional_reduce_overhead_runs_and_matches_eager() -> None:
     from autotune.catalog import ModelRef
-    from autotune.runner import measure
+    from autotune.trial.parent import measure
     from autotune.workload import Settings, Workload
 
     m = measure(ModelRef("toy-64", layers=4), Workload(device="cuda"),

@@ -8,11 +8,12 @@ import optuna
 import pytest
 import torch
 
-from autotune import metrics, runner
-from autotune.measurement import Graphs, Measurement
+from autotune.choice.selection import candidates
 from autotune.search import Search, deduction, open_search, run
-from autotune.selection import candidates
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial import metrics
+from autotune.trial import parent as runner
+from autotune.trial.measurement import Graphs, Measurement
 from tests.conftest import fast_spec
 
 

@@ -15,8 +15,8 @@ from autotune import device
 from autotune.coordination import LocalWorkers, check_environment
 from autotune.coordination.workers import worker_env
 from autotune.errors import ConfigError
-from autotune.export import MARK_STEPS, caveats
-from autotune.strategy import Strategy
+from autotune.ship.export import MARK_STEPS, caveats
+from autotune.strategy.strategy import Strategy
 from autotune.workload import Workload
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
@@ -191,7 +191,7 @@ def test_generate_counts_cuda_graph_recording_in_its_compile(monkeypatch) -> Non
     """CUDA graphs record on a function's second call: the first decode step records decode's
     graph, the second generation's prefill records prefill's. Both belong to the compile."""
     from autotune.catalog import ModelRef
-    from autotune.scenarios import Generate, begin
+    from autotune.trial.scenarios import Generate, begin
 
     gen = Workload(device="cpu", batch_size=2, seq_len=8, kind="generate", new_tokens=4)
     spec = {"strategy": Strategy.create("full", "eager").to_dict(), "iters": 1, "warmup": 0,

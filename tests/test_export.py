@@ -15,9 +15,9 @@ from accelerate.utils import TorchDynamoPlugin
 import autotune
 from autotune.catalog.toy import Toy
 from autotune.cli import main
-from autotune.export import export
+from autotune.ship.export import export
 from autotune.storage import Store
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
 from tests.conftest import S, hand_built, point
 
 
@@ -104,7 +104,7 @@ def test_autotune_apply_honours_every_granularity(tmp_path: Path, granularity: s
     torch.manual_seed(0)
     model, x = Toy(3).eval(), torch.randn(10, 10)
     compiled = autotune.apply(model, path)
-    from autotune.compile import count_regions
+    from autotune.strategy.granularity import count_regions
 
     assert (
         count_regions(compiled) == {"none": 0, "full": 1, "regional": 4, "nested": 1}[granularity]

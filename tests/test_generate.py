@@ -9,14 +9,16 @@ import pytest
 import torch
 
 import autotune
-from autotune import cli, device, export, metrics
+from autotune import cli, device
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
-from autotune.measurement import Latency, Measurement, TokenCheck
-from autotune.runner import Settings, measure
-from autotune.scenarios import generate
+from autotune.ship import export
 from autotune.storage import Store
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial import metrics
+from autotune.trial.measurement import Latency, Measurement, TokenCheck
+from autotune.trial.parent import Settings, measure
+from autotune.trial.scenarios import generate
 from autotune.workload import Workload
 from tests import models
 
@@ -237,8 +239,8 @@ def test_decode_and_ttft_objectives_need_a_generate_workload(in_tmp: Path, capsy
 
 
 def test_summary_shows_ttft_decode_tokens_and_the_limit_hit() -> None:
-    from autotune import report
-    from autotune.measurement import Accuracy, Graphs
+    from autotune.cli import report
+    from autotune.trial.measurement import Accuracy, Graphs
 
     fast, slow = Latency.from_samples([0.01] * 4), Latency.from_samples([0.02] * 4)
     m = Measurement(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.accuracy import TOLERANCES
-from autotune.accuracy import against_eager as compare
 from autotune.catalog import ModelRef
-from autotune.runner import measure
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.accuracy import TOLERANCES
+from autotune.trial.accuracy import against_eager as compare
+from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 
 

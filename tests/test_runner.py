@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from autotune.catalog import ModelRef
-from autotune.measurement import Measurement
-from autotune.runner import measure
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 
 CPU = Workload(device="cpu")
@@ -52,7 +52,7 @@ def test_abort_is_crashed_and_parent_fine() -> None:
 
 
 def test_hang_is_timeout() -> None:
-    from autotune.references import Reference
+    from autotune.trial.reference import Reference
 
     none = Reference.none("a model that never answers has none")
     m = measure(ModelRef("tests.models:sleeping"), CPU, Strategy.create("full", "eager"),

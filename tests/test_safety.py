@@ -18,7 +18,7 @@ import autotune
 from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.storage import Store
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
 from tests.conftest import hand_built
 from tests.models import tiny_toy
 
@@ -56,7 +56,7 @@ def test_apply_never_imports_a_backend_the_file_names(side_effect: Path, in_tmp:
     with pytest.raises(ConfigError, match="needs a transformers model that generates"):
         autotune.apply_generation(model, best)
     assert not side_effect.exists() and sys.path == before
-    from autotune.export import torch_kwargs
+    from autotune.ship.export import torch_kwargs
 
     assert torch_kwargs(Strategy.create("full", "sideeffect:backend"))["backend"] == (
         "sideeffect:backend")  # fmt: skip
@@ -168,7 +168,7 @@ def test_a_file_from_another_machine_or_torch_says_so_and_still_works(in_tmp: Pa
 
 
 def test_a_malformed_or_unvouched_artefact_is_one_line(in_tmp: Path) -> None:
-    from autotune import artifact
+    from autotune.starts import artifact
 
     for block, needle in (({"sha256": 5}, "malformed"), ({"sha256": "x", "file": "../p"},
                           "names no file"), ({"sha256": "x"}, "missing")):  # fmt: skip

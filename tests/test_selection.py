@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.choice.selection import candidates, pareto, pick, sign_test
 from autotune.errors import AutotuneError
-from autotune.measurement import Latency, Measurement
-from autotune.selection import candidates, pareto, pick, sign_test
+from autotune.trial.measurement import Latency, Measurement
 from tests.conftest import S, hand_rows, point, stored
 
 
@@ -61,7 +61,7 @@ def test_a_speedup_the_rounds_do_not_show_is_no_speedup() -> None:
 
 
 def _with_warm(strategy, cold: float, warm: float, ms: float) -> dict:
-    from autotune.measurement import Start
+    from autotune.trial.measurement import Start
 
     m = Measurement.from_dict(point(strategy, cold, ms))
     m.starts = {"cold": Start("cold", compile_s=cold), "warm": Start("warm", compile_s=warm)}
@@ -95,7 +95,7 @@ def test_restarts_counts_one_cold_start_and_warm_restarts(policy: str, expected:
 def test_restarts_count_the_start_the_objectives_name() -> None:
     """With --objectives precompiled,latency a restart is a precompiled start; a strategy that
     has none (regional here) counts a cold one; with compile,latency a restart is warm."""
-    from autotune.measurement import Start
+    from autotune.trial.measurement import Start
 
     full, regional = S["B"], S["C"]
     m = Measurement.from_dict(point(full, 20.0, 5.0))
@@ -111,8 +111,8 @@ def test_restarts_count_the_start_the_objectives_name() -> None:
 
 
 def test_objectives_and_policies_that_make_no_sense_are_refused() -> None:
+    from autotune.choice.objectives import check, parse_policy
     from autotune.errors import ConfigError
-    from autotune.objectives import check, parse_policy
 
     check(("warm", "latency"), ("cold", "warm"))
     for bad in (("compile", "warm", "latency"), ("latency",), ("compile", "speed")):

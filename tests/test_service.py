@@ -17,10 +17,10 @@ import optuna
 import pytest
 import torch
 
-from autotune import export
 from autotune.environment import cpu_model
 from autotune.search import open_search, run
 from autotune.service.cache import FRESH_S
+from autotune.ship import export
 from autotune.storage import Store
 from tests.browser import ARTIFACTS, CHROMIUM, chromium, console_errors, rendered_plots
 from tests.conftest import S, fast_spec, point
@@ -435,8 +435,8 @@ def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     from autotune.coordination import Coordinator
     from autotune.coordination.queue import Queue, progress, space_keys
     from autotune.search import submit
-    from autotune.search.queue import allowed_by, device_for
-    from autotune.spec import StudySpec
+    from autotune.search.serving import allowed_by, device_for
+    from autotune.search.spec import StudySpec
     from autotune.storage import StudyRecord
 
     url = f"sqlite:///{in_tmp}/q.db"

@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from autotune import artifact, cli, export, starts
+from autotune import cli
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
-from autotune.measurement import Measurement
-from autotune.runner import Settings, measure
+from autotune.ship import export
+from autotune.starts import artifact
+from autotune.starts import later as starts
 from autotune.storage import Store
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 
 # a module-scoped fixture is built once: every test that shares it runs on one xdist worker
@@ -155,7 +158,9 @@ def test_export_writes_the_artefact_beside_the_json(
 APPLY = """
 import json, sys, warnings, torch
 import autotune
-from autotune import artifact, catalog, starts
+from autotune import catalog
+from autotune.starts import artifact
+from autotune.starts import later as starts
 from autotune.catalog import ModelRef
 from autotune.workload import Workload
 
@@ -245,7 +250,7 @@ def test_a_poisoned_artefact_runs_nothing_unless_trusted(exported: Path, tmp_pat
     """The attacker rewrites the checksum beside the file, so only trust can gate the load.
     Untrusted: nothing runs, and one line says how to opt in. Trusted: the file's code runs (the
     danger is real), and the failed load still compiles, cold, to eager's outputs."""
-    from autotune.artifact import sha256
+    from autotune.starts.artifact import sha256
 
     marker = tmp_path / "PWNED"
     folder = tmp_path / "ship"

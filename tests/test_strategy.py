@@ -5,7 +5,7 @@ import torch
 from accelerate.utils import TorchDynamoPlugin
 
 from autotune.errors import ConfigError, NotApplicable
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
 
 
 def test_canonical_keys_merge_equivalent_strategies() -> None:
@@ -139,7 +139,7 @@ def test_a_mode_expands_into_options_and_two_spellings_are_one_key() -> None:
 
 
 def test_mode_is_never_passed_with_options_and_torch_takes_the_kwargs() -> None:
-    from autotune.space import Space
+    from autotune.strategy.space import Space
 
     space = Space.default("cuda")  # CUDA's modes and switches too; nothing is compiled here
     assert "cudagraphs" in space.options

@@ -13,10 +13,10 @@ import optuna
 import psutil
 import pytest
 
-from autotune.measurement import Measurement
+from autotune.choice.selection import candidates, pareto
 from autotune.search import Search, open_search, run
 from autotune.search.deduction import Tactics
-from autotune.selection import candidates, pareto
+from autotune.trial.measurement import Measurement
 from tests.conftest import fast_spec
 
 # a module-scoped fixture is built once: every test that shares it runs on one xdist worker

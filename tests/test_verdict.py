@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from autotune import confirm, timing
+from autotune.choice import confirm
+from autotune.choice.confirm import passes, rivals, settle
+from autotune.choice.selection import candidates, pareto, pick
+from autotune.choice.verdict import excluded_summary, exclusions, verdict
 from autotune.cli import main
-from autotune.confirm import passes, rivals, settle
-from autotune.measurement import Measurement
-from autotune.selection import candidates, pareto, pick
-from autotune.strategy import Strategy
-from autotune.verdict import excluded_summary, exclusions, verdict
+from autotune.strategy.strategy import Strategy
+from autotune.trial import timing
+from autotune.trial.measurement import Measurement
 from tests.conftest import S, hand_rows, point, stored
 
 
@@ -174,7 +175,7 @@ def test_the_summary_best_json_and_dashboard_say_the_same(in_tmp: Path, capsys) 
 
 @pytest.mark.parametrize("needed", [True, False])
 def test_later_starts_are_measured_only_for_contenders(needed: bool) -> None:
-    from autotune.starts import later
+    from autotune.starts.later import later
 
     cold = Measurement(Strategy.create("full").to_dict(), {}, {}, "ok", compile_s=9.0)
     ran: list[str] = []

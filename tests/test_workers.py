@@ -352,9 +352,9 @@ def test_a_tell_whose_answer_was_lost_is_not_taken_for_a_reaper_s(tmp_path: Path
     """A tell that landed, its answer lost to a dropped connection, is retried and finds the
     trial ended: COMPLETE is this worker's own (a reaper only fails), so the measurement
     stays its trial's; a trial a reaper failed is not."""
-    from autotune.measurement import Measurement
+    from autotune.choice.selection import objective_values
     from autotune.search import open_search, step
-    from autotune.selection import objective_values
+    from autotune.trial.measurement import Measurement
     from tests.conftest import S, fast_spec, point
 
     search = open_search(fast_spec(trials=4), f"sqlite:///{tmp_path}/t.db")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.catalog.presets import PRESETS, preset_layers, presets
-from autotune.config import option
 from autotune.errors import ConfigError
+from autotune.fields import option
 
 if TYPE_CHECKING:
     import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autotune import code
+from autotune import usercode as code
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 def _add_fields(group: Any, cls: type, names: Sequence[str] | None = None) -> None:
     """Flags for a config dataclass's fields, with the help and defaults written on them
     (every default stays there: a flag not given is None, so a spec file can set it)."""
-    from autotune import config
+    from autotune import fields as config
 
     for f in config.fields(cls):
         if names is not None and config.toml_key(f) not in names:
@@ -65,7 +65,7 @@ def _add_storage_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from autotune.spec import StudySpec
+    from autotune.search.spec import StudySpec
 
     parser = _Parser(prog="autotune", description="How should I torch.compile this model here?")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
     """The validated model reference and workload named by the command line."""
-    from autotune import catalog, config
+    from autotune import catalog
+    from autotune import fields as config
     from autotune.workload import Workload
 
     if args.model is None:
@@ -187,7 +188,7 @@ def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def flag_dests(cls: type) -> dict[str, str]:
     """A config dataclass's TOML keys and the argparse destinations of their flags."""
-    from autotune import config
+    from autotune import fields as config
 
     return {config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
             for f in config.fields(cls)}  # fmt: skip

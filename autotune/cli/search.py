@@ -13,8 +13,10 @@ from autotune.errors import ConfigError
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from autotune import config, report, runner
-    from autotune.strategy import Strategy
+    from autotune import fields as config
+    from autotune.cli import report
+    from autotune.strategy.strategy import Strategy
+    from autotune.trial import parent as runner
     from autotune.workload import Settings
 
     ref, workload = model_and_workload(args)
@@ -34,11 +36,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from autotune import catalog, code, export, report
-    from autotune.progress import BestSoFar, Progress, counts
+    from autotune import catalog
+    from autotune import usercode as code
+    from autotune.choice.verdict import answer
+    from autotune.cli import report
     from autotune.search import open_search, run, run_workers
-    from autotune.spec import StudySpec, check_name
-    from autotune.verdict import answer
+    from autotune.search.progress import BestSoFar, Progress, counts
+    from autotune.search.spec import StudySpec, check_name
+    from autotune.ship import export
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
@@ -113,8 +118,8 @@ def confirm_pick(search: Any) -> None:
     the compile caches kept for it."""
     import shutil
 
-    from autotune.confirm import confirm
-    from autotune.selection import choose
+    from autotune.choice.confirm import confirm
+    from autotune.choice.selection import choose
 
     spec = search.spec
     rows = search.store.measurements(search.name)

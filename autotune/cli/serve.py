@@ -53,11 +53,11 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def cmd_worker_all(args: argparse.Namespace) -> int:
-    from autotune import export
     from autotune.cli.search import confirm_pick
-    from autotune.search.queue import serve
+    from autotune.search.serving import serve
+    from autotune.search.spec import parse_duration
     from autotune.search.state import Lines
-    from autotune.spec import parse_duration
+    from autotune.ship import export
 
     class Log(Lines):  # each strategy measured on stdout; notes on stderr
         def measured(self, key: str, done: int) -> None:

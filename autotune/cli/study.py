@@ -23,7 +23,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from autotune.search import submit
-    from autotune.spec import StudySpec
+    from autotune.search.spec import StudySpec
     from autotune.storage import Store, mask
 
     spec = StudySpec.from_sources(args.space, study=args.study)
@@ -34,9 +34,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.progress import Progress
     from autotune.search import join, run
-    from autotune.spec import check_name
+    from autotune.search.progress import Progress
+    from autotune.search.spec import check_name
 
     if args.all:
         from autotune.cli.serve import cmd_worker_all
@@ -57,7 +57,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from autotune import dashboard
-    from autotune.spec import check_name
+    from autotune.search.spec import check_name
     from autotune.storage import Store
 
     if not args.study:
@@ -69,10 +69,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from autotune import report
-    from autotune.spec import check_name
+    from autotune.choice.verdict import answer, exclusions
+    from autotune.cli import report
+    from autotune.search.spec import check_name
     from autotune.storage import Store, mask
-    from autotune.verdict import answer, exclusions
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
@@ -94,8 +94,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
-    from autotune import report
-    from autotune.progress import overview
+    from autotune.cli import report
+    from autotune.search.progress import overview
     from autotune.storage import Store, mask
 
     store = Store(args.storage, create=False)
@@ -112,8 +112,9 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune import export, objectives
-    from autotune.spec import check_name, parse_memory
+    from autotune.choice import objectives
+    from autotune.search.spec import check_name, parse_memory
+    from autotune.ship import export
     from autotune.storage import Store
 
     if not args.study:

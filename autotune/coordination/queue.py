@@ -44,7 +44,7 @@ class Progress:
 
 def space_keys(spec: dict[str, Any], device: str) -> set[str]:
     """The keys of a stored spec's space that can run on ``device``."""
-    from autotune.spec import StudySpec
+    from autotune.search.spec import StudySpec
 
     return {s.key for s in StudySpec.from_dict(spec).space.validate(device)}
 

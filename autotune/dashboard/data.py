@@ -10,14 +10,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from autotune.choice.objectives import SPEEDS
+from autotune.choice.objectives import default as default_objectives
+from autotune.choice.selection import Point, candidates, gain, pareto
+from autotune.choice.verdict import Answer, answer
 from autotune.errors import ConfigError
-from autotune.measurement import Measurement
-from autotune.objectives import SPEEDS
-from autotune.objectives import default as default_objectives
-from autotune.selection import Point, candidates, gain, pareto
 from autotune.storage import Store, mask
-from autotune.strategy import Strategy
-from autotune.verdict import Answer, answer
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
 from autotune.workload import describe
 
 CALLS = [10**e for e in range(0, 9)]  # the break-even plot's x axis, calls made after compiling

@@ -25,8 +25,8 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from autotune.measurement import Measurement
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
 
 ANCHORS = (
     Strategy.create("none"),

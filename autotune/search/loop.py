@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from autotune import code
+from autotune import usercode as code
 from autotune.coordination import REAP_S, LocalWorkers, Tally
 from autotune.errors import AutotuneError
 from autotune.search import step

@@ -12,16 +12,17 @@ import socket
 import uuid
 from typing import Any
 
-from autotune import code, objectives
+from autotune import usercode as code
+from autotune.choice import objectives
 from autotune.coordination import Coordinator, check_environment
 from autotune.environment import fingerprint
 from autotune.errors import ConfigError
 from autotune.search.deduction import Tactics
 from autotune.search.sampler import Steered, base_sampler, quiet_optuna
+from autotune.search.spec import StudySpec
 from autotune.search.state import Search
-from autotune.space import KEYS
-from autotune.spec import StudySpec
 from autotune.storage import Store, mask, optuna_storage
+from autotune.strategy.space import KEYS
 
 
 def resumable(stored: StudySpec | None, spec: StudySpec, name: str) -> StudySpec:
@@ -115,7 +116,7 @@ def join(
     allow: list[str] | None = None, clean: bool = True,
 ) -> Search:  # fmt: skip
     """A worker's search on an existing study: everything comes from the storage, and the code
-    its spec names runs only if ``allow`` names it (autotune.code)."""
+    its spec names runs only if ``allow`` names it (autotune.usercode)."""
     from autotune.workload import Workload
 
     store = Store(storage, create=False)

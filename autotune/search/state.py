@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune.coordination import Coordinator
 from autotune.search.deduction import Tactics
 from autotune.search.sampler import Steered
-from autotune.space import Space
-from autotune.spec import StudySpec
+from autotune.search.spec import StudySpec
 from autotune.storage import Store, mask
-from autotune.strategy import Strategy
+from autotune.strategy.space import Space
+from autotune.strategy.strategy import Strategy
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.measurement import Measurement
-    from autotune.references import Reference
+    from autotune.trial.measurement import Measurement
+    from autotune.trial.reference import Reference
 
 
 class Listener(Protocol):
@@ -98,7 +98,7 @@ class Search:
         """One strategy measured as the study's spec says, in fresh processes (the runner);
         a replay of a recorded study looks it up instead. Its warm and portable starts are
         measured only when an objective or the policy needs them, or it is a contender."""
-        from autotune import runner
+        from autotune.trial import parent as runner
 
         spec = self.spec
         m = runner.measure(spec.model, spec.workload, strategy, spec.settings, self.reference,
@@ -112,9 +112,9 @@ class Search:
 
     def contenders(self, extra: Measurement | None = None) -> list[str]:
         """The keys a confirmation may time now (the front, and the fastest compiled
-        strategies: :func:`autotune.confirm.contenders`), ``extra`` counted in if given."""
-        from autotune.confirm import contenders
-        from autotune.selection import candidates, pareto
+        strategies: :func:`autotune.choice.confirm.contenders`), ``extra`` counted in if given."""
+        from autotune.choice.confirm import contenders
+        from autotune.choice.selection import candidates, pareto
         from autotune.storage import Stored
 
         rows = self.store.measurements(self.name)
@@ -137,7 +137,7 @@ class Search:
         """Drop the kept caches of strategies that are no longer contenders."""
         import shutil
 
-        from autotune.runner import cache_folder
+        from autotune.trial.parent import cache_folder
 
         if not os.path.isdir(self.keep):
             return

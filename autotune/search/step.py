@@ -12,21 +12,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from autotune import references
+from autotune.choice.selection import objective_values
 from autotune.errors import AutotuneError
-from autotune.measurement import Measurement
 from autotune.search import deduction, surrogate
-from autotune.selection import objective_values
 from autotune.storage import retrying
-from autotune.strategy import Strategy
+from autotune.strategy.strategy import Strategy
+from autotune.trial import reference as references
+from autotune.trial.measurement import Measurement
 
 if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
     from autotune.coordination import Tally
-    from autotune.references import Reference
     from autotune.search.state import Listener, Search
+    from autotune.trial.reference import Reference
 
 T = TypeVar("T")
 POLL_S = 5.0  # how often a worker with nothing to claim looks again
@@ -212,7 +212,7 @@ def steer(search: Search, tally: Tally, free: list[Strategy]) -> Strategy | None
 
 def model_pick(search: Search, free: list[Strategy]) -> Strategy | None:
     """The surrogate's pick among ``free`` from the study's measured strategies so far."""
-    from autotune.selection import candidates
+    from autotune.choice.selection import candidates
 
     rows = [r for r in search.store.measurements(search.name) if r.deduced_from is None]
     points = candidates(rows, search.spec.max_memory_mb)

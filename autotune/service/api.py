@@ -12,13 +12,13 @@ from fastapi.responses import FileResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from autotune.search.spec import NAME, NAME_CHARS, check_name
 from autotune.service import lookup, views
 from autotune.service.cache import MISSING
-from autotune.service.errors import Refused, validation_line
+from autotune.service.context import Service
 from autotune.service.guard import token_gate
+from autotune.service.problems import Refused, validation_line
 from autotune.service.schemas import Answer, Error, Health, SpecBody, Studies, Study, Submitted
-from autotune.service.state import Service
-from autotune.spec import NAME, NAME_CHARS, check_name
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Error, "description": what} for code, what in (

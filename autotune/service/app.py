@@ -10,10 +10,10 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from autotune.service import api, errors, pages
+from autotune.service import api, pages, problems
+from autotune.service.context import Service
 from autotune.service.guard import Guard
 from autotune.service.settings import ServiceSettings
-from autotune.service.state import Service
 
 DESCRIPTION = """The studies of one autotune storage: their progress and picks, one study with
 its trials and Pareto front, its export, the lookup of the best known compile config for a
@@ -36,7 +36,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                   description=DESCRIPTION, version=_version(), docs_url=None, redoc_url=None,
                   lifespan=lifespan)  # fmt: skip
     app.state.service = service
-    errors.install(app, service.url)
+    problems.install(app, service.url)
     app.include_router(api.router(service))
     app.include_router(pages.router(service))
     app.add_middleware(Guard, max_body=settings.max_body, url=service.url)

@@ -8,12 +8,14 @@ import json
 import re
 from pathlib import Path
 
-from autotune import artifact, export, objectives
+from autotune.choice import objectives
+from autotune.choice.verdict import answer
 from autotune.errors import AutotuneError, ConfigError, StorageError
-from autotune.service.errors import Refused
-from autotune.spec import parse_memory
+from autotune.search.spec import parse_memory
+from autotune.service.problems import Refused
+from autotune.ship import export
+from autotune.starts import artifact
 from autotune.storage import Store
-from autotune.verdict import answer
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 MEDIA = {"accelerate-yaml": "application/yaml"}

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from autotune.service.errors import Refused, answer, log, one_line, unavailable
+from autotune.service.problems import Refused, answer, log, one_line, unavailable
 from autotune.service.settings import TOKEN_ENV
 
 Scope = MutableMapping[str, Any]

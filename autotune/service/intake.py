@@ -16,11 +16,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autotune import catalog, code
+from autotune import catalog
+from autotune import usercode as code
 from autotune.catalog.presets import PRESETS
 from autotune.errors import ConfigError
-from autotune.service.errors import Refused
-from autotune.spec import StudySpec, check_tables
+from autotune.search.spec import StudySpec, check_tables
+from autotune.service.problems import Refused
 
 NO_CODE = ("autotune serve runs no code named in a request; submit a spec that names code with "
            "'autotune submit' from a machine you control, and run it with 'autotune worker "

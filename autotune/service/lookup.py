@@ -84,7 +84,7 @@ def lookup(store: Store, q: Query) -> dict[str, Any] | None:
 
 
 def _live(store: Store, study: StudyRecord) -> tuple[int, dict[str, Any]] | None:
-    from autotune import export
+    from autotune.ship import export
 
     policy = study.spec.get("policy", "knee")
     try:

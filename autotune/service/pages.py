@@ -13,8 +13,8 @@ from fastapi.responses import HTMLResponse, Response
 
 from autotune.service import views
 from autotune.service.api import Name, study_name
-from autotune.service.errors import Refused
-from autotune.service.state import Service
+from autotune.service.context import Service
+from autotune.service.problems import Refused
 
 POLL_MS = 2000
 FOREVER = {"Cache-Control": "public, max-age=31536000, immutable"}  # the URL names the version
@@ -110,8 +110,8 @@ def index_page(service: Service) -> str:
 def study_page(service: Service, name: str, policy: str | None) -> str:
     """A study's dashboard, rendered from the store (again only when the store changed)."""
     from autotune import dashboard
+    from autotune.choice.objectives import parse_policy
     from autotune.dashboard.data import importance_info
-    from autotune.objectives import parse_policy
 
     if policy is not None:
         parse_policy(policy)

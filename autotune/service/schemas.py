@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from autotune.spec import TABLES
+from autotune.search.spec import TABLES
 
 
 class Error(BaseModel):

@@ -1,18 +1,18 @@
 """What the service shows of a storage: each study's summary (the index), and one study with
 its trials and Pareto front. Plain dicts of JSON values, read through the store and the same
-selection and verdict as every command (:func:`autotune.verdict.answer`)."""
+selection and verdict as every command (:func:`autotune.choice.verdict.answer`)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from autotune.choice.verdict import Answer, answer
 from autotune.coordination import GRACE_S
 from autotune.errors import AutotuneError
-from autotune.progress import counts
-from autotune.service.errors import Refused
+from autotune.search.progress import counts
+from autotune.service.problems import Refused
 from autotune.storage import Store, Stored, StudyRecord
-from autotune.verdict import Answer, answer
 from autotune.workload import describe
 
 

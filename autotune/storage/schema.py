@@ -129,7 +129,7 @@ class ExportRow(OfStudy, Base):
 
 
 class ReferenceRow(Base):
-    """A study's higher-precision reference outputs (autotune.scenarios.reference), as the file
+    """A study's higher-precision reference outputs (autotune.trial.scenarios.precise), as the file
     a trial reads (``data``: ``torch.save`` bytes, loaded with ``weights_only``); no data and a
     ``reason`` when there is none."""
 
@@ -143,7 +143,7 @@ class ReferenceRow(Base):
 
 
 class ConfirmationRow(OfStudy, Base):
-    """A pick re-measured against its nearest rivals before export (autotune.confirm)."""
+    """A pick re-measured against its nearest rivals before export (autotune.choice.confirm)."""
 
     __tablename__ = "autotune_confirmations"
     policy: Mapped[str] = mapped_column(String(64))

@@ -1,0 +1,105 @@
+"""Objectives and policies: what a study minimises, and how one point of its front is chosen.
+
+Objectives: one start cost (``compile`` = a cold start, ``warm``, ``portable``,
+``precompiled`` or ``aot``), one speed
+(``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
+``ttft``, the prefill), optionally ``memory``. :data:`ATTRIBUTE` is the one table from an
+objective to the value that stands for it (a :class:`autotune.choice.selection.Point`'s field).
+
+Policies (eager is a candidate in every one): ``knee``, ``fastest``, ``quickest``,
+``amortized:CALLS``, ``restarts:STARTS:CALLS``, ``latency-budget:MS`` (see
+:mod:`autotune.choice.selection`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autotune.errors import ConfigError
+
+START_COSTS = ("compile", "warm", "portable", "precompiled", "aot")  # a start's cost
+SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
+OBJECTIVES = (*START_COSTS, *SPEEDS, "memory")
+METRICS = {"compile": "compile_s", "warm": "warm_start_s", "portable": "portable_start_s",
+           "precompiled": "precompiled_start_s", "aot": "aot_start_s",
+           "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
+           "memory": "memory_mb"}  # fmt: skip  # Optuna's metric names
+ATTRIBUTE = {"compile": "compile_s", "warm": "warm_s", "portable": "portable_s",
+             "precompiled": "precompiled_s", "aot": "aot_s",
+             "latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
+             "memory": "memory_mb"}  # fmt: skip
+START_KIND = {"compile": "cold", "warm": "warm", "portable": "portable",
+              "precompiled": "precompiled", "aot": "aot"}  # fmt: skip  # what each start costs
+POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
+
+
+def default(kind: str = "inference") -> tuple[str, ...]:
+    """The objectives a study has unless told: a cold start, and the workload's speed."""
+    return ("compile", "decode" if kind == "generate" else "latency")
+
+
+def parse(objectives: Any) -> tuple[str, ...]:
+    """Objectives as written (``compile,latency`` or a list) as a tuple; ConfigError otherwise."""
+    if isinstance(objectives, str):
+        objectives = [o.strip() for o in objectives.split(",") if o.strip()]
+    texts = isinstance(objectives, (list, tuple)) and all(isinstance(o, str) for o in objectives)
+    if not texts:
+        raise ConfigError(f"bad objectives {objectives!r}: write e.g. compile,latency")
+    return tuple(objectives)
+
+
+def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inference") -> None:
+    """One start cost, one speed, optionally memory; a warm or portable objective needs that
+    start measured (``--starts``), decode and TTFT a generate workload."""
+    counts = [sum(o in group for o in objectives) for group in (START_COSTS, SPEEDS)]
+    unknown = [o for o in objectives if o not in OBJECTIVES]
+    if unknown or counts != [1, 1] or len(set(objectives)) != len(objectives):
+        raise ConfigError(
+            f"bad objectives {','.join(objectives)!r}: one start cost "
+            f"({', '.join(START_COSTS)}), one speed ({', '.join(SPEEDS)}), optionally memory"
+        )
+    for o in objectives:
+        start = START_KIND.get(o, "cold")
+        if start not in starts:
+            raise ConfigError(f"objective {o!r} needs {start} starts measured: add it to --starts")
+    if kind != "generate" and {"decode", "ttft"} & set(objectives):
+        raise ConfigError("objectives decode and ttft need --workload generate")
+
+
+def later_start(objectives: tuple[str, ...]) -> str:
+    """The start a ``restarts`` policy counts after the first cold one: the study's own start
+    objective when it is a later start (what the user will ship), else ``warm``."""
+    chosen = next((o for o in objectives if o in START_COSTS), "compile")
+    return "warm" if chosen == "compile" else START_KIND[chosen]
+
+
+def values(point: Any, objectives: tuple[str, ...]) -> tuple[float, ...]:
+    """The value of each objective for a point (a missing one counts as 0)."""
+    return tuple(float(getattr(point, ATTRIBUTE[o]) or 0.0) for o in objectives)
+
+
+def parse_policy(policy: Any) -> tuple[str, tuple[float, ...]]:
+    """``knee`` -> ("knee", ()); ``amortized:1000`` -> ("amortized", (1000.0,));
+    ``restarts:50:1000`` -> ("restarts", (50.0, 1000.0)). Numbers are finite and positive;
+    STARTS is a whole number of at least 1."""
+    usage = ("use knee, fastest, quickest, amortized:CALLS, restarts:STARTS:CALLS or "
+             "latency-budget:MS")  # fmt: skip
+    if not isinstance(policy, str):
+        raise ConfigError(f"bad policy {policy!r}: {usage}")
+    name, *args = policy.split(":")
+    if name not in POLICIES:
+        raise ConfigError(f"bad policy {policy!r}: {usage}")
+    wanted = {"amortized": 1, "latency-budget": 1, "restarts": 2}.get(name, 0)
+    if len(args) != wanted:
+        raise ConfigError(f"bad policy {policy!r}: amortized:CALLS and latency-budget:MS take "
+                          "a number, restarts:STARTS:CALLS two, the others none")  # fmt: skip
+    try:
+        numbers = tuple(float(a) for a in args)
+    except ValueError:
+        raise ConfigError(f"bad policy {policy!r}: {':'.join(args)!r} is not a number") from None
+    if not all(math.isfinite(v) and v > 0 for v in numbers):
+        raise ConfigError(f"bad policy {policy!r}: the numbers must be finite and positive")
+    if name == "restarts" and (numbers[0] < 1 or not numbers[0].is_integer()):
+        raise ConfigError(f"bad policy {policy!r}: STARTS is a whole number of starts, >= 1")
+    return name, numbers

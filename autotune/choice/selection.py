@@ -1,0 +1,228 @@
+"""Selection: from measured strategies to the one to use. Pure: it reads measurements, never
+the store (callers pass what the store holds).
+
+It owns the study's common latency scale, the sign test that decides whether a speedup counts,
+the Pareto front and the policies (:mod:`autotune.choice.objectives` parses them):
+- ``knee``: the Pareto point nearest the ideal point after normalising each objective (a tie
+  goes to the quicker compile);
+- ``fastest``: the lowest latency;
+- ``quickest``: the lowest compile time among compiled strategies that are at least as fast as
+  eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
+  nothing is never "quick";
+- ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
+- ``restarts:STARTS:CALLS``: a service that starts STARTS times (one cold start, then later
+  starts: the study's start objective when it is one, such as ``precompiled``, else warm) and
+  makes CALLS calls per start: the lowest ``cold + (STARTS - 1) * later + STARTS * CALLS *
+  latency``;
+- ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.choice import objectives as objective
+from autotune.errors import AutotuneError
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Measurement
+from autotune.trial.timing import ALPHA, sign_test
+
+if TYPE_CHECKING:
+    from autotune.storage import Stored
+
+
+def gain(m: Measurement, alpha: float = ALPHA) -> float:
+    """The speedup over eager if the interleaved rounds show it (sign test), else 1.0."""
+    if m.speedup is None or not (m.latency and m.eager_latency):
+        return 1.0
+    p = sign_test(m.eager_latency.samples_ms, m.latency.samples_ms)
+    return m.speedup if p < alpha else 1.0
+
+
+def ttft_on_baseline(m: Measurement, baseline_ms: float | None) -> float | None:
+    """A generate trial's prefill (time to first token) on the common scale, as
+    :func:`latency_on_baseline` does for latency; None for other workloads."""
+    if m.ttft is None:
+        return None
+    if baseline_ms is None or Strategy.from_dict(m.strategy).granularity == "none":
+        return baseline_ms if baseline_ms is not None else m.ttft.median_ms
+    if m.eager_ttft is None:
+        return m.ttft.median_ms
+    speedup = m.eager_ttft.median_ms / m.ttft.median_ms
+    shown = sign_test(m.eager_ttft.samples_ms, m.ttft.samples_ms) < ALPHA
+    return baseline_ms / (speedup if shown else 1.0)
+
+
+def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
+    """A trial's latency on the study's common scale: the eager baseline over its gain.
+
+    Trials run in different processes, whose speeds drift; each trial's speedup is measured
+    against eager interleaved in its own process. Scaling one baseline by that speedup keeps
+    cross-process noise out of the ranking, and a speedup the rounds do not show counts as none.
+    """
+    assert m.latency is not None
+    if baseline_ms is None:
+        return m.latency.median_ms
+    if Strategy.from_dict(m.strategy).granularity == "none":
+        return baseline_ms
+    return baseline_ms / gain(m)
+
+
+def objective_values(
+    m: Measurement, objectives: tuple[str, ...], baseline: Measurement | None
+) -> list[float]:
+    """The values Optuna minimises for a measurement that ran (speeds on the common scale)."""
+    return list(objective.values(Point.of(m, None, baseline), objectives))
+
+
+def start_s(m: Measurement, kind: str) -> float:
+    """What one ``warm`` or ``portable`` start costs; a start that was not measured (a study
+    run with ``--starts cold``, an older trial) or failed counts as cold."""
+    value = m.start_s(kind)
+    return value if value is not None else (m.compile_s or 0.0)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A feasible measured strategy, as the policies see it."""
+
+    key: str
+    strategy: dict[str, Any]
+    compile_s: float
+    latency_ms: float  # on the study's common scale, see latency_on_baseline
+    memory_mb: float | None
+    speedup: float  # as measured, interleaved with eager in the trial's own process
+    trial_number: int | None
+    raw_latency_ms: float = 0.0
+    significant: bool = False
+    warm_s: float = 0.0  # one warm start (cold where not measured)
+    portable_s: float = 0.0  # one portable start (cold where not measured)
+    precompiled_s: float = 0.0  # a start from a precompiled function (cold where not measured)
+    aot_s: float = 0.0  # a start from an AOTInductor package (cold where not measured)
+    ttft_ms: float | None = None  # generate: the prefill, on the common scale
+    tokens_per_s: float | None = None  # generate: the whole generation, as measured
+    limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
+    no_graphs: bool = False  # a CUDA-graph strategy that Inductor ran without them
+
+    @classmethod
+    def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:
+        assert m.latency is not None and m.compile_s is not None and m.speedup is not None
+        memory = m.memory.compiled_peak_mb if m.memory else None
+        key = Strategy.from_dict(m.strategy).key
+        speedup = 1.0 if key == "none" else m.speedup
+        base_ms = baseline.latency.median_ms if baseline and baseline.latency else None
+        base_ttft = baseline.ttft.median_ms if baseline and baseline.ttft else None
+        return cls(
+            key, m.strategy, m.compile_s, latency_on_baseline(m, base_ms), memory, speedup,
+            trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
+            warm_s=start_s(m, "warm"), portable_s=start_s(m, "portable"),
+            precompiled_s=start_s(m, "precompiled"), aot_s=start_s(m, "aot"),
+            ttft_ms=ttft_on_baseline(m, base_ttft), tokens_per_s=m.tokens_per_s,
+            limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
+        )  # fmt: skip
+
+    def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:
+        """``starts`` starts of ``calls`` calls each: the first start cold, the others as
+        ``start`` says (``compile`` = cold again, or a later start: ``warm``, ``portable``,
+        ``precompiled``, ``aot``)."""
+        later = getattr(self, objective.ATTRIBUTE["compile" if start == "cold" else start])
+        per_start = calls * self.latency_ms / 1e3
+        return self.compile_s + (starts - 1) * later + starts * per_start
+
+    def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
+        """The point's value of each objective, in order."""
+        return objective.values(self, objectives)
+
+
+def candidates(stored: Iterable[Stored], max_memory_mb: float | None = None) -> list[Point]:
+    """Every feasible measured strategy among a study's stored measurements, eager included
+    (not those deduced from another: they repeat its numbers)."""
+    points = []
+    rows = [r for r in stored if r.deduced_from is None]
+    base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
+    baseline = base if base is not None and base.ok else None
+    for row in rows:
+        m = Measurement.from_dict(row.payload)
+        if not m.feasible and not (row.key == "none" and m.ok):
+            continue
+        point = Point.of(m, row.trial_number, baseline)
+        if max_memory_mb is not None and (point.memory_mb or 0) > max_memory_mb:
+            continue
+        points.append(point)
+    return points
+
+
+def pareto(
+    points: list[Point], objectives: tuple[str, ...] = ("compile", "latency")
+) -> list[Point]:
+    """The non-dominated points, sorted by compile time."""
+    vals = [p.values(objectives) for p in points]
+    front = [p for p, v in zip(points, vals, strict=True) if not dominated(v, vals)]
+    return sorted(front, key=lambda p: (p.compile_s, p.latency_ms))
+
+
+def dominated(v: tuple[float, ...], others: Iterable[tuple[float, ...]]) -> bool:
+    """Whether another of ``others`` is at least as good as ``v`` in every objective (and is
+    not ``v``'s values): minimising all."""
+    return any(w != v and all(a <= b for a, b in zip(w, v, strict=True)) for w in others)
+
+
+def pick(
+    points: list[Point], policy: str, objectives: tuple[str, ...] = ("compile", "latency")
+) -> Point:
+    """The point a policy chooses; ``AutotuneError`` if none qualifies."""
+    name, args = objective.parse_policy(policy)
+    if not points:
+        raise AutotuneError("the study has no feasible trial to export")
+    if name == "fastest":
+        return min(points, key=lambda p: (p.latency_ms, p.compile_s))
+    if name == "quickest":
+        fast = [p for p in points if p.key != "none" and p.significant and p.speedup >= 1.0]
+        eager = [p for p in points if p.key == "none"]
+        return min(fast or eager or points, key=lambda p: (p.compile_s, p.latency_ms))
+    if name == "amortized":
+        return min(points, key=lambda p: (p.total_s(args[0]), p.latency_ms))
+    if name == "restarts":
+        starts, calls = args
+        kind = objective.later_start(objectives)
+        return min(points, key=lambda p: (p.total_s(calls, starts, kind), p.latency_ms))
+    if name == "latency-budget":
+        within = [p for p in points if p.latency_ms <= args[0]]
+        if not within:
+            best = min(p.latency_ms for p in points)
+            raise AutotuneError(
+                f"no strategy meets the latency budget of {args[0]:g} ms; the fastest takes "
+                f"{best:.3g} ms"
+            )
+        return min(within, key=lambda p: (p.compile_s, p.latency_ms))
+    return knee(pareto(points, objectives), objectives)
+
+
+def knee(front: list[Point], objectives: tuple[str, ...]) -> Point:
+    """The front's point nearest the ideal after normalising each objective to [0, 1]."""
+    values = {id(p): p.values(objectives) for p in front}
+    lo = [min(v[i] for v in values.values()) for i in range(len(objectives))]
+    hi = [max(v[i] for v in values.values()) for i in range(len(objectives))]
+
+    def distance(p: Point) -> float:
+        norm = [
+            (v - lo[i]) / (hi[i] - lo[i]) if hi[i] > lo[i] else 0.0
+            for i, v in enumerate(values[id(p)])
+        ]
+        return math.hypot(*norm)
+
+    # a tie (a front of two points always ties) goes to the quicker compile: the same distance
+    # from the ideal buys nothing for the extra compile time
+    return min(front, key=lambda p: (round(distance(p), 9), p.compile_s, p.latency_ms))
+
+
+def choose(
+    stored: Iterable[Stored], policy: str, objectives: tuple[str, ...],
+    max_memory_mb: float | None = None,
+) -> tuple[Point, list[Point], list[Point]]:  # fmt: skip
+    """The chosen point, every candidate, and the Pareto front of a study's measurements."""
+    points = candidates(stored, max_memory_mb)
+    return pick(points, policy, objectives), points, pareto(points, objectives)

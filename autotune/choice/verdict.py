@@ -1,0 +1,191 @@
+"""The verdict: the answer in one sentence, and every strategy left out with its reason.
+
+A user must never see a silent "don't compile". The search's summary, ``best.json`` and the
+dashboard's header all say how many strategies were excluded and why (grouped: wrong answers,
+failures by kind, timeouts, implied failures), what the best excluded one would have given, and
+whether eager was chosen because nothing compiled passed or because compiling did not pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.choice.selection import Point
+from autotune.trial.measurement import Measurement
+
+if TYPE_CHECKING:
+    from autotune.storage import Stored
+
+# Failures a user recognises, by what their reason says (the first that matches names it).
+_FAILURES = (
+    ("CppCompileError", "C++ compile error"),
+    ("out of memory", "out of memory"),
+    ("OutOfMemoryError", "out of memory"),
+    ("Unsupported", "Dynamo cannot trace it"),
+    ("recompile limit", "recompile limit"),
+    ("needs repeated blocks", "no repeated blocks"),
+    ("BackendCompilerFailed", "the backend failed"),
+)
+
+
+def _why(m: Measurement, over_memory: bool) -> str:
+    """The group a left-out strategy belongs to, in a few words."""
+    if m.deduced and not m.ok:
+        return "implied failure (not measured)"
+    if m.ok and over_memory:
+        return "over the memory limit"
+    if m.ok:
+        return "wrong answers (accuracy)"
+    if m.status != "failed":
+        return {"not-applicable": "not applicable here"}.get(m.status, m.status)
+    found = next((label for needle, label in _FAILURES if needle in m.reason), None)
+    return f"failed: {found or m.reason.splitlines()[0][:60] if m.reason else 'failed'}"
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A stored strategy that no policy may pick, and why; what it would have given where it
+    ran (its point on the study's common scale)."""
+
+    key: str
+    why: str
+    detail: str
+    point: Point | None = None
+
+
+def exclusions(stored: Iterable[Stored], max_memory_mb: float | None = None) -> list[Excluded]:
+    """Every stored strategy left out of the candidates, with its reason (eager never is)."""
+    rows = list(stored)
+    base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
+    baseline = base if base is not None and base.ok else None
+    found = []
+    for row in rows:
+        m = Measurement.from_dict(row.payload)
+        over = bool(max_memory_mb and m.memory and m.memory.compiled_peak_mb > max_memory_mb)
+        if row.key == "none" or (m.feasible and not over):
+            continue
+        point = Point.of(m, row.trial_number, baseline) if m.ok and m.latency else None
+        detail = (m.accuracy.detail if m.ok and m.accuracy and not over else m.reason) or m.status
+        found.append(Excluded(row.key, _why(m, over), detail.splitlines()[0][:300], point))
+    return found
+
+
+def excluded_summary(found: list[Excluded]) -> dict[str, Any]:
+    """How many were left out, by reason (most first), and the best of those that ran: what
+    it would have given."""
+    counts: dict[str, int] = {}
+    for e in found:
+        counts[e.why] = counts.get(e.why, 0) + 1
+    ran = [(e.point.latency_ms, e.point.compile_s, e) for e in found if e.point is not None]
+    by_reason = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    summary: dict[str, Any] = {"count": len(found), "by_reason": by_reason}
+    if ran:
+        best = min(ran, key=lambda r: r[:2])[2]
+        assert best.point is not None
+        summary["best"] = {"key": best.key, "why": best.why, "detail": best.detail,
+                           "speedup": best.point.speedup, "compile_s": best.point.compile_s,
+                           "latency_ms": best.point.latency_ms}  # fmt: skip
+    return summary
+
+
+def excluded_line(summary: dict[str, Any]) -> str:
+    """``9 wrong answers (accuracy), 1 failed: C++ compile error`` (or ``none``)."""
+    parts = [f"{n} {why}" for why, n in summary["by_reason"].items()]
+    return ", ".join(parts) or "none"
+
+
+def verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:
+    """The answer in one sentence; when it is eager, whether that is because nothing compiled
+    passed or because compiling did not pay."""
+    if chosen.key != "none":
+        return (f"compile with {chosen.key}: {chosen.speedup:.2f}x eager after a "
+                f"{chosen.compile_s:.1f} s cold compile ({policy})")  # fmt: skip
+    compiled = [p for p in points if p.key != "none"]
+    if not compiled:
+        left = excluded_line(summary)
+        return f"don't compile: no compiled strategy passed ({left})"
+    faster = [p for p in compiled if p.significant and p.speedup > 1.0]
+    if not faster:
+        return (f"don't compile: none of the {len(compiled)} compiled strategies that passed "
+                "was shown faster than eager (sign test)")  # fmt: skip
+    best = min(faster, key=lambda p: p.latency_ms)
+    return (
+        f"don't compile: compiling does not pay under {policy} (the fastest, {best.key}, "
+        f"runs {best.speedup:.2f}x eager; its compile takes {best.compile_s:.1f} s)"
+    )
+
+
+@dataclass
+class Answer:
+    """What a study answers, in one place, so that the search's summary, ``best.json`` and the
+    dashboard's header say the same: the pick (confirmed or not), the sentence, what was left
+    out and why, and the accuracy gate that was used."""
+
+    chosen: Point
+    points: list[Point]
+    front: list[Point]
+    sentence: str
+    excluded: dict[str, Any]
+    gate: dict[str, Any]
+    details: str  # the command that lists every strategy with its reason
+    confirmation: dict[str, Any] | None = None
+
+    def lines(self) -> list[str]:
+        """The closing summary, as the search prints it."""
+        out = [self.sentence]
+        out.append(f"left out: {excluded_line(self.excluded)}")
+        if best := self.excluded.get("best"):
+            out.append(f"  the best of them, {best['key']} ({best['why']}), would have given "
+                       f"{best['speedup']:.2f}x eager after a {best['compile_s']:.1f} s "
+                       f"compile: {best['detail']}")  # fmt: skip
+        if self.confirmation:
+            out += self.confirmation["lines"]
+        else:
+            out.append("not confirmed (no confirmation was run)")
+        out.append(f"accuracy gate: {self.gate.get('rule') or 'none recorded'}")
+        out.append(f"details: {self.details}")
+        return out
+
+    def block(self) -> dict[str, Any]:
+        """The ``autotune`` block's part of it in ``best.json``."""
+        return {"verdict": self.sentence, "excluded": {**self.excluded, "details": self.details},
+                "accuracy_gate": self.gate, "confirmation": self.confirmation}  # fmt: skip
+
+
+def answer(rows: list[Stored], study: str, spec: dict[str, Any], policy: str,
+           max_memory_mb: float | None = None,
+           confirmation: tuple[str, dict[str, Any]] | None = None) -> Answer:  # fmt: skip
+    """The study's answer under ``policy`` from its stored rows; a confirmation of the same
+    pick (as stored by :mod:`autotune.choice.confirm`) decides it."""
+    from autotune.choice.objectives import default
+    from autotune.choice.selection import choose
+
+    kind = (spec.get("workload") or {}).get("kind", "inference")
+    objectives = tuple(spec.get("objectives") or default(kind))
+    chosen, points, front = choose(rows, policy, objectives, max_memory_mb)
+    confirmed = None
+    if confirmation is not None and confirmation[1].get("chosen") == chosen.key:
+        from autotune.choice.confirm import confirmed_points
+        from autotune.choice.selection import pareto
+
+        confirmed = confirmation[1]
+        points = confirmed_points(
+            points, confirmed.get("latency_ms") or {}, confirmed.get("speedup") or {}
+        )
+        front = pareto(points, objectives)
+        chosen = next((p for p in points if p.key == confirmation[0]), chosen)
+    excluded = excluded_summary(exclusions(rows, max_memory_mb))
+    return Answer(chosen, points, front, verdict(chosen, points, excluded, policy), excluded,
+                  gate(rows), f"autotune show --study {study}", confirmed)  # fmt: skip
+
+
+def gate(rows: list[Stored]) -> dict[str, Any]:
+    """The accuracy gate the study's compiled trials were judged by (one for the study)."""
+    for row in rows:
+        a = (row.payload.get("accuracy") or {}) if row.key != "none" else {}
+        if a.get("rule"):
+            return {"rule": a["rule"], "tolerance": a.get("tolerance", 1.0),
+                    "reference": a.get("reference", "")}  # fmt: skip
+    return {}

@@ -1,0 +1,195 @@
+"""Readable text for people: a measurement's summary, and plain tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.trial.measurement import Measurement
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A left-aligned plain-text table."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def summary(m: Measurement) -> str:
+    """A few lines a person reads at a glance."""
+    from autotune.strategy.strategy import Strategy
+
+    s, w = Strategy.from_dict(m.strategy), m.workload
+    env = m.environment
+    head = (
+        f"{m.model['name']} · {w['kind']} batch {w['batch_size']} seq {w['seq_len']} "
+        f"{w['dtype']} on {w['device']}"
+    )
+    if env:
+        head += f" · torch {env.get('torch')} · {env.get('device_name')}"
+    regions = f"   ({m.regions} compiled regions)" if m.regions else ""
+    lines = [head, f"strategy   {s.key}{regions}", f"status     {m.status}"]
+    if not m.ok:
+        lines.append(f"reason     {m.reason}")
+        return "\n".join(lines)
+    phases = ", ".join(
+        f"{k.removesuffix('_s')} {seconds(v)}"
+        for k, v in m.phases.items()
+        if k in ("dynamo_s", "inductor_s", "codegen_s", "backward_s")
+    )
+    lines.append(
+        f"compile    {seconds(m.compile_s)} cold (eager first call {seconds(m.eager_first_s)})"
+        + (f"; {phases}" if phases else "")
+    )
+    lines += starts_lines(m)
+    if m.ttft and m.eager_ttft:
+        lines.append(
+            f"TTFT       {m.ttft.median_ms:.3f} ms median prefill (eager "
+            f"{m.eager_ttft.median_ms:.3f} ms -> {m.eager_ttft.median_ms / m.ttft.median_ms:.2f}x)"
+        )
+    if m.latency and m.eager_latency and m.ttft:
+        lat, eag = m.latency, m.eager_latency
+        lines.append(
+            f"decode     {lat.median_ms:.3f} ms per token median (p10 {lat.p10_ms:.3f}, p90 "
+            f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} steps; "
+            f"eager {eag.median_ms:.3f} ms -> speedup {m.speedup:.2f}x"
+        )
+        lines.append(
+            f"tokens/s   {m.tokens_per_s:.1f} for the whole generation (eager "
+            f"{m.eager_tokens_per_s:.1f})"
+        )
+    elif m.latency and m.eager_latency:
+        lat, eag = m.latency, m.eager_latency
+        lines.append(
+            f"latency    {lat.median_ms:.3f} ms median (p10 {lat.p10_ms:.3f}, p90 "
+            f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} calls; "
+            f"eager {eag.median_ms:.3f} ms -> speedup {m.speedup:.2f}x"
+        )
+    if m.memory:
+        lines.append(
+            f"memory     peak {m.memory.compiled_peak_mb:.0f} MiB compiled vs "
+            f"{m.memory.eager_peak_mb:.0f} MiB eager ({m.memory.kind})"
+        )
+    if m.graphs:
+        g = m.graphs
+        lines.append(f"graphs     {g.count} graphs, {g.breaks} breaks, {g.recompiles} recompiles")
+        lines += [f"  break    {r}" for r in g.break_reasons[:5]]
+        lines += [f"  recompile {r}" for r in g.recompile_reasons[:5]]
+        if g.limit_hit:
+            lines.append(f"  LIMIT    {g.limit_hit}: the latency is not the compiled latency")
+            lines.append(f"  fix      {g.limit_hint}")
+        if g.cudagraph_skips:
+            lines.append(f"  NO GRAPHS Inductor skipped CUDA graphs {g.cudagraph_skips} times, so "
+                         f"it ran as plain Inductor: {g.cudagraph_skip_reason}")  # fmt: skip
+    if m.accuracy:
+        a = m.accuracy
+        verdict = "pass" if a.passed else "FAIL: WRONG ANSWERS"
+        if m.tokens:
+            detail = f" ({m.tokens.detail})" if m.tokens.detail else ""
+            t = m.tokens
+            lines.append(f"tokens     {t.matched} of {t.tokens} greedy tokens as eager's{detail}")
+        if a.reference and a.compiled_rmse is not None:
+            lines.append(
+                f"accuracy   {verdict} against the {a.reference} reference: RMSE "
+                f"{a.compiled_rmse:.3g} (eager {a.eager_rmse:.3g}), largest error "
+                f"{a.compiled_max:.3g} (eager {a.eager_max:.3g}); vs eager max abs "
+                f"{a.max_abs:.2g}"
+            )
+        else:
+            lines.append(f"accuracy   {verdict} (max abs {a.max_abs:.2g} vs eager, rel "
+                         f"{a.max_rel:.2g}; atol {a.atol:g}, rtol {a.rtol:g})")  # fmt: skip
+        if a.rule:
+            lines.append(f"  gate     {a.rule}")
+        if a.detail:
+            lines.append(f"  detail   {a.detail}")
+    return "\n".join(lines)
+
+
+def _hit(cache: dict[str, int]) -> str:
+    hit, miss = cache.get("fxgraph_cache_hit", 0), cache.get("fxgraph_cache_miss", 0)
+    return f"FX graph cache {hit} hit{'s' * (hit != 1)}, {miss} miss{'es' * (miss != 1)}"
+
+
+def starts_lines(m: Measurement) -> list[str]:
+    """Every later start beside the cold compile, with its notes (a kind that does not apply
+    says why)."""
+    later = [m.starts[k] for k in ("warm", "portable", "precompiled", "aot") if k in m.starts]
+    if not later:
+        return []
+    measured = [s for s in later if s.measured]
+    if not measured:
+        names = " = ".join(s.kind for s in later)
+        return [f"starts     {names} = cold: {later[0].note}"]
+    cold = m.compile_s or 0.0
+    parts = []
+    for s in measured:
+        if s.status != "ok" or s.compile_s is None:
+            parts.append(f"{s.kind} {s.status}")
+            continue
+        ratio = f"{s.compile_s / cold:.2f}x cold, " if cold else ""
+        load = f"load {seconds(s.load_s)}, " if s.kind != "warm" else ""
+        hits = _hit(s.cache) if s.kind in ("warm", "portable") else "no compile"
+        parts.append(f"{s.kind} {seconds(s.compile_s)} ({ratio}{load}{hits})")
+    size = (m.artifact or {}).get("bytes")
+    artefact = f"; artefact {size / 2**20:.2f} MiB" if size else ""
+    lines = ["starts     " + "; ".join(parts) + artefact]
+    return lines + [f"  {s.kind:<8} {s.note}" for s in later if s.note]
+
+
+def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -> str:
+    """The Pareto front as a table, the chosen strategy marked; a generate study shows TTFT
+    and tokens/s, and its latency is per decoded token; ``starts`` that skip the compiler get
+    a column each."""
+    generate = any(p.ttft_ms is not None for p in front)
+    ahead = [k for k in ("precompiled", "aot") if k in starts]
+    rows = []
+    for p in front:
+        speedup = f"{p.speedup:.2f}x" + ("" if p.significant or p.key == "none" else " (n.s.)")
+        row = [("* " if p.key == chosen else "  ") + p.key, f"{p.compile_s:.2f} s",
+               f"{p.warm_s:.2f} s", f"{p.portable_s:.2f} s"]  # fmt: skip
+        row += [f"{getattr(p, f'{k}_s'):.2f} s" for k in ahead] + [f"{p.latency_ms:.3f} ms"]
+        if generate:
+            row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
+                    "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
+        flags = (" LIMIT" if p.limit_hit else "") + (" NO GRAPHS" if p.no_graphs else "")
+        row += [speedup + flags,
+                "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
+        rows.append(tuple(row))
+    speed = ["decode / token", "TTFT", "tokens/s"] if generate else ["latency"]
+    header = ("  strategy", "cold start", "warm start", "portable", *ahead, *speed, "speedup",
+              "peak memory")  # fmt: skip
+    note = (
+        "latency: the eager baseline over each trial's speedup, measured interleaved with eager "
+        "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "
+        "so it counts as none"
+    )
+    if any(p.no_graphs for p in front):
+        note += ";\nNO GRAPHS: Inductor fell back from CUDA graphs, so it ran as plain Inductor"
+    if any(p.limit_hit for p in front):
+        note += ";\nLIMIT: dynamo hit its recompile limit and ran part of the model eager, so "
+        note += "that latency is not the compiled one (autotune measure says which blocks)"
+    return table(header, rows) + "\n" + note
+
+
+def trials_table(rows: Sequence[Any], excluded: Sequence[Any]) -> str:
+    """Every stored strategy of a study: its verdict, cold compile, speedup, and why it was
+    left out (``autotune show``)."""
+    why = {e.key: (e.why, e.detail) for e in excluded}
+    lines = []
+    for row in rows:
+        m = Measurement.from_dict(row.payload)
+        reason, detail = why.get(row.key, ("", ""))
+        state = reason or ("eager baseline" if row.key == "none" else "candidate")
+        if m.deduced:
+            state += f" ({m.deduced})"
+        speedup = f"{m.speedup:.2f}x" if m.speedup else "—"
+        lines.append((row.key, state, seconds(m.compile_s), speedup, detail[:120]))
+    return table(("strategy", "verdict", "cold compile", "speedup", "why"), lines)

@@ -1,0 +1,117 @@
+"""What a study shows while it runs and after: the live progress bar of a search (a
+:class:`autotune.search.Listener`), the best strategy so far (read incrementally), and the
+listing of every study in a storage with its progress.
+
+"Measured" means one thing everywhere: a strategy of the study's space measured by a trial
+(not deduced from another's). The eager baseline counts when eager is in the space.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from autotune.choice.selection import choose
+from autotune.coordination import Coordinator
+from autotune.errors import AutotuneError
+from autotune.storage import Store, Stored, StudyRecord
+
+
+class BestSoFar:
+    """The pick of the study's policy among what is stored, reading only what is new each time."""
+
+    def __init__(self, store: Store, study: str, policy: str, objectives: tuple[str, ...],
+                 max_memory_mb: float | None = None) -> None:  # fmt: skip
+        self.store, self.study, self.policy = store, study, policy
+        self.objectives, self.max_memory_mb = objectives, max_memory_mb
+        self.rows: list[Stored] = []
+
+    def __call__(self) -> str:
+        self.rows += self.store.measurements(
+            self.study, after=self.rows[-1].id if self.rows else 0
+        )
+        try:
+            best, _, _ = choose(self.rows, self.policy, self.objectives, self.max_memory_mb)
+        except AutotuneError:
+            return "—"
+        return f"{best.key} ({best.compile_s:.1f} s, {best.latency_ms:.3g} ms)"
+
+
+class Progress:
+    """A live bar: trial n of N, elapsed time, the current strategy, the best so far; notes
+    are written above it."""
+
+    def __init__(self, total: int, initial: int, enabled: bool, best: BestSoFar | None = None
+                 ) -> None:  # fmt: skip
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=total, initial=initial, disable=not enabled, unit="trial",
+            bar_format="{n}/{total} trials |{bar:20}| {elapsed} {postfix}", dynamic_ncols=True,
+        )  # fmt: skip
+        self.best_so_far = best
+        self.best = "—"
+        self.stop = threading.Event()
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+        if enabled and sys.stderr.isatty():  # a live clock only where it redraws in place
+            self.ticker.start()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(1.0):
+            self.bar.refresh()
+
+    def now(self, what: str) -> None:
+        self.bar.set_postfix_str(f"{what} | best {self.best}", refresh=True)
+
+    def measured(self, key: str, done: int) -> None:
+        if self.best_so_far is not None and not self.bar.disable:
+            self.best = self.best_so_far()
+        self.bar.set_postfix_str(f"last {key} | best {self.best}", refresh=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def note(self, line: str) -> None:
+        self.bar.write(f"autotune: {line}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.bar.close()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def counts(study: StudyRecord, rows: Iterable[Stored]) -> dict[str, int]:
+    """A study's ``measured`` (by a trial, of its space) and ``deduced`` strategies, and of
+    the measured ones how many ran ``ok`` and how many ``failed``."""
+    space = (study.spec.get("space") or {}).get("granularity")
+    eager_counts = space is None or "none" in space  # the baseline is measured either way
+    measured = [r for r in rows if r.measured and (eager_counts or r.key != "none")]
+    deduced = [r for r in rows if not r.measured]
+    ok = sum(r.status == "ok" for r in measured)
+    return {"measured": len(measured), "deduced": len(deduced), "ok": ok,
+            "failed": len(measured) - ok}  # fmt: skip
+
+
+def overview(store: Store) -> list[dict[str, Any]]:
+    """Every study in the storage with its progress: measured strategies against the budget,
+    and those deduced without measuring."""
+    table = []
+    for study in store.studies():
+        rows = store.measurements(study.name)
+        last = max((r.created_at for r in rows if r.created_at), default=study.created_at)
+        table.append({
+            "study": study.name,
+            "model": (study.spec.get("model") or {}).get("name"),
+            **counts(study, rows),
+            "budget": study.spec.get("trials"),
+            "runs": len(store.runs(study.name)),
+            "live workers": Coordinator(store, study.name, "").live_workers(),
+            "last": last.isoformat(timespec="seconds") if last else "",
+        })  # fmt: skip
+    return table

@@ -1,0 +1,147 @@
+"""Serving the queue (``autotune worker --all``): take the oldest open study that fits this
+machine, measure until it is done (or what is left is in live peers' hands), then take the
+next; stop when asked (Ctrl-C, SIGTERM) or after an idle timeout.
+
+Workers on many machines share the queue through the same claims as ``autotune worker``: no
+strategy is measured twice and a dead worker's is handed back (:mod:`autotune.coordination`).
+Which study is next is :class:`autotune.coordination.queue.Queue`'s answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune import usercode as code
+from autotune.coordination.queue import Queue
+from autotune.errors import AutotuneError
+from autotune.search.loop import run
+from autotune.search.open import join
+from autotune.search.state import Lines, Listener, Search
+from autotune.storage import Store
+
+POLL_S = 2.0  # how often an idle worker looks at the queue again
+AGAIN_S = 10.0  # a study left with nothing to do here is not looked at again for this long
+
+
+@dataclass
+class Served:
+    """What a queue worker did: the studies it worked on, strategies it measured, the studies
+    it finished (its trial ended the budget or the space), and why it stopped (``idle``, or
+    ``asked``: Ctrl-C or SIGTERM)."""
+
+    studies: list[str] = field(default_factory=list)
+    measured: int = 0
+    finished: list[str] = field(default_factory=list)
+    stopped: str = "idle"
+
+
+def device_for(given: str | None) -> Callable[[str], str | None]:
+    """The device this worker measures a study's device on: a CPU study on the CPU (every
+    machine has one), a CUDA study on ``given`` or the current GPU; none where this machine has
+    no GPU or the worker was given the CPU."""
+    from autotune import device as devices
+
+    def choose(study_device: str) -> str | None:
+        if not study_device.startswith("cuda"):
+            return "cpu"
+        if given is not None:
+            return given if given.startswith("cuda") else None
+        return devices.resolve("cuda") if devices.count() else None
+
+    return choose
+
+
+def allowed_by(allow: Iterable[str]) -> Callable[[dict[str, Any]], str | None]:
+    """Whether the code a stored spec names was allowed on this worker's command line."""
+    names = list(allow)
+
+    def check(spec: dict[str, Any]) -> str | None:
+        given = [(spec.get("model") or {}).get("name", "")]
+        given += list((spec.get("space") or {}).get("backend") or [])
+        refused = [n for n in given if code.is_code(n) and not code.allowed(n, names)]
+        return f"it names code this worker may not run ({', '.join(refused)})" if refused else None
+
+    return check
+
+
+def serve(
+    storage: str | None, *, device: str | None = None, allow: Iterable[str] = (),
+    idle_timeout_s: float | None = None, listener: Listener | None = None,
+    finished: Callable[[Search], None] | None = None,
+) -> Served:  # fmt: skip
+    """Serve the storage's queue until asked to stop or idle for ``idle_timeout_s``; call
+    ``finished`` on each study this worker ends (the CLI confirms and exports it)."""
+    from autotune.environment import fingerprint
+
+    listener = listener or Lines()
+    allow = list(allow)
+    store = Store(storage)
+    store.retry = True  # the queue's own reads wait out an outage, as a search does
+    queue = Queue(store, device_for(device), functools.cache(fingerprint), allowed_by(allow))
+    served = Served()
+    left: dict[str, float] = {}  # studies left with nothing to do here, and when
+    idle_since = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            study = queue.next(exclude=[n for n, t in left.items() if now - t < AGAIN_S])
+            if study is None:
+                if idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
+                    return served
+                listener.now("waiting for a study")
+                time.sleep(POLL_S)
+                continue
+            outcome = _work(study.name, store, queue, allow, listener, finished)
+            if outcome is None:
+                continue
+            measured, stopped = outcome
+            if study.name not in served.studies:
+                served.studies.append(study.name)
+            served.measured += measured
+            if stopped == "interrupted":
+                served.stopped = "asked"
+                return served
+            if stopped in ("budget", "exhausted"):
+                served.finished.append(study.name)
+            if measured == 0 and stopped == "others finishing":
+                left[study.name] = time.monotonic()
+            idle_since = time.monotonic()
+    except KeyboardInterrupt:
+        served.stopped = "asked"
+        return served
+
+
+def _work(
+    name: str, store: Store, queue: Queue, allow: list[str], listener: Listener,
+    finished: Callable[[Search], None] | None,
+) -> tuple[int, str] | None:  # fmt: skip
+    """Join one study and measure until it is done here: (measured here, why it stopped); None
+    when the study was refused (then this worker skips it from now on, and says why once)."""
+    record = store.study(name)
+    device = queue.device(record) if record is not None else None
+    try:
+        search = join(name, store.url, device=device, allow=allow)
+    except AutotuneError as exc:
+        queue.skipped[name] = str(exc)
+        listener.note(f"skipping study {name}: {exc}")
+        return None
+    listener.note(f"worker {search.worker} on study {name} in {search.storage_shown}")
+    try:
+        outcome = run(search, listener, leave=True)
+    except AutotuneError as exc:  # its baseline did not run, ...
+        queue.skipped[name] = str(exc)
+        listener.note(f"study {name} stopped here: {exc}; skipping it from now on")
+        search.store.engine.dispose()
+        return None
+    try:
+        if outcome.stopped in ("budget", "exhausted") and finished is not None:
+            finished(search)
+    except AutotuneError as exc:  # the measurements stand; the study's export failed
+        listener.note(f"study {name} is done, but its export failed: {exc}")
+    finally:
+        search.store.engine.dispose()
+    return outcome.measured_here, outcome.stopped

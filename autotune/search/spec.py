@@ -1,0 +1,231 @@
+"""StudySpec: everything a study needs (model, workload, space, budget), from TOML and flags.
+
+A spec file (``studies/*.toml``) has the tables ``[model]``, ``[workload]``, ``[space]`` and
+``[search]``; command-line flags override it. Unknown keys are errors, never ignored; every
+value's type is checked (:mod:`autotune.fields`), so ``trials = 2.7`` is refused, not rounded.
+Each setting's default and help text live on its dataclass field, nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import fields as config
+from autotune.catalog import ModelRef
+from autotune.choice import objectives
+from autotune.errors import ConfigError
+from autotune.fields import boolean, option, text, whole
+from autotune.strategy.space import KEYS as SPACE_KEYS
+from autotune.strategy.space import Space
+from autotune.workload import Settings, Workload
+
+SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+_SIZES = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+NAME_CHARS = 128
+
+
+def parse_duration(text: Any, key: str = "time_budget") -> float | None:
+    """``90``, ``90s``, ``30m``, ``2h`` or ``1h30m`` as seconds."""
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ConfigError(f"{key} = {text!r}: expected a duration such as 90s, 30m or 2h")
+    if isinstance(text, (int, float)) or re.fullmatch(r"\d+(\.\d+)?", text.strip()):
+        seconds = float(text)
+    elif re.fullmatch(r"((\d+(\.\d+)?)\s*([smh])\s*)+", text.strip().lower()):
+        found = re.findall(r"(\d+(\.\d+)?)\s*([smh])", text.lower())
+        seconds = sum(float(n) * _UNITS[u] for n, _, u in found)
+    else:
+        raise ConfigError(f"bad duration {text!r}: write e.g. 90s, 30m, 2h or 1h30m")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"bad duration {text!r}: it must be above 0")
+    return seconds
+
+
+def parse_memory(text: Any, key: str = "max_memory") -> float | None:
+    """``8GiB``, ``512MiB`` or a number of MiB, as MiB."""
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ConfigError(f"{key} = {text!r}: expected a size such as 8GiB or 512MiB")
+    if isinstance(text, (int, float)):
+        mib = float(text)
+    else:
+        match = re.fullmatch(r"(\d+(\.\d+)?)\s*([a-z]*)", text.strip().lower())
+        if not match or match.group(3) not in _SIZES:
+            raise ConfigError(f"bad memory size {text!r}: write e.g. 8GiB or 512MiB")
+        mib = float(match.group(1)) * _SIZES[match.group(3)]
+    if not math.isfinite(mib) or mib <= 0:
+        raise ConfigError(f"bad memory size {text!r}: it must be above 0")
+    return mib
+
+
+def check_name(name: Any, key: str = "study") -> str:
+    """A study name: letters, digits and ``._+-``, starting with a letter or digit, at most
+    128 characters, no ``..``. It names files (``studies/<name>/best.json``), so nothing that
+    walks out of a folder or that a file system refuses gets in."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
+        raise ConfigError(f"bad study name {name!r}: use letters, digits and . _ + - (starting "
+                          "with a letter or digit)")  # fmt: skip
+    if len(name) > NAME_CHARS:
+        raise ConfigError(f"bad study name: {len(name)} characters, at most {NAME_CHARS}")
+    return name
+
+
+def _policy(value: Any, key: str) -> str:
+    objectives.parse_policy(value)
+    return value
+
+
+def read_toml(path: str) -> dict[str, dict[str, Any]]:
+    """Read a spec file, rejecting unknown tables and keys with the allowed ones named."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"space file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"space file {path} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"space file {path} is not valid TOML: {exc}") from None
+    return check_tables(data, path)
+
+
+def check_tables(data: Any, where: str) -> dict[str, dict[str, Any]]:
+    """A spec's tables (from a TOML file or a JSON request): unknown tables and keys are
+    refused with the allowed ones named."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a spec is a table of tables: {', '.join(TABLES)}")
+    for table, values in data.items():
+        if table not in TABLES or not isinstance(values, dict):
+            raise ConfigError(f"{where}: unknown table [{table}]; use {', '.join(TABLES)}")
+        for key in values:
+            if key not in TABLES[table]:
+                raise ConfigError(
+                    f"{where}: unknown key {key!r} in [{table}]; use {', '.join(TABLES[table])}"
+                )
+    return data
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A whole study: what to measure, the space to search, and the budget."""
+
+    model: ModelRef
+    workload: Workload
+    space: Space
+    trials: int = option(30, "strategies to measure in the study", read=whole(1), cli_type=int)
+    time_budget_s: float | None = option(None, "stop starting trials after e.g. 30m or 2h",
+                                         toml="time_budget", read=parse_duration)  # fmt: skip
+    sampler: str = option("surrogate", f"the sampler: {', '.join(SAMPLERS)} (surrogate: "
+                          "autotune's model of the factors, TPE where it has no pick)",
+                          read=text(SAMPLERS))  # fmt: skip
+    objectives: tuple[str, ...] = option(
+        None, "START,SPEED[,memory]: START is compile (a cold start), warm or portable; SPEED "
+        "latency, or decode or ttft for --workload generate (default compile,latency; "
+        "compile,decode for generate)", read=lambda v, k: objectives.parse(v),
+    )  # fmt: skip
+    max_memory_mb: float | None = option(
+        None,
+        "trials above this peak (e.g. 8GiB) are infeasible",
+        toml="max_memory",
+        read=parse_memory,
+    )
+    policy: str = option("knee", "knee, fastest, quickest, amortized:CALLS, "
+                         "restarts:STARTS:CALLS or latency-budget:MS", read=_policy)  # fmt: skip
+    settings: Settings = field(default_factory=Settings)
+    study: str | None = option(None, "study name (default: a slug of model, workload, hardware "
+                               "and torch)", read=check_name)  # fmt: skip
+    equivalence: bool = option(False, "tell compiles a trial proves identical (dynamic none/false "
+                               "without a recompile, fullgraph true/false without a break) its "
+                               "measurement", read=boolean)  # fmt: skip
+
+    def __post_init__(self) -> None:
+        config.validate(self)
+        if self.objectives is None:
+            object.__setattr__(self, "objectives", objectives.default(self.workload.kind))
+        objectives.check(self.objectives, self.settings.starts, self.workload.kind)
+        if self.workload.kind == "train" and (frozen := set(self.space.options) & {"freezing"}):
+            raise ConfigError(f"option {frozen.pop()} folds the weights into constants: it is "
+                              "for inference and generate workloads, not train")  # fmt: skip
+
+    @classmethod
+    def from_sources(cls, toml: str | None = None, **flags: Any) -> StudySpec:
+        """Merge a spec file and flags (flags win; a flag of None means 'not given'). Flags are
+        named as the command line's options are (``model``, ``workload``, ``time_budget``)."""
+        return cls.from_tables(read_toml(toml) if toml else {}, **flags)
+
+    @classmethod
+    def from_tables(
+        cls, data: dict[str, dict[str, Any]], *, resolve_device: bool = True, **flags: Any
+    ) -> StudySpec:
+        """A spec from tables checked by :func:`check_tables`, and flags (flags win). With
+        ``resolve_device=False`` the device is kept as named (``cuda`` on a machine without
+        one: a study submitted for the workers that have one), ``cpu`` when none is named."""
+        tables = {table: dict(data.get(table, {})) for table in TABLES}
+        for table, keys in TABLES.items():
+            for key in keys:
+                if flags.get(dest := DESTS.get(key, key)) is not None:
+                    tables[table][key] = flags[dest]
+        if "name" not in tables["model"]:
+            raise ConfigError("no model: give --model or a [model] name in the space file")
+        search = tables["search"]
+        if "seed" in search:  # one seed for the weights, the inputs and the sampler
+            tables["model"]["seed"] = search["seed"]
+        model = ModelRef(**config.read(ModelRef, tables["model"], "[model] "))
+        fields = config.read(Workload, tables["workload"], "[workload] ")
+        workload = Workload.create(**fields) if resolve_device else Workload(**fields)
+        space = Space.default(workload.device, workload.kind).narrow(**tables["space"])
+        settings = Settings(**config.read(Settings, {"seed": model.seed, **search}, "[search] "))
+        chosen = config.read(cls, search, "[search] ")
+        return cls(model=model, workload=workload, space=space, settings=settings, **chosen)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.update(model=self.model.to_dict(), space=self.space.to_dict())
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudySpec:
+        data = dict(data)
+        data.update(
+            model=ModelRef.from_dict(data["model"]),
+            workload=Workload.from_dict(data["workload"]),
+            space=Space.from_dict(data["space"]),
+            settings=Settings(**data["settings"]),
+        )
+        return cls(**data)
+
+    def study_name(self, environment: dict[str, Any]) -> str:
+        """The study's name: given, or a readable slug of model, workload, hardware and torch."""
+        if self.study:
+            return self.study
+        hardware = re.sub(r"[^a-z0-9]+", "-", str(environment.get("device_name", "")).lower())
+        torch_version = str(environment.get("torch", "")).replace("+", "-")
+        name = f"{self.model.slug()}-{self.workload.slug()}-{hardware[:24].strip('-')}"
+        return check_name(f"{name}-torch{torch_version}"[:NAME_CHARS])
+
+
+def _keys(cls: type) -> tuple[str, ...]:
+    return tuple(config.toml_key(f) for f in config.fields(cls))
+
+
+TABLES = {
+    "model": _keys(ModelRef),
+    "workload": _keys(Workload),
+    "space": SPACE_KEYS,
+    "search": tuple(dict.fromkeys(_keys(StudySpec) + _keys(Settings))),
+}
+# the command line's name of a key, where it differs (--model, --workload)
+DESTS = {
+    config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
+    for cls in (ModelRef, Workload, Settings, StudySpec)
+    for f in config.fields(cls)
+}

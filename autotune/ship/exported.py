@@ -1,0 +1,157 @@
+"""Using an exported file here: what of it fits this machine, and how the code it names is
+found. A file is data: it never makes autotune import code its user did not pass or allow
+(:mod:`autotune.usercode`), and what does not fit gets one warning line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.strategy.strategy import Strategy
+
+
+class AutotuneWarning(UserWarning):
+    """An exported file that does not fit this machine as it stands: autotune says how it
+    compiles it instead (one line)."""
+
+
+Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
+
+
+def resolver(backends: Backends, path: str | Path) -> Callable[[str, str], Any]:
+    """How a ``package.module:function`` backend named in an exported file is found: the
+    callable the caller passed, or an import the caller allowed by name; never otherwise."""
+    from autotune import usercode as code
+
+    def resolve(name: str, what: str) -> Any:
+        if isinstance(backends, Mapping) and name in backends:
+            return backends[name]
+        names = (
+            list(backends) if backends is not None and not isinstance(backends, Mapping) else []
+        )
+        if code.allowed(name, names):
+            return code.resolve(name, what)
+        raise ConfigError(
+            f"{path} names backend {name!r}, which is code: pass it "
+            f"(backends={{{name!r}: fn}}) or allow its import (backends=[{name!r}])"
+        )
+
+    return resolve
+
+
+def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strategy | None:
+    """The strategy as it can compile here, with one warning line for whatever does not fit
+    (another torch or machine, an unknown mode); None when it cannot compile here at all."""
+    import dataclasses
+
+    from autotune import usercode as code
+    from autotune.environment import fingerprint
+    from autotune.strategy.inductor import inductor_modes
+    from autotune.strategy.strategy import registered_backends
+
+    block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+    made = block.get("environment") if isinstance(block.get("environment"), dict) else {}
+    here = fingerprint("cpu")
+    for key in ("torch", "cpu"):
+        if made.get(key) and made[key] != here[key]:
+            warnings.warn(
+                f"{path} was measured with {key} {made[key]}, this is {here[key]}: "
+                "its numbers may not hold here",
+                AutotuneWarning,
+                stacklevel=4,
+            )
+            break
+    if strategy.granularity == "none" or code.is_code(strategy.backend):
+        return strategy
+    if strategy.backend not in registered_backends():
+        warnings.warn(
+            f"{path} names backend {strategy.backend!r}, which this torch does "
+            "not have: the model is returned uncompiled",
+            AutotuneWarning,
+            stacklevel=4,
+        )
+        return None
+    if strategy.mode is not None and strategy.mode not in inductor_modes():
+        warnings.warn(
+            f"{path} names mode {strategy.mode!r}, which this torch does not "
+            "have: compiling with mode 'default'",
+            AutotuneWarning,
+            stacklevel=4,
+        )
+        return dataclasses.replace(strategy, mode="default")
+    return strategy
+
+
+def warn_on_miss(module: Any, name: str) -> Any:
+    """After ``module``'s first call, say in one line if the artefact that was loaded did not
+    hit the FX graph cache (made on another device index, or for another graph): that first
+    call compiled cold."""
+    from autotune.starts import later as starts
+
+    before = starts.cache_counters()
+
+    def after(*_: Any) -> None:
+        handle.remove()
+        now = starts.cache_counters()
+        hits = now["fxgraph_cache_hit"] - before["fxgraph_cache_hit"]
+        misses = now["fxgraph_cache_miss"] - before["fxgraph_cache_miss"]
+        if misses and not hits:
+            warnings.warn(f"{name} was loaded, but the first call missed the FX graph cache "
+                          f"({misses} misses): it compiled cold (made on another device index, "
+                          "or for another graph?)", AutotuneWarning, stacklevel=2)  # fmt: skip
+
+    handle = module.register_forward_hook(after)
+    return module
+
+
+def load_ahead(model: Any, data: dict[str, Any], path: str | Path, trust: bool | None) -> Any:
+    """The model as a zero-compile start (a precompiled function or an AOTInductor package the
+    export ships), when the caller trusts it and it fits; else None, with one line why (the
+    compile then goes on as usual)."""
+    from autotune.starts import artifact
+    from autotune.starts import precompiled as ahead
+
+    block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+    shipped = block.get("ahead") if isinstance(block.get("ahead"), dict) else {}
+    if not shipped:
+        return None
+    wanted = [o for o in block.get("objectives") or [] if o in shipped]
+    kind = next(iter(wanted + [k for k in ("aot", "precompiled") if k in shipped]))
+    if not artifact.trusted(trust):
+        return None  # artifact.prepare says so, for every artefact the file ships
+    payload, why = artifact.check(shipped[kind], Path(path))
+    if payload is not None:
+        try:
+            fn = ahead.load(kind, str(Path(path).with_name(shipped[kind]["file"])), model)
+        except Exception as exc:  # a file torch refuses: the compile goes on
+            why = f"{kind} artefact failed to load ({type(exc).__name__})"
+            artifact.isolate()
+        else:
+            return _checked(ahead.Ahead(model, fn, kind))
+    warnings.warn(f"{why}: compiling as usual", artifact.CacheWarning, stacklevel=3)
+    return None
+
+
+def _checked(module: Any) -> Any:
+    """After the first call, say in one line if Dynamo compiled anything (the artefact's
+    guards did not hold, so it did not skip the compiler)."""
+    from autotune.starts import precompiled as ahead
+
+    before = ahead.frames_compiled()
+    call = module.fn
+
+    def first(*args: Any) -> Any:
+        out = call(*args)
+        module.fn = call
+        if (frames := ahead.frames_compiled() - before) > 0:
+            warnings.warn(f"the {module.kind} artefact compiled {frames} frame(s) at its "
+                          "first call: it did not skip the compiler", AutotuneWarning,
+                          stacklevel=2)  # fmt: skip
+        return out
+
+    module.fn = first
+    return module

@@ -1,0 +1,167 @@
+"""apply(model, strategy): compile a model at one granularity, never mutating the user's model.
+
+- ``none``: the model itself (eager, the baseline).
+- ``full``: ``torch.compile(model)``.
+- ``regional``: Accelerate's ``compile_regions`` rule: every ``nn.ModuleList`` whose children
+  share one class has each child compiled on its own; the other leaves are compiled separately.
+- ``nested``: each repeated block's forward is marked ``torch.compiler.nested_compile_region``
+  (on copies of the blocks, through a fresh subclass) and the whole model is compiled once.
+
+``regional`` and ``nested`` build a new module tree that shares parameters with the original;
+the original modules and their classes are left exactly as they were.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from autotune import device
+from autotune import usercode as code
+from autotune.errors import NotApplicable
+from autotune.strategy.strategy import Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+def is_repeated_blocks(module: torch.nn.Module) -> bool:
+    """An ``nn.ModuleList`` whose children all share the first child's class."""
+    import torch
+
+    return (
+        isinstance(module, torch.nn.ModuleList)
+        and len(module) > 0
+        and all(isinstance(m, module[0].__class__) for m in module)
+    )
+
+
+def has_repeated_blocks(module: torch.nn.Module) -> bool:
+    """Whether repeated blocks appear anywhere in the module tree."""
+    return bool(module._modules) and any(is_repeated_blocks(m) for m in module.modules())
+
+
+def shallow_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A new module object sharing parameters, buffers and attributes with ``module``."""
+    new = module.__class__.__new__(module.__class__)
+    new.__dict__.update(module.__dict__)
+    for name, value in list(new.__dict__.items()):  # re-bind methods stored on the instance
+        if getattr(value, "__self__", None) is module and hasattr(value, "__func__"):
+            new.__dict__[name] = types.MethodType(value.__func__, new)
+    new._modules = dict(module._modules)
+    return new
+
+
+Transform = Callable[["torch.nn.Module"], "torch.nn.Module"]
+
+
+def _rebuild(module: torch.nn.Module, block: Transform, other: Transform) -> torch.nn.Module:
+    """Copy the path down to the repeated blocks, transforming blocks and the other leaves."""
+    import torch
+
+    if is_repeated_blocks(module):
+        return torch.nn.ModuleList([block(m) for m in module])
+    if has_repeated_blocks(module):
+        new = shallow_copy(module)
+        for name, child in module.named_children():
+            new._modules[name] = _rebuild(child, block, other)
+        return new
+    return other(module)
+
+
+def _require_blocks(model: torch.nn.Module, strategy: Strategy) -> None:
+    if not has_repeated_blocks(model):
+        raise NotApplicable(
+            f"granularity {strategy.granularity!r} needs repeated blocks (an nn.ModuleList of "
+            f"one class), and {type(model).__name__} has none"
+        )
+
+
+def _mark_nested(block: torch.nn.Module, marked: dict[type, type]) -> torch.nn.Module:
+    """A copy of ``block`` whose class is a fresh subclass with a marked forward.
+
+    The mark must sit on a class: dynamo reuses the first block's weights for every block when
+    the marked forward is bound on the instance instead (wrong answers, silently).
+    """
+    import torch
+
+    cls = type(block)
+    if cls not in marked:  # one subclass per class, so every block shares one subgraph
+        forward = torch.compiler.nested_compile_region(cls.forward)
+        marked[cls] = type(
+            cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__}
+        )
+    new = shallow_copy(block)
+    new.__class__ = marked[cls]
+    return new
+
+
+def apply(
+    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
+) -> torch.nn.Module:
+    """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be.
+    A ``package.module:function`` backend is found by ``resolve`` (see autotune.usercode)."""
+    import torch
+
+    s = strategy
+    if s.granularity == "none":
+        return model
+    kwargs = s.compile_kwargs(resolve)
+    if s.granularity == "full":
+        return _marked(torch.compile(model, **kwargs), model, s)
+    _require_blocks(model, s)
+
+    def compile_one(module: torch.nn.Module) -> torch.nn.Module:
+        return torch.compile(module, **kwargs)
+
+    if s.granularity == "regional":
+        new = _rebuild(model, compile_one, compile_one)
+        new.__dict__.setdefault("_orig_mod", model)  # as Accelerate keeps it, to unwrap later
+        return _marked(new, model, s)
+    marked: dict[type, type] = {}
+    new = _rebuild(model, lambda b: _mark_nested(b, marked), lambda m: m)
+    return _marked(torch.compile(new, **kwargs), model, s)
+
+
+def _marked(compiled: torch.nn.Module, model: torch.nn.Module, s: Strategy) -> torch.nn.Module:
+    """A CUDA-graph strategy on a CUDA model marks a new step before every call, so that one
+    call's graphs never read outputs that the next call overwrites (regional compiles chain
+    one graph per block; a graph break splits one)."""
+    where = next(iter(model.parameters()), None)
+    if where is not None and device.marks_steps(str(where.device), s.uses_cuda_graphs()):
+        device.mark_each_call(compiled)
+    return compiled
+
+
+def count_regions(module: torch.nn.Module) -> int:
+    """How many separately compiled modules the tree holds."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return sum(isinstance(m, OptimizedModule) for m in module.modules())
+
+
+def generator(
+    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
+) -> torch.nn.Module:
+    """A model of the same class, sharing parameters, whose forward runs ``strategy``.
+
+    ``generate`` on it runs the compiled forward: a full or nested compile is wrapped in a
+    shallow copy whose ``forward`` calls it (``generate`` on a ``torch.compile`` wrapper would run
+    the uncompiled model); a regional compile is already a copy of the model's class.
+    """
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    compiled = apply(model, strategy, resolve)
+    if not isinstance(compiled, OptimizedModule):
+        return compiled  # eager (the model itself), or regional (a new tree)
+    gen = shallow_copy(model)
+
+    @functools.wraps(model.forward)  # generate reads the forward's signature
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return compiled(*args, **kwargs)
+
+    forward.compiled = compiled  # type: ignore[attr-defined]  # for count_regions
+    gen.forward = forward
+    return gen

@@ -1,0 +1,185 @@
+"""The search space: the strategy values a study may try. The only place that calls suggest_*.
+
+By default it holds every granularity, backend, mode, ``dynamic`` and ``fullgraph`` value that
+the running torch supports on the device, and every Inductor option switch that applies to the
+device and workload; comma lists or a spec file narrow it (``--options none``: no switches).
+Each switch is its own true/false trial parameter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import ConfigError
+from autotune.strategy.inductor import (
+    INFERENCE_ONLY,
+    ONLY_UNDER_MODE,
+    SWITCHES,
+    check_switches,
+    inductor_modes,
+    inductor_options,
+)
+from autotune.strategy.strategy import GRANULARITIES, Strategy, parse_dynamic, registered_backends
+
+if TYPE_CHECKING:
+    import optuna
+
+DIMENSIONS = ("granularity", "backend", "mode", "dynamic", "fullgraph")
+KEYS = (*DIMENSIONS, "options")  # the space's lists: the fields, and the option switches
+# Backends whose compiler lives in another package: in the default space only when importable.
+_BACKEND_PACKAGES = {"tvm": "tvm", "openxla": "torch_xla", "openxla_eval": "torch_xla"}
+
+
+def default_backends(device: str) -> list[str]:
+    """inductor, aot_eager and eager, plus the other production backends usable here."""
+    import torch._dynamo
+
+    usable = ["inductor", "aot_eager", "eager"]
+    for name in torch._dynamo.list_backends():  # excludes debug and experimental ones
+        package = _BACKEND_PACKAGES.get(name)
+        if name in usable or (package and importlib.util.find_spec(package) is None):
+            continue
+        if Strategy.create("full", name).needs_cuda() and not device.startswith("cuda"):
+            continue
+        usable.append(name)
+    return usable
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"bad fullgraph value {value!r}: use true or false")
+    return text == "true"
+
+
+@dataclass(frozen=True)
+class Space:
+    """Allowed values per strategy field; :meth:`strategies` lists its canonical members."""
+
+    granularity: tuple[str, ...] = GRANULARITIES
+    backend: tuple[str, ...] = ("inductor", "aot_eager", "eager")
+    mode: tuple[str, ...] = ("default",)
+    dynamic: tuple[bool | None, ...] = (None, True, False)
+    fullgraph: tuple[bool, ...] = (False, True)
+    options: tuple[str, ...] = ()  # Inductor option switches, each tried off and on
+
+    @classmethod
+    def default(cls, device: str, kind: str = "inference") -> Space:
+        """Everything the running torch supports on ``device`` for a ``kind`` workload."""
+        cuda = device.startswith("cuda")
+        modes = tuple(m for m in inductor_modes() if cuda or not _cuda_mode(m))
+        known = inductor_options()
+        switches = tuple(
+            name for name, options in SWITCHES.items()
+            if set(options) <= known and (cuda or not options.get("triton.cudagraphs"))
+            and (kind != "train" or name not in INFERENCE_ONLY)
+        )  # fmt: skip
+        return cls(GRANULARITIES, tuple(default_backends(device)), modes, options=switches)
+
+    def narrow(self, **lists: Any) -> Space:
+        """Replace the named dimensions with the given values (strings split on commas)."""
+        changes: dict[str, tuple] = {}
+        for name, values in lists.items():
+            if name not in KEYS:
+                raise ConfigError(f"unknown space key {name!r}: use {', '.join(KEYS)}")
+            if values is None:
+                continue
+            if name == "options" and str(values).strip().lower() in ("none", "[]", ""):
+                values = []
+            if isinstance(values, str):
+                values = [v.strip() for v in values.split(",") if v.strip()]
+            if not isinstance(values, (list, tuple)):
+                values = [values]
+            parse = {"dynamic": parse_dynamic, "fullgraph": _parse_bool}.get(name, str)
+            changes[name] = tuple(dict.fromkeys(parse(v) for v in values))
+        return dataclasses.replace(self, **changes)
+
+    def validate(self, device: str) -> list[Strategy]:
+        """Check every value against torch; return the members that can run on ``device``."""
+        for name in DIMENSIONS:
+            if not getattr(self, name):
+                raise ConfigError(f"the search space is empty: no {name} value is left")
+        for g in self.granularity:
+            Strategy.create(g)
+        known, modes = registered_backends(), inductor_modes()
+        for b in self.backend:
+            if ":" not in b and b not in known:
+                raise ConfigError(f"unknown backend {b!r} in the space; known: {', '.join(known)}")
+        for m in self.mode:
+            if m not in modes:
+                raise ConfigError(f"unknown mode {m!r} in the space; known: {', '.join(modes)}")
+        check_switches(self.options)
+        for name in self.options:
+            if SWITCHES[name].get("triton.cudagraphs") and not device.startswith("cuda"):
+                raise ConfigError(f"option {name} records CUDA graphs: it needs a CUDA device, "
+                                  f"and this study runs on {device}")  # fmt: skip
+        members = [s for s in self.strategies() if not (s.needs_cuda() and device == "cpu")]
+        if not members:
+            raise ConfigError(f"the search space is empty: nothing in it can run on {device}")
+        return members
+
+    def strategies(self) -> list[Strategy]:
+        """Every canonical strategy in the space, each once, in a stable order."""
+        seen: dict[str, Strategy] = {}
+        for g in self.granularity:
+            for b in self.backend if g != "none" else ("none",):
+                for m in self.mode if b == "inductor" else (None,):
+                    for o in self.switch_sets(m) if b == "inductor" else ((),):
+                        for d in self.dynamic:
+                            for f in self.fullgraph:
+                                s = Strategy.create(g, b, m, d, f, o)
+                                seen.setdefault(s.key, s)
+        return list(seen.values())
+
+    def switch_sets(self, mode: str | None) -> list[tuple[str, ...]]:
+        """Every subset of the space's switches that applies under ``mode``, fewest first."""
+        names = [n for n in self.options if ONLY_UNDER_MODE.get(n, mode) == mode]
+        subsets = [tuple(n for i, n in enumerate(names) if bits >> i & 1)
+                   for bits in range(2 ** len(names))]  # fmt: skip
+        return sorted(subsets, key=len)
+
+    def distributions(self) -> dict[str, Any]:
+        """Optuna's distribution of each field and switch: every trial suggests all of them."""
+        from optuna.distributions import CategoricalDistribution
+
+        fields = {n: CategoricalDistribution(list(getattr(self, n))) for n in DIMENSIONS}
+        return {**fields, **{n: CategoricalDistribution([False, True]) for n in self.options}}
+
+    def suggest(self, trial: optuna.trial.Trial) -> Strategy:
+        """Ask the trial for every field and switch; those that do not apply are ignored."""
+        values = {n: trial.suggest_categorical(n, list(getattr(self, n))) for n in DIMENSIONS}
+        on = [n for n in self.options if trial.suggest_categorical(n, [False, True])]
+        return Strategy.create(**values, options=on)
+
+    def params(self, strategy: Strategy) -> dict[str, Any]:
+        """The trial parameters of ``strategy``: each field that does not apply (mode outside
+        inductor, everything but granularity for eager) takes the space's first value, and
+        each switch is on exactly when the strategy has it."""
+        s = strategy
+        fixed = {name: getattr(self, name)[0] for name in DIMENSIONS}
+        switches = {n: n in s.options for n in self.options}
+        if s.granularity == "none":
+            return {**fixed, "granularity": "none", **switches}
+        mode = s.mode if s.backend == "inductor" else fixed["mode"]
+        return {"granularity": s.granularity, "backend": s.backend, "mode": mode,
+                "dynamic": s.dynamic, "fullgraph": s.fullgraph, **switches}  # fmt: skip
+
+    def contains(self, other: Space) -> bool:
+        """Whether every value of ``other`` is one of this space's."""
+        return all(set(getattr(other, n)) <= set(getattr(self, n)) for n in KEYS)
+
+    def to_dict(self) -> dict[str, list]:
+        return {name: list(getattr(self, name)) for name in KEYS}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Space:
+        return cls().narrow(**data)
+
+
+def _cuda_mode(mode: str) -> bool:
+    return bool(inductor_modes().get(mode, {}).get("triton.cudagraphs"))

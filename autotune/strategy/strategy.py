@@ -1,0 +1,270 @@
+"""Strategy: how one model is compiled (granularity, backend, mode, dynamic, fullgraph, and
+Inductor options).
+
+A strategy is validated against the running torch, has one canonical form (fields that cannot
+matter are normalised away, so equivalent strategies share one key), and converts to
+``torch.compile`` keyword arguments and to and from Accelerate's ``TorchDynamoPlugin`` fields.
+
+Inductor's options are named switches (:mod:`autotune.strategy.inductor`); an Inductor strategy
+compiles with ``options=`` only: its mode's bundle merged with its switches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune import usercode as code
+from autotune.errors import ConfigError, NotApplicable
+from autotune.strategy.inductor import (
+    ONLY_UNDER_MODE,
+    SWITCHES,
+    check_switches,
+    inductor_modes,
+    merged,
+    spell,
+    torch_version,
+)
+
+GRANULARITIES = ("none", "full", "regional", "nested")
+EAGER_BACKEND = "none"
+# Backends that Accelerate's DynamoBackend enum can name (besides "no").
+ACCELERATE_BACKENDS = ("eager", "aot_eager", "inductor", "cudagraphs", "tvm")
+
+
+def registered_backends() -> list[str]:
+    """Every backend registered in the running torch, test-only ones included (read each time:
+    a user may register one at any moment)."""
+    import torch._dynamo
+
+    return list(torch._dynamo.list_backends(exclude_tags=()))
+
+
+def parse_dynamic(text: str | bool | None) -> bool | None:
+    """Parse ``true``/``false``/``none`` (as the CLI and spec files write it)."""
+    if text is None or isinstance(text, bool):
+        return text
+    value = {"true": True, "false": False, "none": None, "auto": None}.get(str(text).lower(), "?")
+    if value == "?":
+        raise ConfigError(f"bad dynamic value {text!r}: use true, false or none")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to compile a model, in canonical form from the moment it is built.
+
+    Fields that cannot matter are normalised away when it is made (mode and options only for
+    inductor, where the mode that absorbs the most of the options wins; nothing at all for
+    ``none``), so equal strategies are equal objects and share one :attr:`key`, computed once.
+    """
+
+    granularity: str = "full"
+    backend: str = "inductor"
+    mode: str | None = None
+    dynamic: bool | None = None
+    fullgraph: bool = False
+    options: tuple[str, ...] = ()  # Inductor option switches (see SWITCHES)
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.granularity not in GRANULARITIES:
+            raise ConfigError(
+                f"bad granularity {self.granularity!r}: use one of {', '.join(GRANULARITIES)}"
+            )
+        if self.dynamic not in (None, True, False):
+            raise ConfigError(f"bad dynamic value {self.dynamic!r}: use true, false or none")
+        for name, value in zip(_FIELDS, _normalised(self), strict=True):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "key", _key(self))
+
+    @classmethod
+    def create(
+        cls,
+        granularity: str = "full",
+        backend: str = "inductor",
+        mode: str | None = None,
+        dynamic: bool | str | None = None,
+        fullgraph: bool = False,
+        options: tuple[str, ...] | list[str] | None = (),
+    ) -> Strategy:
+        """Build a strategy from loose values (``dynamic`` as text, options as a list)."""
+        return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
+                   tuple(options or ()))  # fmt: skip
+
+    def without_options(self) -> Strategy:
+        """The same strategy with no Inductor option switches (what Accelerate's config file
+        and Trainer can express)."""
+        return dataclasses.replace(self, options=())
+
+    def __str__(self) -> str:
+        return self.key
+
+    def validate(self) -> None:
+        """Check the backend and mode exist in the running torch; raise ``ConfigError`` if not."""
+        if self.granularity == "none":
+            return
+        if code.is_code(self.backend):
+            code.resolve(self.backend, "backend")
+        elif self.backend not in (known := registered_backends()):
+            raise ConfigError(
+                f"backend {self.backend!r} is not registered in torch "
+                f"{torch_version()}; known: {', '.join(known)}"
+            )
+        if self.mode is not None and self.mode not in (modes := inductor_modes()):
+            raise ConfigError(
+                f"mode {self.mode!r} does not exist in torch {torch_version()}; "
+                f"known: {', '.join(modes)}"
+            )
+
+    def inductor_options(self) -> dict[str, Any] | None:
+        """The options dict Inductor compiles with (its mode's bundle and its switches), or
+        None for other backends."""
+        return merged(self.mode or "default", self.options) if self.backend == "inductor" else None
+
+    def needs_cuda(self) -> str | None:
+        """Why this strategy needs CUDA, or None when it runs anywhere."""
+        if self.backend == "cudagraphs":
+            return "the cudagraphs backend records CUDA graphs, which need a CUDA device"
+        if (self.inductor_options() or {}).get("triton.cudagraphs"):
+            what = (
+                f"mode {self.mode!r}" if "cudagraphs" not in self.options else "option cudagraphs"
+            )
+            return f"{what} uses CUDA graphs, which need a CUDA device"
+        return None
+
+    def uses_cuda_graphs(self) -> bool:
+        """Whether compiled calls replay CUDA graphs (the cudagraphs backend, or a mode that
+        turns on Inductor's ``triton.cudagraphs``)."""
+        return self.needs_cuda() is not None
+
+    def check_applicable(self, device: str) -> None:
+        """Validate, then raise ``NotApplicable`` (with the reason) if it cannot run on device."""
+        self.validate()
+        reason = self.needs_cuda()
+        if reason and not device.startswith("cuda"):
+            raise NotApplicable(f"{self.key} is not applicable on {device}: {reason}")
+
+    def compile_kwargs(self, resolve: Callable[[str, str], Any] = code.resolve) -> dict[str, Any]:
+        """Keyword arguments for ``torch.compile`` (``none`` has none: it is never compiled).
+        A ``package.module:function`` backend goes through ``resolve`` (by default it is
+        imported: callers holding a name from data pass one that refuses, see
+        autotune.usercode)."""
+        if self.granularity == "none":
+            return {}
+        backend: Any = (
+            resolve(self.backend, "backend") if code.is_code(self.backend) else self.backend
+        )
+        kwargs: dict[str, Any] = {"backend": backend, "fullgraph": self.fullgraph}
+        kwargs["dynamic"] = self.dynamic
+        if (options := self.inductor_options()) is not None:  # never with mode: torch refuses both
+            kwargs["options"] = options
+        return kwargs
+
+    def accelerate_caveat(self) -> str | None:
+        """Why Accelerate's ``TorchDynamoPlugin`` cannot express this strategy exactly, if so."""
+        if self.granularity == "nested":
+            return (
+                "Accelerate cannot express granularity 'nested' (nested_compile_region); "
+                "use autotune.apply(model, file) to compile it as measured"
+            )
+        if self.granularity != "none" and self.backend not in ACCELERATE_BACKENDS:
+            return f"Accelerate's DynamoBackend has no backend {self.backend!r}"
+        return None
+
+    def to_accelerate(self, *, approximate: bool = False) -> dict[str, Any]:
+        """``TorchDynamoPlugin`` fields. Raises ``NotApplicable`` where Accelerate cannot say it.
+
+        With ``approximate=True`` a ``nested`` strategy becomes its nearest expressible form
+        (one full compile); callers must show :meth:`accelerate_caveat` beside it.
+        """
+        caveat = self.accelerate_caveat()
+        if caveat and not (approximate and self.granularity == "nested"):
+            raise NotApplicable(caveat)
+        if self.granularity == "none":
+            return {
+                "backend": "no",
+                "mode": None,
+                "fullgraph": False,
+                "dynamic": None,
+                "options": None,
+                "use_regional_compilation": False,
+            }
+        options = self.inductor_options() if self.options else None  # then the mode is inside
+        return {
+            "backend": self.backend,
+            "mode": None if options else self.mode,
+            "fullgraph": self.fullgraph,
+            "dynamic": self.dynamic,
+            "options": options,
+            "use_regional_compilation": self.granularity == "regional",
+        }
+
+    @classmethod
+    def from_accelerate(cls, fields: dict[str, Any] | Any) -> Strategy:
+        """Read ``TorchDynamoPlugin`` fields (a dict, or the plugin itself)."""
+        if not isinstance(fields, dict):
+            names = (
+                "backend",
+                "mode",
+                "fullgraph",
+                "dynamic",
+                "options",
+                "use_regional_compilation",
+            )
+            fields = {name: getattr(fields, name, None) for name in names}
+        backend = fields.get("backend") or "no"
+        backend = str(getattr(backend, "value", backend)).lower()
+        if backend == "no":
+            return cls.create("none")
+        granularity = "regional" if fields.get("use_regional_compilation") else "full"
+        mode, names = fields.get("mode"), ()
+        if fields.get("options") and backend == "inductor":
+            options = {**merged(mode or "default", ()), **fields["options"]}
+            mode, names = spell(options, mode or "default")
+        return cls.create(
+            granularity, backend, mode, fields.get("dynamic"), bool(fields.get("fullgraph")), names
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in _FIELDS}
+        data["options"] = list(self.options)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Strategy:
+        return cls.create(**data)
+
+
+_FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options")
+
+
+def _normalised(s: Strategy) -> tuple[Any, ...]:
+    """The canonical field values: eager has none; only inductor has a mode and options (the
+    mode whose bundle covers the most of them absorbs them)."""
+    if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
+        return "none", EAGER_BACKEND, None, None, False, ()
+    fullgraph = bool(s.fullgraph)
+    if s.backend != "inductor":
+        return s.granularity, s.backend, None, s.dynamic, fullgraph, ()
+    mode = s.mode or "default"
+    names = tuple(s.options or ())
+    check_switches(names)
+    names = tuple(n for n in names if ONLY_UNDER_MODE.get(n, mode) == mode)
+    if names and mode in inductor_modes():
+        mode, names = spell(merged(mode, names), mode)
+    order = list(SWITCHES)
+    return (s.granularity, s.backend, mode, s.dynamic, fullgraph,
+            tuple(sorted(set(names), key=order.index)))  # fmt: skip
+
+
+def _key(s: Strategy) -> str:
+    """A stable, readable identity: equal for strategies that cannot differ in effect."""
+    if s.granularity == "none":
+        return "none"
+    dyn = {None: "auto", True: "true", False: "false"}[s.dynamic]
+    fg = "fullgraph" if s.fullgraph else "breaks-ok"
+    key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
+    return key + (f"/{'+'.join(s.options)}" if s.options else "")

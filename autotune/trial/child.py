@@ -1,0 +1,120 @@
+"""The child side of a trial: build, compile, time and check one strategy; return a dict.
+
+:mod:`autotune.trial.parent` starts :func:`entry` in a fresh process forked from a server that
+has only imported torch (never compiled anything), with empty compile caches of its own. It can
+also run as ``python -m autotune.trial.child SPEC.json RESULT.json``. It knows nothing of Optuna
+or SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from autotune.errors import AutotuneError, NotApplicable
+from autotune.trial import metrics
+from autotune.trial.measurement import Measurement
+from autotune.trial.scenarios import Generate, Inference, Scenario, Train, begin
+
+SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
+                                        "generate": Generate}  # fmt: skip
+
+
+def measure_spec(spec: dict[str, Any]) -> Measurement:
+    """Measure one strategy as ``spec`` says, with the scenario of its workload; or, with
+    ``reference_out``, compute the study's higher-precision reference and save it there; or,
+    with ``confirm``, time those strategies against eager in one process."""
+    if spec.get("reference_out"):
+        return make_reference(spec)
+    ctx = begin(spec)
+    if spec.get("confirm"):
+        from autotune.trial.scenarios import rounds
+
+        return rounds.run(ctx)
+    return SCENARIOS[ctx.workload.kind](ctx).run()
+
+
+def make_reference(spec: dict[str, Any]) -> Measurement:
+    """The reference (:mod:`autotune.trial.scenarios.precise`), saved to ``reference_out``; the
+    measurement says only whether it worked (``reason``: why there is none)."""
+    from autotune.catalog import ModelRef
+    from autotune.trial.accuracy import save_reference
+    from autotune.trial.scenarios import precise
+    from autotune.workload import Workload
+
+    model, workload = ModelRef.from_dict(spec["model"]), Workload.from_dict(spec["workload"])
+    data = precise.compute(model, workload, spec.get("seed", 0))
+    save_reference(spec["reference_out"], data)
+    return Measurement(spec["strategy"], spec["model"], spec["workload"], "ok",
+                       reason=data["reason"])  # fmt: skip
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Measure, turning every Python-level failure into a status with its reason."""
+    try:
+        return measure_spec(spec).to_dict()
+    except BaseException as exc:  # the parent gets a reason for anything short of a crash
+        status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
+        message = str(exc).strip() or repr(exc)
+        reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
+        return Measurement(
+            spec["strategy"], spec["model"], spec["workload"], status, reason=reason,
+            stage=metrics.failure_stage(exc),
+            log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
+        ).to_dict()  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    spec_path, result_path = argv
+    with open(spec_path) as f:
+        spec = json.load(f)
+    result = run(spec)
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, result_path)
+    return 0
+
+
+def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list[str],
+          env: dict[str, str]) -> None:  # fmt: skip
+    """A trial process: its own session, named ``autotune-trial``, dying with its parent."""
+    import ctypes
+    import signal
+    from multiprocessing import forkserver, resource_tracker
+
+    os.setsid()  # its own process group: a timeout kills it with any compile workers
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:  # the server outlives its children's copies of this pipe: drop ours,
+        with contextlib.suppress(OSError):  # so the server ends with the search, and we with it
+            os.close(alive)
+    if sys.platform.startswith("linux"):  # elsewhere the process group and timeout suffice
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the server that forked it
+        libc.prctl(15, b"autotune-trial")  # PR_SET_NAME: what ps, top and pgrep show
+    try:
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:  # its trial was given up (an interrupt) before it started: nobody waits
+        os._exit(1)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    # a tracker of its own, started on first use with this log as its stderr: what the trial
+    # leaves (inductor's worker semaphores) is cleaned up and reported there, not in the search
+    tracker = resource_tracker._resource_tracker = resource_tracker.ResourceTracker()
+    for name in ("ensure_running", "register", "unregister", "getfd"):  # bound at its import
+        setattr(resource_tracker, name, getattr(tracker, name))
+    os.chdir(cwd)
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    os.environ.update(env)
+    code = main([spec_path, result_path])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the result is on disk: skip the interpreter's slow teardown
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,242 @@
+"""Measurement: what one trial measured, as small dataclasses that travel as plain dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "failed", "timeout", "crashed", "not-applicable")
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted values."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class Latency:
+    """Per-call latency statistics in milliseconds, with the raw samples kept."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    iqr_ms: float
+    samples_ms: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_samples(cls, samples_s: list[float]) -> Latency:
+        ms = sorted(s * 1e3 for s in samples_s)
+        return cls(
+            median_ms=statistics.median(ms),
+            p10_ms=_quantile(ms, 0.10),
+            p90_ms=_quantile(ms, 0.90),
+            iqr_ms=_quantile(ms, 0.75) - _quantile(ms, 0.25),
+            samples_ms=[s * 1e3 for s in samples_s],
+        )
+
+
+@dataclass
+class Accuracy:
+    """The verdict on the compiled outputs (:mod:`autotune.trial.accuracy`). Against eager, element
+    by element: ``max_abs`` and ``max_rel`` (over the output's scale), ``mismatched`` (the
+    fraction of elements outside ``atol + rtol * |eager|``). Against the higher-precision
+    ``reference`` (its dtype; "" when there was none): eager's and the compiled output's RMSE
+    and largest error. ``rule`` says what decided, ``tolerance`` the user's factor on it."""
+
+    max_abs: float
+    max_rel: float
+    passed: bool
+    atol: float
+    rtol: float
+    detail: str = ""
+    mismatched: float = 0.0
+    reference: str = ""
+    eager_rmse: float | None = None
+    compiled_rmse: float | None = None
+    eager_max: float | None = None
+    compiled_max: float | None = None
+    tolerance: float = 1.0
+    rule: str = ""
+
+
+@dataclass
+class Graphs:
+    """What dynamo did: graphs made, graph breaks and recompiles, each with its reason."""
+
+    count: int = 0
+    breaks: int = 0
+    break_reasons: list[str] = field(default_factory=list)
+    recompiles: int = 0
+    recompile_reasons: list[str] = field(default_factory=list)
+    limit_hit: str = ""  # in words, when dynamo hit its recompile limit and ran code eager
+    limit_hint: str = ""  # the fix torch's guard hint suggests, e.g. allow_unspec_int_on_nn_module
+    eager_blocks: int | None = None  # repeated blocks whose forward ran uncompiled in a probe call
+    blocks: int | None = None  # repeated blocks in the model
+    cudagraph_skips: int = 0  # Inductor fell back from CUDA graphs this often (then ran without)
+    cudagraph_skip_reason: str = ""  # the first fallback's reason, as Inductor logged it
+
+
+@dataclass
+class TokenCheck:
+    """Generate: the compiled generation's greedy tokens against eager's, all of them."""
+
+    passed: bool
+    tokens: int  # per sequence: the prefill's token and one per decode step
+    matched: int  # leading tokens (per sequence, all sequences alike) equal to eager's
+    detail: str = ""
+    near_tie: bool = (
+        False  # they parted at a near tie of eager's top two logits: not compared after
+    )
+
+
+@dataclass
+class Memory:
+    """Peak memory in MiB: CUDA max allocated on a GPU, resident-set high-water mark on a CPU."""
+
+    kind: str
+    eager_peak_mb: float
+    compiled_peak_mb: float
+    compile_peak_mb: float | None = None
+
+
+@dataclass
+class Start:
+    """One start of a strategy in a fresh process: ``cold`` (empty compile caches), ``warm``
+    (the cold start's cache directories), ``portable`` (empty caches, then the cold start's
+    saved artefact loaded), ``precompiled`` or ``aot`` (empty caches, then a precompiled
+    function or an AOTInductor package loaded: :mod:`autotune.starts.precompiled`).
+    ``compile_s`` is the start's first compiled call, plus ``load_s`` for a start that loads a
+    file.
+    ``cache`` holds the process's cache hit/miss counters; ``phases``
+    its dynamo/backend split; ``latency`` a brief interleaved timing (not for cold, whose
+    timing is the measurement's own). ``measured`` is False where the backend keeps no cache
+    and the start is the cold compile again, ``note`` says why (or what went wrong)."""
+
+    kind: str
+    status: str = "ok"
+    compile_s: float | None = None
+    load_s: float = 0.0
+    cache: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    latency: Latency | None = None
+    eager_latency: Latency | None = None
+    speedup: float | None = None
+    measured: bool = True
+    note: str = ""
+    wall_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Start:
+        data = dict(data)
+        for name in ("latency", "eager_latency"):
+            if data.get(name) is not None:
+                data[name] = Latency(**data[name])
+        return cls(**data)
+
+
+@dataclass
+class Measurement:
+    """One strategy measured once, cold, in a fresh process."""
+
+    strategy: dict[str, Any]
+    model: dict[str, Any]
+    workload: dict[str, Any]
+    status: str
+    reason: str = ""
+    stage: str = ""  # where a failure arose: "dynamo" (tracing, before any backend) or ""
+    deduced: str = ""  # not measured: how it follows from a measured trial (autotune.deduction)
+    compile_s: float | None = None
+    eager_first_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    latency: Latency | None = None
+    eager_latency: Latency | None = None
+    speedup: float | None = None
+    memory: Memory | None = None
+    graphs: Graphs | None = None
+    accuracy: Accuracy | None = None
+    regions: int | None = None
+    # generate: latency/eager_latency hold the per-token decode latency (every decode step of the
+    # timed rounds); ttft is the prefill (time to first token); tokens/s the whole generation's
+    ttft: Latency | None = None
+    eager_ttft: Latency | None = None
+    tokens_per_s: float | None = None
+    eager_tokens_per_s: float | None = None
+    tokens: TokenCheck | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None
+    log_tail: str = ""
+    cache: dict[str, int] = field(default_factory=dict)  # this process's cache counters
+    load_s: float | None = None  # a portable start's load of the saved artefact
+    artifact: dict[str, Any] | None = None  # the saved cache artefact: sha256, bytes, where
+    starts: dict[str, Start] = field(default_factory=dict)  # cold, warm, portable
+    rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
+    ahead: dict[str, dict[str, Any]] = field(default_factory=dict)  # built zero-compile artefacts
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def start_s(self, kind: str) -> float | None:
+        """Seconds one ``cold``, ``warm`` or ``portable`` start costs (cold: ``compile_s``);
+        None where that start was not measured or failed."""
+        if kind == "cold":
+            return self.compile_s
+        start = self.starts.get(kind)
+        return start.compile_s if start is not None and start.status == "ok" else None
+
+    @property
+    def warm_s(self) -> float | None:
+        return self.start_s("warm")
+
+    @property
+    def portable_s(self) -> float | None:
+        return self.start_s("portable")
+
+    @property
+    def without_cuda_graphs(self) -> bool:
+        """A CUDA-graph strategy that ran without them (Inductor fell back): it is plain
+        Inductor in effect, whatever its key says."""
+        return bool(self.graphs and self.graphs.cudagraph_skips)
+
+    @property
+    def limit_hit(self) -> bool:
+        """Dynamo hit its recompile limit: part of the model ran eager, not as compiled."""
+        return bool(self.graphs and self.graphs.limit_hit)
+
+    @property
+    def feasible(self) -> bool:
+        """Ran, and gave the right answers."""
+        return self.ok and self.accuracy is not None and self.accuracy.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        data = dict(data)
+        for name, kind in (
+            ("latency", Latency),
+            ("eager_latency", Latency),
+            ("memory", Memory),
+            ("graphs", Graphs),
+            ("accuracy", Accuracy),
+            ("ttft", Latency),
+            ("eager_ttft", Latency),
+            ("tokens", TokenCheck),
+        ):
+            if data.get(name) is not None:
+                data[name] = kind(**data[name])
+        data["starts"] = {k: Start.from_dict(v) for k, v in (data.get("starts") or {}).items()}
+        return cls(**data)

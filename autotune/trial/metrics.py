@@ -1,0 +1,122 @@
+"""What a trial collects besides time, memory and accuracy: dynamo's records (graphs, breaks,
+recompiles, compile phases, a recompile limit hit, the stage a failure arose in)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from autotune.trial.measurement import Graphs
+
+_REASON_CHARS = 400
+
+
+def _short(reason: str) -> str:
+    reason = " ".join(line.strip() for line in reason.strip().splitlines() if line.strip())
+    return reason if len(reason) <= _REASON_CHARS else reason[: _REASON_CHARS - 1] + "…"
+
+
+def graphs() -> Graphs:
+    """Graphs, graph breaks and recompiles that dynamo recorded in this process."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    breaks = counters["graph_break"]
+    recompiles = [m.recompile_reason for m in get_compilation_metrics() if m.recompile_reason]
+    return Graphs(
+        count=int(counters["stats"]["unique_graphs"]),
+        breaks=int(sum(breaks.values())),
+        break_reasons=[_short(r) for r in breaks],
+        recompiles=len(recompiles),
+        recompile_reasons=sorted({_short(r) for r in recompiles}),
+    )
+
+
+def phases() -> dict[str, float]:
+    """Compile time split by phase (seconds), from torch's compilation metrics where recorded."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    totals: dict[str, float] = {}
+
+    def add(name: str, value: float | None) -> None:
+        if value:
+            totals[name] = totals.get(name, 0.0) + value
+
+    for m in get_compilation_metrics():
+        add("total_s", m.entire_frame_compile_time_s)
+        add("backend_s", m.backend_compile_time_s)
+        us = 1e-6
+        add("aot_autograd_s", (m.aot_autograd_cumulative_compile_time_us or 0) * us)
+        add("inductor_s", (m.inductor_cumulative_compile_time_us or 0) * us)
+        add("codegen_s", (m.inductor_code_gen_cumulative_compile_time_us or 0) * us)
+        add("backward_s", (m.backward_cumulative_compile_time_us or 0) * us)
+    if "total_s" in totals:
+        totals["dynamo_s"] = totals["total_s"] - totals.get("backend_s", 0.0)
+    return totals
+
+
+def _dynamo_failures() -> tuple[type[BaseException], ...]:
+    from torch._dynamo import exc as dynamo
+
+    return dynamo.Unsupported, dynamo.UserError, dynamo.InternalTorchDynamoError
+
+
+def failure_stage(exc: BaseException) -> str:
+    """``dynamo`` when Dynamo itself failed while tracing (a graph break under
+    ``fullgraph=True``, a data-dependent guard, an internal error), before any backend saw a
+    graph; else ``""``. A backend's own failure arrives wrapped in ``BackendCompilerFailed``.
+
+    torch has no public API for this: it reads ``torch._dynamo.exc``'s classes, and
+    ``tests/test_deduction.py::test_failure_stage_reads_dynamo_s_exceptions`` fails loudly when
+    they change."""
+    from torch._dynamo import exc as dynamo
+
+    if isinstance(exc, dynamo.BackendCompilerFailed):
+        return ""
+    return "dynamo" if isinstance(exc, _dynamo_failures()) else ""
+
+
+def failure_stage_of(reason: str) -> str:
+    """:func:`failure_stage` from a stored reason (``TypeName: message``), for measurements
+    recorded before the stage was."""
+    return "dynamo" if reason.split(":")[0] in {c.__name__ for c in _dynamo_failures()} else ""
+
+
+LIMIT_FAILURE = "Dynamo recompile limit exceeded"
+
+
+def limit_hits() -> list[dict[str, Any]]:
+    """Code objects on which dynamo hit a recompile limit (and then ran them eager).
+
+    Each: ``function`` (name, file:line), ``limit_type`` (``recompile_limit`` or
+    ``accumulated_recompile_limit``), ``limit`` (its value), ``graphs`` (compiled before the hit)
+    and ``reason`` (the guard that failed last, with torch's hint). torch has no public API for
+    this: it reads the private compilation metrics, and a test in ``tests/test_generate.py``
+    (``test_limit_hits_reads_dynamo_records_in_process``) fails loudly when their shape changes.
+    """
+    import torch._dynamo
+    from torch._dynamo.utils import get_compilation_metrics
+
+    records = list(get_compilation_metrics())
+    names: dict[str, str] = {}
+    compiled: dict[str, int] = {}
+    for m in records:
+        frame = str(m.compile_id).split("/")[0]
+        if m.co_name:
+            names.setdefault(frame, f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})")
+        if m.fail_type is None and m.co_name:
+            compiled[frame] = compiled.get(frame, 0) + 1
+    hits = []
+    for m in records:
+        if not (m.fail_reason or "").startswith(LIMIT_FAILURE):
+            continue
+        frame = str(m.compile_id).split("/")[0]
+        found = re.search(r"Limit type: (\w+)", m.fail_reason)
+        limit_type = found.group(1) if found else "recompile_limit"
+        hits.append({
+            "function": names.get(frame, "?"),
+            "limit_type": limit_type,
+            "limit": int(getattr(torch._dynamo.config, limit_type, 0)),
+            "graphs": compiled.get(frame, 0),
+            "reason": m.recompile_reason or "",
+        })  # fmt: skip
+    return hits

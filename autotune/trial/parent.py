@@ -1,0 +1,126 @@
+"""The parent side of a trial: one strategy measured in fresh child processes
+(:mod:`autotune.trial.process`).
+
+The cold child gets empty Inductor and Triton cache directories (so every compile is cold and
+nothing is inherited). The later starts follow in children of their own
+(:mod:`autotune.starts.later`): a warm start in the cold child's cache directories, a portable
+start in empty ones that loads the artefact the cold child saved, and the starts that skip the
+compiler (:mod:`autotune.starts.precompiled`). The pick's confirmation runs here too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from autotune.errors import NotApplicable
+from autotune.starts import artifact
+from autotune.starts import later as starts
+from autotune.starts import precompiled as ahead
+from autotune.strategy.strategy import Strategy
+from autotune.trial import reference as references
+from autotune.trial.measurement import Measurement
+from autotune.trial.process import run_child
+from autotune.trial.reference import Reference
+from autotune.workload import Settings, Workload
+
+if TYPE_CHECKING:
+    from autotune.catalog import ModelRef
+
+
+def cache_folder(keep: str, key: str) -> str:
+    """Where the kept compile caches of the strategy ``key`` live under ``keep``."""
+    return os.path.join(keep, artifact.sha256(key.encode())[:16])
+
+
+def measure(
+    model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None,
+    reference: Reference | None = None, later: Callable[[Measurement], bool] | None = None,
+    keep: str | None = None,
+) -> Measurement:  # fmt: skip
+    """Measure ``strategy`` on ``model`` and ``workload`` cold in a fresh process, then its
+    warm and portable starts (``settings.starts``) in fresh processes of their own, unless
+    ``later`` says, from the cold measurement, that they are not needed. Outputs are judged
+    against ``reference`` (computed first, in a process of its own, when not given; eager
+    needs none). With ``keep``, the cold start's compile caches of a strategy that ``later``
+    wants are kept there, in a folder of its own (a confirmation starts warm from them).
+
+    Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
+    """
+    settings = settings or Settings()
+    base = (strategy.to_dict(), model.to_dict(), workload.to_dict())
+    try:
+        strategy.check_applicable(workload.device)
+    except NotApplicable as exc:
+        return Measurement(*base, "not-applicable", reason=str(exc))
+    if reference is None and strategy.granularity != "none":
+        reference = references.make(model, workload, settings)
+    work = tempfile.mkdtemp(prefix="autotune-trial-")
+    spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
+    spec.update(iters=settings.iters, warmup=settings.warmup, seed=settings.seed,
+                tolerance=settings.tolerance)  # fmt: skip
+    if reference is not None:
+        spec.update(reference=reference.path, reference_dtype=reference.dtype,
+                    reference_reason=reference.reason)  # fmt: skip
+    saved = os.path.join(work, "cache.bin")
+    cold_caches, empty_caches = os.path.join(work, "cold"), os.path.join(work, "portable")
+    built = {
+        k: os.path.join(work, f"built{ahead.SUFFIX[k]}")
+        for k in settings.starts
+        if k in ahead.KINDS and not ahead.not_applicable(k, strategy, workload.kind, 0)
+    }
+    try:
+        caching = not starts.no_cache(strategy)
+        cold_spec = {**spec, "save_artifact": saved} if caching else dict(spec)
+        if built:
+            cold_spec["build_ahead"] = built
+        result = run_child(cold_spec, work, "cold", cold_caches, settings, base)
+        if result.ok and result.artifact and os.path.exists(saved):
+            result.artifact = artifact.keep(saved, result.artifact)
+        for kind, path in built.items():  # kept by checksum, for export to ship
+            if os.path.exists(path) and "error" not in result.ahead.get(kind, {"error": ""}):
+                result.ahead[kind] = artifact.keep(path, result.ahead[kind], ahead.SUFFIX[kind])
+        brief = {**spec, "iters": min(settings.iters, starts.BRIEF_ITERS), "warmup": 1}
+
+        def run(kind: str) -> Measurement:
+            if kind == "warm":
+                return run_child(brief, work, kind, cold_caches, settings, base)
+            if kind in built:  # empty caches: the artefact is all it has
+                loading = {**brief, "load_ahead": {"kind": kind, "path": built[kind]}}
+                return run_child(loading, work, kind, os.path.join(work, kind), settings, base)
+            portable = {**brief, "load_artifact": saved}
+            return run_child(portable, work, kind, empty_caches, settings, base)
+
+        needed = later is None or not result.ok or later(result)
+        result.starts = starts.later(result, strategy, settings.starts, run, needed)
+        if keep and needed and result.ok and not starts.no_cache(strategy):
+            shutil.copytree(cold_caches, cache_folder(keep, strategy.key), dirs_exist_ok=True)
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def confirm(
+    model: ModelRef, workload: Workload, strategies: list[Strategy], settings: Settings,
+    kept: list[str],
+) -> Measurement:  # fmt: skip
+    """Time ``strategies`` and eager in ``settings.iters`` interleaved rounds in one fresh
+    process, its caches the merge of the ``kept`` cache folders (a warm compile where they
+    hold the strategy's); the measurement's ``rounds`` holds the milliseconds per round."""
+    base = (strategies[0].to_dict(), model.to_dict(), workload.to_dict())
+    work = tempfile.mkdtemp(prefix="autotune-confirm-")
+    try:
+        merged = os.path.join(work, "caches")
+        os.makedirs(merged)
+        for folder in kept:
+            if os.path.isdir(folder):
+                shutil.copytree(folder, merged, dirs_exist_ok=True)
+        spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
+        spec.update(confirm=[s.to_dict() for s in strategies], iters=settings.iters,
+                    warmup=settings.warmup, seed=settings.seed)  # fmt: skip
+        return run_child(spec, work, "confirm", merged, settings, base)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

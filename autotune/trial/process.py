@@ -1,0 +1,125 @@
+"""A child process: spawned from a forkserver, given fresh cache directories and a timeout,
+killed with everything it started, and always answered with a ``Measurement``.
+
+Children are forked from a multiprocessing forkserver that was started by exec (so it shares
+nothing with the parent) and has only imported torch and dynamo: each child skips seconds of
+imports, and still starts with no compiled code, no dynamo state and caches of its own.
+Whatever way a child ends (an exception, an abort, a segfault, an out-of-memory kill, a hang),
+the parent gets a ``Measurement`` back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune.trial import child
+from autotune.trial.measurement import Measurement
+from autotune.workload import Settings
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+PRELOAD = ["torch", "torch._dynamo", "autotune.trial.child"]
+_context: Any = None
+
+
+def _server() -> Any:
+    """The forkserver context, preloaded once per parent process."""
+    global _context
+    if _context is None:
+        import multiprocessing
+
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def _child_env(cache_root: str) -> dict[str, str]:
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_root, "inductor"),
+        "TRITON_CACHE_DIR": os.path.join(cache_root, "triton"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _paths() -> list[str]:
+    """Where the child imports from: autotune, the working folder, $PYTHONPATH, sys.path."""
+    extra = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return [p for p in (_PACKAGE_ROOT, os.getcwd(), *extra, *sys.path) if p]
+
+
+def _kill(proc: Any) -> None:
+    """Kill the child and its process group (any compile workers it started), if still there."""
+    if proc.pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGKILL)  # not yet its own group leader
+
+
+def _tail(path: str, chars: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - chars))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _ended(returncode: int) -> str:
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = " (killed: out of memory?)" if name == "SIGKILL" else ""
+        return f"child died of signal {name}{hint}"
+    return f"child exited with code {returncode} without a result"
+
+
+def run_child(
+    spec: dict[str, Any], work: str, kind: str, caches: str, settings: Settings,
+    base: tuple[dict[str, Any], ...],
+) -> Measurement:  # fmt: skip
+    """One child process of ``spec`` with the cache directories under ``caches`` and the
+    settings' timeout; whatever way it ends, a ``Measurement``."""
+    spec_path = os.path.join(work, f"{kind}-spec.json")
+    result_path, log_path = os.path.join(work, f"{kind}.json"), os.path.join(work, f"{kind}.log")
+    spec = {**spec, "launched": time.time()}
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    start = time.perf_counter()
+    proc = _server().Process(
+        target=child.entry, name="autotune-trial", daemon=False,
+        args=(spec_path, result_path, log_path, os.getcwd(), _paths(), _child_env(caches)),
+    )  # fmt: skip
+    proc.start()
+    try:
+        proc.join(timeout=settings.timeout_s)
+        if proc.exitcode is None:
+            _kill(proc)
+            proc.join()
+            return Measurement(
+                *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
+                wall_s=time.perf_counter() - start, log_tail=_tail(log_path),
+            )  # fmt: skip
+    finally:
+        _kill(proc)  # Ctrl-C or not, nothing of the child outlives the trial
+        if proc.pid is not None:
+            proc.join()
+    wall_s = time.perf_counter() - start
+    if not os.path.exists(result_path):
+        return Measurement(
+            *base, "crashed", reason=_ended(proc.exitcode), wall_s=wall_s,
+            log_tail=_tail(log_path),
+        )  # fmt: skip
+    with open(result_path) as f:
+        result = Measurement.from_dict(json.load(f))
+    result.wall_s = wall_s
+    return result

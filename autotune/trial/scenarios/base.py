@@ -1,0 +1,188 @@
+"""The skeleton every trial follows (optimum-benchmark's ``Scenario.run``), written once:
+
+1. :meth:`Scenario.setup`: build the model and inputs, compile them as the strategy says;
+2. :meth:`Scenario.first`: the first calls, eager then compiled: the cold compile's time and
+   peak memory, and the accuracy verdict;
+3. warm-up rounds of every side's call, reading each one's peak memory;
+4. timed rounds, interleaved with eager (:func:`autotune.trial.timing.interleave`);
+5. :meth:`Scenario.record`: the timed samples as latencies;
+6. what Dynamo recorded (graphs, breaks, recompiles, a recompile limit in words), the compile
+   phases, the cache counters, and the timings of each step.
+
+Each workload (:mod:`.inference`, :mod:`.generate`) writes only its own steps.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune import device
+from autotune.catalog import ModelRef
+from autotune.starts import artifact
+from autotune.starts import later as starts
+from autotune.strategy.strategy import Strategy
+from autotune.trial import accuracy, metrics, recompiles, timing
+from autotune.trial.measurement import Accuracy, Measurement, Memory
+from autotune.workload import Workload
+
+
+@dataclass
+class TrialContext:
+    """What every trial starts with: its spec, its clock, the strategy, workload and model
+    parsed, an empty measurement to fill, and the peak-memory reader."""
+
+    spec: dict[str, Any]
+    strategy: Strategy
+    workload: Workload
+    ref: ModelRef
+    result: Measurement
+    memory: device.PeakMemory
+    start: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+    reference: dict[str, Any] | None = None  # the study's higher-precision outputs
+
+    def judge(self, expected: list[Any], actual: list[Any], *names: str) -> Accuracy:
+        """The verdict on compiled outputs, against eager's and the reference's outputs
+        ``names`` (in that order)."""
+        outputs = self.reference["outputs"] if self.reference else {}
+        found = [t for n in names for t in outputs[n]] if outputs else None
+        verdict = accuracy.judge(expected, actual, found, self.workload.dtype,
+                                 float(self.spec.get("tolerance", 1.0)),
+                                 self.spec.get("reference_dtype", ""))  # fmt: skip
+        if found is None and self.spec.get("reference_reason"):
+            verdict.rule += f" ({self.spec['reference_reason']})"
+        return verdict
+
+    @property
+    def device(self) -> str:
+        return self.workload.device
+
+    @property
+    def seed(self) -> int:
+        return int(self.spec.get("seed", 0))
+
+    def lap(self, name: str, since: float) -> float:
+        """Record the seconds since ``since`` as timing ``name``; now."""
+        now = time.perf_counter()
+        self.timings[name] = now - since
+        return now
+
+
+def begin(spec: dict[str, Any]) -> TrialContext:
+    """Parse the spec, seed the RNG, make the device current, start an empty measurement."""
+    import torch
+    import torch._dynamo.utils
+
+    from autotune.environment import fingerprint
+
+    start = time.perf_counter()
+    strategy = Strategy.from_dict(spec["strategy"])
+    workload = Workload.from_dict(spec["workload"])
+    ref = ModelRef.from_dict(spec["model"])
+    torch.manual_seed(spec.get("seed", 0))
+    device.use(workload.device)
+    device.tf32_for(workload.dtype, workload.device)
+    torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
+    result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
+                         environment=fingerprint(workload.device))  # fmt: skip  # with its TF32
+    memory = device.PeakMemory(workload.device, strategy.uses_cuda_graphs())
+    ctx = TrialContext(spec, strategy, workload, ref, result, memory, start)
+    ctx.timings["startup_s"] = time.time() - spec.get("launched", time.time())
+    if spec.get("reference") and strategy.granularity != "none":
+        ctx.reference = accuracy.load_reference(spec["reference"])
+    return ctx
+
+
+class Scenario(ABC):
+    """One workload's trial. Subclasses set :attr:`model` (the compiled tree's original, for
+    the recompile probe) in :meth:`setup` and fill in the steps below."""
+
+    model: Any = None
+
+    def __init__(self, ctx: TrialContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Build the model and inputs, and compile them."""
+
+    @abstractmethod
+    def first(self) -> None:
+        """The first calls: ``compile_s`` and the accuracy verdict."""
+
+    @abstractmethod
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        """One whole call of each side, ``eager`` and ``compiled``, for warm-up and timing."""
+
+    def timer(self, call: Callable[[], Any]) -> Any:
+        """One timed call (its sample): seconds, on the device's clock."""
+        return device.timed(call, self.ctx.device)
+
+    def seconds(self, sample: Any) -> float:
+        """One round's sample as the seconds the sign test compares."""
+        return float(sample)
+
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
+        """After each timed round: True ends the rounds, once the sign test between eager and
+        compiled is decided whatever the remaining rounds would give."""
+        if self.ctx.strategy.granularity == "none":
+            return False
+        eager, compiled = ([self.seconds(x) for x in samples[k]] for k in ("eager", "compiled"))
+        done = timing.decided(eager, compiled, self.ctx.spec["iters"] - len(compiled))
+        if done:
+            self.ctx.timings["rounds"] = float(len(compiled))
+        return done
+
+    @abstractmethod
+    def record(self, samples: dict[str, list[Any]]) -> None:
+        """The timed samples as the measurement's latencies."""
+
+    def probes(self) -> dict[str, Callable[[], Any]]:
+        """Calls that a recompile-limit probe runs once each, to count blocks left eager."""
+        return {"call": self.calls()["compiled"]}
+
+    def run(self) -> Measurement:
+        with device.cudagraph_skips() as skips:
+            m = self._run()
+        if m.graphs is not None:
+            m.graphs.cudagraph_skips, m.graphs.cudagraph_skip_reason = skips()
+        return m
+
+    def _run(self) -> Measurement:
+        ctx, m = self.ctx, self.ctx.result
+        if ctx.spec.get("load_artifact"):  # a portable start: the saved caches, then compile
+            m.load_s = artifact.load(ctx.spec["load_artifact"])
+        self.setup()
+        t = ctx.lap("build_s", ctx.start)
+        ctx.memory.reset()
+        self.first()
+        compile_peak = ctx.memory.peak_mb()
+        t = ctx.lap("first_s", t)
+        calls = self.calls()
+        peaks = dict.fromkeys(calls, 0.0)
+        for _ in range(max(1, ctx.spec["warmup"])):
+            for name, call in calls.items():
+                ctx.memory.reset()
+                self.timer(call)
+                peaks[name] = max(peaks[name], ctx.memory.peak_mb())
+        m.memory = Memory(ctx.memory.kind, peaks["eager"], peaks["compiled"], compile_peak)
+        t = ctx.lap("warmup_s", t)
+        device.synchronize(ctx.device)
+        samples = timing.interleave(calls, ctx.spec["iters"], self.timer, ctx.seed,
+                                    self.after_round)  # fmt: skip
+        t = ctx.lap("timing_s", t)
+        self.record(samples)
+        m.graphs = metrics.graphs()
+        if ctx.strategy.granularity != "none":
+            m.graphs = recompiles.describe(m.graphs, self.model, self.probes())
+        m.phases = metrics.phases()
+        m.cache = starts.cache_counters()
+        if ctx.spec.get("save_artifact"):  # for a portable start, and for export to ship
+            m.artifact = artifact.save(ctx.spec["save_artifact"], ctx.device)
+        ctx.lap("child_s", ctx.start)
+        m.timings = ctx.timings
+        return m

@@ -1,0 +1,269 @@
+"""The generate workload: a prefill, then greedy decode steps against a static KV cache, each
+step timed.
+
+A generation of N new tokens is what ``model.generate(max_new_tokens=N)`` runs greedily: one
+prefill forward of ``batch x seq_len`` tokens gives the first token, then N - 1 decode steps,
+each one forward of ``batch x 1`` with its ``cache_position``, give the rest. The cache is a
+``transformers.StaticCache`` of ``seq_len + N`` positions, allocated once: the compiled
+generation's cache is allocated before any compiled call sees it, so its tensors keep fixed
+addresses (marked static, as CUDA graphs need), and reset in place between generations. The
+forward called is the model's ``__call__``, as ``generate`` calls it, compiled at the trial's
+granularity by :func:`autotune.strategy.granularity.generator`, which
+:func:`autotune.apply_generation` uses too.
+
+Per trial: cold compile until the first decode step has run; TTFT (prefill) and per-token decode
+latency over interleaved rounds with eager; tokens/s; every round's tokens against eager's; the
+first decode step's logits against eager's under the dtype's tolerance; recompiles, and a
+recompile limit hit in words.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune import catalog, device
+from autotune.errors import ConfigError
+from autotune.strategy import granularity as compile
+from autotune.trial import accuracy
+from autotune.trial.accuracy import SMALL, Gate
+from autotune.trial.measurement import Latency, TokenCheck
+from autotune.trial.scenarios.base import Scenario
+from autotune.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
+
+
+def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> Any:
+    """A static KV cache of ``workload.cache_len`` positions; allocated now if ``like`` (a cache
+    that has run) gives the layers' shapes, else on its first update."""
+    from transformers import StaticCache
+
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=workload.cache_len)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"no static KV cache for {type(model).__name__}: {exc}") from exc
+    if like is not None:
+        layers = like.layers
+        cache.early_initialization(
+            workload.batch_size, [layer.num_heads for layer in layers],
+            [layer.k_head_dim for layer in layers], workload.torch_dtype, workload.device,
+        )  # fmt: skip
+    return cache
+
+
+@dataclass
+class Run:
+    """One generation: its tokens ``(batch, N)``, per-forward seconds, the prefill's and the
+    first decode step's logits, and (when asked) the top-two logit margin of each token."""
+
+    tokens: Any
+    prefill_s: float
+    steps_s: list[float] = field(default_factory=list)
+    first_logits: Any = None
+    prefill_logits: Any = None
+    margins: list[float] = field(default_factory=list)  # per token: min over the batch
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + sum(self.steps_s)
+
+
+class Generation:
+    """Greedy generation with one model forward and one static cache, a step at a time."""
+
+    def __init__(self, forward: Callable[..., Any], cache: Any, prompt: torch.Tensor,
+                 new_tokens: int, device: str) -> None:  # fmt: skip
+        import torch
+
+        self.forward, self.cache, self.prompt = forward, cache, prompt
+        self.new_tokens, self.device = new_tokens, device
+        seq = prompt.shape[1]
+        self.prefill_positions = torch.arange(seq, device=device)
+        self.position = torch.tensor([seq], device=device)  # one tensor, updated in place
+        params = inspect.signature(getattr(forward, "forward", forward)).parameters
+        self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.token: Any = None
+        self.logits: Any = None
+
+    def _call(self, ids: torch.Tensor, positions: torch.Tensor) -> None:
+        import torch
+
+        with torch.no_grad():
+            out = self.forward(input_ids=ids, past_key_values=self.cache,
+                               cache_position=positions, use_cache=True, **self.extra)  # fmt: skip
+        logits = out.logits if hasattr(out, "logits") else accuracy.tensors(out)[0]
+        self.logits = logits[:, -1]
+        self.token = self.logits.argmax(-1, keepdim=True)
+
+    def prefill(self) -> None:
+        """Reset the cache in place and run the prompt: the first token."""
+        self.cache.reset()
+        self.position.fill_(self.prompt.shape[1])
+        self._call(self.prompt, self.prefill_positions)
+
+    def decode(self) -> None:
+        """One decode step: the last token in, the next one out."""
+        self._call(self.token, self.position)
+        self.position.add_(1)
+
+    def run(self, first: bool = False, margins: bool = False) -> Run:
+        """A whole generation, every forward timed: ``first`` (the compiles) each on its own
+        wall clock after a synchronize; else one event pair per forward and one synchronize
+        at the end, as gpt-fast does, so the CPU's launches overlap the device's work. With
+        ``margins``, the gap between the top two logits behind each token (where a near tie
+        could flip it)."""
+        import torch
+
+        timer = device.StepTimer(self.device)
+
+        def timed(fn: Callable[[], Any]) -> None:
+            if first:
+                timer.seconds.append(device.wall(fn, self.device)[0])
+            else:
+                timer.time(fn)
+
+        timed(self.prefill)
+        tokens = [self.token]
+        result = Run(None, 0.0, prefill_logits=self.logits.float().clone())
+        if margins:
+            result.margins.append(_margin(self.logits))
+        for step in range(self.new_tokens - 1):
+            timed(self.decode)
+            if step == 0:
+                result.first_logits = self.logits.float().clone()
+            if margins:
+                result.margins.append(_margin(self.logits))
+            tokens.append(self.token)
+        result.tokens = torch.cat(tokens, dim=1)
+        seconds = timer.finish()
+        result.prefill_s, result.steps_s = seconds[0], seconds[1:]
+        return result
+
+
+def _margin(logits: Any) -> float:
+    top = logits.float().topk(2, dim=-1).values
+    return float((top[..., 0] - top[..., 1]).min())
+
+
+def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "",
+                 margins: list[float] | None = None, tie: float = 0.0) -> TokenCheck:  # fmt: skip
+    """All greedy tokens equal; else the first that differs is a wrong answer unless eager's
+    top two logits there were within ``tie`` (the reference error) of each other: a near tie,
+    which either side could break. After a first difference the sequences are incomparable,
+    so the check stops there and says so."""
+    same = (expected == actual).all(dim=0).tolist()
+    if all(same):
+        return TokenCheck(True, len(same), len(same))
+    j = same.index(False)
+    margin = margins[j] if margins and j < len(margins) else None
+    if margin is not None and margin <= tie:
+        return TokenCheck(True, len(same), j, (
+            f"tokens agree up to token {j + 1} of {len(same)}{where}, where eager's top two "
+            f"logits were {margin:.3g} apart, within the reference error {tie:.3g}: a near "
+            "tie; not compared after it"), near_tie=True)  # fmt: skip
+    why = f" (eager's margin {margin:.3g} > the reference error {tie:.3g})" if margins else ""
+    return TokenCheck(False, len(same), j, f"token {j + 1} of {len(same)} differs from "
+                      f"eager{where}{why}")  # fmt: skip
+
+
+class Generate(Scenario):
+    """``--workload generate``: whole generations, eager and compiled, on the same prompt."""
+
+    def setup(self) -> None:
+        ctx = self.ctx
+        self.model, inputs = catalog.build(ctx.ref, ctx.workload)
+        self.prompt = inputs[0]
+        self.compiled = compile.generator(self.model, ctx.strategy)
+        forward = getattr(self.compiled.forward, "compiled", self.compiled)
+        ctx.result.regions = compile.count_regions(forward)
+
+    def first(self) -> None:
+        ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
+        where, n = ctx.device, w.new_tokens
+        self.eager = Generation(self.model, new_cache(self.model, w), self.prompt, n, where)
+        self.expected = self.eager.run(first=True, margins=True)
+        m.eager_first_s = self.expected.prefill_s + self.expected.steps_s[0]
+        cache = new_cache(self.model, w, like=self.eager.cache)  # fixed addresses first
+        graphs = device.marks_steps(where, ctx.strategy.uses_cuda_graphs())
+        self.gen = Generation(self.compiled, cache, self.prompt, n, where)
+        ctx.memory.reset()
+        run = self.gen.run(first=True)  # cold: prefill's graphs, decode's recompile and graphs
+        m.compile_s = 0.0 if ctx.strategy.granularity == "none" else run.prefill_s + run.steps_s[0]
+        if graphs and n > 2:  # CUDA graphs record on a function's second call: compiling too
+            recording = run.steps_s[1] + self.gen.run(first=True).prefill_s
+            m.compile_s += recording
+            ctx.timings["cuda_graph_recording_s"] = recording
+        m.accuracy = self.judge_logits(run)
+        self.tokens = self.check(run, "")
+
+    def judge_logits(self, run: Run) -> Any:
+        """The prefill's logits against the reference's; the first decode step's too when its
+        input token is the same on every side (else they answer different questions)."""
+        e, ref = self.expected, self.ctx.reference
+        first = e.tokens[:, :1]
+        same = bool((run.tokens[:, :1] == first).all())
+        if ref is not None:
+            same = same and bool((ref["outputs"]["token"][0].to(first.device) == first).all())
+        if not same:
+            return self.ctx.judge([e.prefill_logits], [run.prefill_logits], "prefill")
+        eager, compiled = (
+            [e.prefill_logits, e.first_logits],
+            [run.prefill_logits, run.first_logits],
+        )
+        return self.ctx.judge(eager, compiled, "prefill", "decode")
+
+    def tie(self) -> float:
+        """How far apart eager's top two logits may be and still be a near tie: eager's own
+        largest logit error against the reference (times the gate's multiplier); 0 without
+        a reference (every token must match)."""
+        a = self.ctx.result.accuracy
+        if a is None or not a.reference or a.eager_max is None:
+            return 0.0
+        return Gate(self.ctx.workload.dtype, a.tolerance).multiplier(2 * SMALL) * a.eager_max
+
+    def check(self, run: Run, where: str) -> TokenCheck:
+        return check_tokens(self.expected.tokens, run.tokens, where, self.expected.margins,
+                            self.tie())  # fmt: skip
+
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        return {"eager": lambda: self.eager.run(), "compiled": lambda: self.gen.run()}
+
+    def timer(self, call: Callable[[], Any]) -> Any:
+        return call()  # a generation times each of its own forwards
+
+    def seconds(self, sample: Any) -> float:
+        return statistics.median(sample.steps_s)  # the round's per-token decode
+
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
+        if self.tokens.passed and not self.tokens.near_tie:
+            done = len(samples["compiled"])
+            self.tokens = self.check(samples["compiled"][-1], f" in timed round {done}")
+        return super().after_round(samples)
+
+    def record(self, samples: dict[str, list[Any]]) -> None:
+        m, n = self.ctx.result, self.ctx.workload.new_tokens
+        assert m.accuracy is not None
+        if not self.tokens.passed:  # a strategy that changes the tokens is infeasible
+            m.accuracy.passed = False
+            m.accuracy.detail = "; ".join(filter(None, (self.tokens.detail, m.accuracy.detail)))
+        elif self.tokens.near_tie:  # passed, and says where it stopped comparing
+            m.accuracy.detail = "; ".join(filter(None, (m.accuracy.detail, self.tokens.detail)))
+        m.tokens = self.tokens
+
+        def stats(runs: list[Run]) -> tuple[Latency, Latency, float]:
+            decode = Latency.from_samples([s for run in runs for s in run.steps_s])
+            prefill = Latency.from_samples([run.prefill_s for run in runs])
+            per_s = self.ctx.workload.batch_size * n / statistics.median(r.total_s for r in runs)
+            return decode, prefill, per_s
+
+        m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])
+        m.latency, m.ttft, m.tokens_per_s = stats(samples["compiled"])
+        m.speedup = m.eager_latency.median_ms / m.latency.median_ms
+
+    def probes(self) -> dict[str, Callable[[], Any]]:
+        return {"prefill": self.gen.prefill, "decode": self.gen.decode}

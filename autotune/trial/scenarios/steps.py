@@ -1,0 +1,47 @@
+"""The calls a trial times: a no-grad forward, or a train step (forward, backward, SGD)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from autotune.trial.accuracy import tensors
+
+
+def loss(output: Any) -> Any:
+    """A train step's loss: the mean square of the first output, in at least float32."""
+    import torch
+
+    first = tensors(output)[0]
+    wide = first if first.dtype == torch.float64 else first.float()
+    return wide.pow(2).mean()
+
+
+def make_step(model: Any, inputs: tuple, kind: str) -> Callable[[], Any]:
+    """One call of the workload: a no-grad forward, or forward + backward + optimizer step.
+    (A CUDA-graph strategy's compiled model marks each call's step itself:
+    autotune.strategy.granularity.)"""
+    import torch
+
+    if kind == "inference":
+
+        def forward() -> Any:
+            with torch.no_grad():
+                return model(*inputs)
+
+        return forward
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def train_step() -> Any:
+        optimizer.zero_grad(set_to_none=True)
+        value = loss(model(*inputs))
+        value.backward()
+        optimizer.step()
+        return value.detach()
+
+    return train_step
+
+
+def grads(model: Any) -> list[Any]:
+    """Every gradient the last backward left, in parameter order."""
+    return [p.grad for p in model.parameters() if p.grad is not None]
