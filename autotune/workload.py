@@ -10,8 +10,8 @@ from typing import Any
 from autotune import fields as config
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
-from autotune.starts.later import DEFAULT as START_KINDS
-from autotune.starts.later import parse as parse_starts
+from autotune.starts.kinds import DEFAULT as START_KINDS
+from autotune.starts.kinds import parse as parse_starts
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")

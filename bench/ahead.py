@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 from autotune.catalog import ModelRef
+from autotune.starts.kinds import KINDS
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 
-KINDS = ("cold", "warm", "portable", "precompiled", "aot")
 CASES = {
     "toy": (ModelRef("toy-64"), Workload(device="cpu"), Settings(iters=10, warmup=3)),
     "gemma": (

@@ -16,8 +16,7 @@ from autotune import cli
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
 from autotune.ship import export
-from autotune.starts import artifact
-from autotune.starts import later as starts
+from autotune.starts import artifact, kinds
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
@@ -33,13 +32,36 @@ QUICK = Settings(iters=5, warmup=1, timeout_s=300)
 TOY = ModelRef("toy-64", layers=4)
 
 
+def test_every_stage_reads_one_start_kind_table() -> None:
+    """Each start's cost reaches the objectives, the policies and the front table through the
+    table in autotune.starts.kinds, so a new start is one row."""
+    from autotune.choice import objectives
+    from autotune.choice.selection import Point
+    from autotune.cli.report import front_table
+    from autotune.trial.measurement import Latency, Start
+
+    assert objectives.START_COSTS == tuple(k.objective for k in kinds.TABLE)
+    assert all(objectives.METRICS[k.objective] == k.metric for k in kinds.TABLE)
+    lat = Latency(1.0, 0.9, 1.1, 5)
+    cost = {kind: 10.0 - i for i, kind in enumerate(kinds.KINDS)}  # a distinct cost per start
+    m = Measurement(Strategy.create("full").to_dict(), {}, {}, "ok", compile_s=cost["cold"],
+                    latency=lat, eager_latency=lat, speedup=1.0,
+                    starts={k: Start(k, compile_s=cost[k]) for k in kinds.LATER})  # fmt: skip
+    point = Point.of(m, 0, None)
+    for k in kinds.TABLE:
+        assert objectives.values(point, (k.objective, "latency")) == (cost[k.name], 1.0)
+        assert point.total_s(0, starts=2, start=k.objective) == cost["cold"] + cost[k.name]
+    table = front_table([point], point.key, kinds.KINDS)
+    assert all(k.label in table.splitlines()[0] for k in kinds.TABLE)
+    assert f"{cost['aot']:.2f} s" in table
+
 def test_starts_parse_and_travel_with_the_settings() -> None:
-    assert starts.parse("cold") == ("cold",)
-    assert starts.parse(" cold, warm ") == ("cold", "warm")
-    assert starts.parse("cold,aot,portable") == ("cold", "portable", "aot")  # KINDS' order
+    assert kinds.parse("cold") == ("cold",)
+    assert kinds.parse(" cold, warm ") == ("cold", "warm")
+    assert kinds.parse("cold,aot,portable") == ("cold", "portable", "aot")  # KINDS' order
     for bad in ("warm", "warm,cold", "cold,warm,hot", "cold,warm,warm", ""):
         with pytest.raises(ConfigError, match="bad starts"):
-            starts.parse(bad)
+            kinds.parse(bad)
     settings = Settings(starts=["cold", "warm"])  # as a study's stored spec gives it back
     assert settings.starts == ("cold", "warm")
     assert Settings(**json.loads(json.dumps(dataclasses.asdict(settings)))) == settings
@@ -64,7 +86,7 @@ def test_a_backend_without_a_cache_records_cold_for_every_start() -> None:
     only_cold = measure(
         TOY, CPU, Strategy.create("none"), dataclasses.replace(QUICK, starts=("cold",))
     )
-    assert set(only_cold.starts) == {"cold"} and only_cold.warm_s is None
+    assert set(only_cold.starts) == {"cold"} and only_cold.start_s("warm") is None
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +123,8 @@ def test_warm_start_hits_the_fx_graph_cache_and_is_quicker(inductor_trial: Measu
     assert warm.status == "ok" and warm.measured and warm.load_s == 0.0
     assert warm.cache["fxgraph_cache_hit"] >= 1 and warm.cache["fxgraph_cache_miss"] == 0
     assert "missed" not in warm.note
-    assert inductor_trial.warm_s is not None and inductor_trial.compile_s is not None
-    assert inductor_trial.warm_s < inductor_trial.compile_s
+    assert inductor_trial.start_s("warm") is not None and inductor_trial.compile_s is not None
+    assert inductor_trial.start_s("warm") < inductor_trial.compile_s
     assert warm.phases.get("dynamo_s", 0) > 0 and "backend_s" in warm.phases
     assert warm.latency is not None and len(warm.latency.samples_ms) == 5 and warm.speedup
 
@@ -152,7 +174,7 @@ def test_export_writes_the_artefact_beside_the_json(
     assert ship["file"] == "best.cache.bin" and ship["sha256"] == inductor_trial.artifact["sha256"]
     assert artifact.sha256((exported.parent / "best.cache.bin").read_bytes()) == ship["sha256"]
     assert set(ship["fingerprint"]) >= {"torch", "triton", "cuda", "device_name"}
-    assert block["start_s"]["warm"] == inductor_trial.warm_s
+    assert block["start_s"]["warm"] == inductor_trial.start_s("warm")
 
 
 APPLY = """

@@ -4,7 +4,8 @@ Objectives: one start cost (``compile`` = a cold start, ``warm``, ``portable``,
 ``precompiled`` or ``aot``), one speed
 (``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
 ``ttft``, the prefill), optionally ``memory``. :data:`ATTRIBUTE` is the one table from an
-objective to the value that stands for it (a :class:`autotune.choice.selection.Point`'s field).
+objective to the value that stands for it (a :class:`autotune.choice.selection.Point`'s field); a
+start's cost comes from the start-kind table (:mod:`autotune.starts.kinds`).
 
 Policies (eager is a candidate in every one): ``knee``, ``fastest``, ``quickest``,
 ``amortized:CALLS``, ``restarts:STARTS:CALLS``, ``latency-budget:MS`` (see
@@ -17,20 +18,17 @@ import math
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.starts import kinds
 
-START_COSTS = ("compile", "warm", "portable", "precompiled", "aot")  # a start's cost
+START_COSTS = tuple(kinds.BY_OBJECTIVE)  # a start's cost: compile (cold), warm, portable, ...
 SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
 OBJECTIVES = (*START_COSTS, *SPEEDS, "memory")
-METRICS = {"compile": "compile_s", "warm": "warm_start_s", "portable": "portable_start_s",
-           "precompiled": "precompiled_start_s", "aot": "aot_start_s",
+METRICS = {**{k.objective: k.metric for k in kinds.TABLE},
            "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
            "memory": "memory_mb"}  # fmt: skip  # Optuna's metric names
-ATTRIBUTE = {"compile": "compile_s", "warm": "warm_s", "portable": "portable_s",
-             "precompiled": "precompiled_s", "aot": "aot_s",
-             "latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
-             "memory": "memory_mb"}  # fmt: skip
-START_KIND = {"compile": "cold", "warm": "warm", "portable": "portable",
-              "precompiled": "precompiled", "aot": "aot"}  # fmt: skip  # what each start costs
+ATTRIBUTE = {"latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
+             "memory": "memory_mb"}  # fmt: skip  # a Point's field; a start's is Point.start_s
+START_KIND = {k.objective: k.name for k in kinds.TABLE}  # what each start objective costs
 POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
 
 
@@ -76,7 +74,14 @@ def later_start(objectives: tuple[str, ...]) -> str:
 
 def values(point: Any, objectives: tuple[str, ...]) -> tuple[float, ...]:
     """The value of each objective for a point (a missing one counts as 0)."""
-    return tuple(float(getattr(point, ATTRIBUTE[o]) or 0.0) for o in objectives)
+    return tuple(float(value(point, o) or 0.0) for o in objectives)
+
+
+def value(point: Any, objective: str) -> float | None:
+    """One objective's value for a point: a start's cost, or a call's, or the memory."""
+    if objective in START_KIND:
+        return point.start_s(START_KIND[objective])
+    return getattr(point, ATTRIBUTE[objective])
 
 
 def parse_policy(policy: Any) -> tuple[str, tuple[float, ...]]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.choice import objectives as objective
 from autotune.errors import AutotuneError
+from autotune.starts.kinds import LATER
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.timing import ALPHA, sign_test
@@ -79,7 +80,7 @@ def objective_values(
 
 
 def start_s(m: Measurement, kind: str) -> float:
-    """What one ``warm`` or ``portable`` start costs; a start that was not measured (a study
+    """What one later start costs; a start that was not measured (a study
     run with ``--starts cold``, an older trial) or failed counts as cold."""
     value = m.start_s(kind)
     return value if value is not None else (m.compile_s or 0.0)
@@ -98,10 +99,7 @@ class Point:
     trial_number: int | None
     raw_latency_ms: float = 0.0
     significant: bool = False
-    warm_s: float = 0.0  # one warm start (cold where not measured)
-    portable_s: float = 0.0  # one portable start (cold where not measured)
-    precompiled_s: float = 0.0  # a start from a precompiled function (cold where not measured)
-    aot_s: float = 0.0  # a start from an AOTInductor package (cold where not measured)
+    later_s: dict[str, float] = field(default_factory=dict)  # a later start's cost, by kind
     ttft_ms: float | None = None  # generate: the prefill, on the common scale
     tokens_per_s: float | None = None  # generate: the whole generation, as measured
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
@@ -118,8 +116,7 @@ class Point:
         return cls(
             key, m.strategy, m.compile_s, latency_on_baseline(m, base_ms), memory, speedup,
             trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
-            warm_s=start_s(m, "warm"), portable_s=start_s(m, "portable"),
-            precompiled_s=start_s(m, "precompiled"), aot_s=start_s(m, "aot"),
+            later_s={kind: start_s(m, kind) for kind in LATER},
             ttft_ms=ttft_on_baseline(m, base_ttft), tokens_per_s=m.tokens_per_s,
             limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
         )  # fmt: skip
@@ -128,9 +125,13 @@ class Point:
         """``starts`` starts of ``calls`` calls each: the first start cold, the others as
         ``start`` says (``compile`` = cold again, or a later start: ``warm``, ``portable``,
         ``precompiled``, ``aot``)."""
-        later = getattr(self, objective.ATTRIBUTE["compile" if start == "cold" else start])
+        later = self.start_s(objective.START_KIND.get(start, start))
         per_start = calls * self.latency_ms / 1e3
         return self.compile_s + (starts - 1) * later + starts * per_start
+
+    def start_s(self, kind: str) -> float:
+        """What one start of ``kind`` costs (a later start not measured counts as cold)."""
+        return self.compile_s if kind == "cold" else self.later_s.get(kind, self.compile_s)
 
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
         """The point's value of each objective, in order."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.starts.kinds import BY_NAME, CACHED, LATER
 from autotune.trial.measurement import Measurement
 
 
@@ -121,7 +122,7 @@ def _hit(cache: dict[str, int]) -> str:
 def starts_lines(m: Measurement) -> list[str]:
     """Every later start beside the cold compile, with its notes (a kind that does not apply
     says why)."""
-    later = [m.starts[k] for k in ("warm", "portable", "precompiled", "aot") if k in m.starts]
+    later = [m.starts[k] for k in LATER if k in m.starts]
     if not later:
         return []
     measured = [s for s in later if s.measured]
@@ -136,7 +137,7 @@ def starts_lines(m: Measurement) -> list[str]:
             continue
         ratio = f"{s.compile_s / cold:.2f}x cold, " if cold else ""
         load = f"load {seconds(s.load_s)}, " if s.kind != "warm" else ""
-        hits = _hit(s.cache) if s.kind in ("warm", "portable") else "no compile"
+        hits = _hit(s.cache) if s.kind in CACHED else "no compile"
         parts.append(f"{s.kind} {seconds(s.compile_s)} ({ratio}{load}{hits})")
     size = (m.artifact or {}).get("bytes")
     artefact = f"; artefact {size / 2**20:.2f} MiB" if size else ""
@@ -146,16 +147,15 @@ def starts_lines(m: Measurement) -> list[str]:
 
 def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -> str:
     """The Pareto front as a table, the chosen strategy marked; a generate study shows TTFT
-    and tokens/s, and its latency is per decoded token; ``starts`` that skip the compiler get
-    a column each."""
+    and tokens/s, and its latency is per decoded token; each later start of ``starts`` gets a
+    column."""
     generate = any(p.ttft_ms is not None for p in front)
-    ahead = [k for k in ("precompiled", "aot") if k in starts]
+    later = [k for k in LATER if k in starts]
     rows = []
     for p in front:
         speedup = f"{p.speedup:.2f}x" + ("" if p.significant or p.key == "none" else " (n.s.)")
-        row = [("* " if p.key == chosen else "  ") + p.key, f"{p.compile_s:.2f} s",
-               f"{p.warm_s:.2f} s", f"{p.portable_s:.2f} s"]  # fmt: skip
-        row += [f"{getattr(p, f'{k}_s'):.2f} s" for k in ahead] + [f"{p.latency_ms:.3f} ms"]
+        row = [("* " if p.key == chosen else "  ") + p.key, f"{p.compile_s:.2f} s"]
+        row += [f"{p.start_s(k):.2f} s" for k in later] + [f"{p.latency_ms:.3f} ms"]
         if generate:
             row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
                     "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
@@ -164,8 +164,8 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
                 "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
         rows.append(tuple(row))
     speed = ["decode / token", "TTFT", "tokens/s"] if generate else ["latency"]
-    header = ("  strategy", "cold start", "warm start", "portable", *ahead, *speed, "speedup",
-              "peak memory")  # fmt: skip
+    labels = [BY_NAME[k].label for k in ("cold", *later)]
+    header = ("  strategy", *labels, *speed, "speedup", "peak memory")
     note = (
         "latency: the eager baseline over each trial's speedup, measured interleaved with eager "
         "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "

@@ -170,8 +170,8 @@ def breakeven_info(d: StudyData) -> BreakevenInfo:
     front = pareto(d.points)
     eager = next((p for p in d.points if p.key == "none"), None)
     lines = {p.key: [p.total_s(n) for n in CALLS] for p in front}
-    warm = {p.key: [p.warm_s + n * p.latency_ms / 1e3 for n in CALLS]
-            for p in front if p.key != "none" and p.warm_s < p.compile_s}  # fmt: skip
+    warm = {p.key: [p.start_s("warm") + n * p.latency_ms / 1e3 for n in CALLS]
+            for p in front if p.key != "none" and p.start_s("warm") < p.compile_s}  # fmt: skip
     if eager is not None:
         lines.setdefault("none", [eager.total_s(n) for n in CALLS])
     crossings, warm_crossings = {}, {}
@@ -181,7 +181,7 @@ def breakeven_info(d: StudyData) -> BreakevenInfo:
         gain_s = (eager.latency_ms - p.latency_ms) / 1e3
         crossings[p.key] = p.compile_s / gain_s if gain_s > 0 else math.inf
         if p.key in warm:
-            warm_crossings[p.key] = p.warm_s / gain_s if gain_s > 0 else math.inf
+            warm_crossings[p.key] = p.start_s("warm") / gain_s if gain_s > 0 else math.inf
     return BreakevenInfo(CALLS, lines, crossings, warm, warm_crossings)
 
 

@@ -17,6 +17,7 @@ from autotune.dashboard.data import (
     SpeedupRow,
     Trial,
 )
+from autotune.starts.kinds import LATER
 
 MAX_ROWS = 40  # per-trial bar and box charts show at most this many rows (the best ones)
 
@@ -56,8 +57,8 @@ def hover(t: Trial | None) -> str:
             f"compile {m.compile_s:.2f} s · latency {m.latency.median_ms:.3f} ms "
             f"(p10 {m.latency.p10_ms:.3f}, p90 {m.latency.p90_ms:.3f})"
         )
-    if m.starts.get("warm") or m.starts.get("portable"):
-        costs = " · ".join(f"{k} {m.start_s(k):.2f} s" for k in ("warm", "portable")
+    if any(m.starts.get(k) for k in LATER):
+        costs = " · ".join(f"{k} {m.start_s(k):.2f} s" for k in LATER
                            if m.start_s(k) is not None)  # fmt: skip
         lines.append(f"later starts: {costs or 'not measured'}")
     if m.ttft and m.tokens_per_s:

@@ -15,6 +15,7 @@ from autotune.coordination import Coordinator
 from autotune.search.deduction import Tactics
 from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
+from autotune.starts.kinds import LATER
 from autotune.storage import Store, mask
 from autotune.strategy.space import Space
 from autotune.strategy.strategy import Strategy
@@ -128,7 +129,7 @@ class Search:
         """Whether a cold trial's warm and portable starts (and its kept caches) are worth it:
         an objective or the policy counts them, or it is a contender (the front table shows
         its starts, and a confirmation may time it)."""
-        later = {"warm", "portable", "precompiled", "aot"}
+        later = set(LATER)
         if later & set(self.spec.objectives) or self.spec.policy.startswith("restarts"):
             return True
         return m.feasible and Strategy.from_dict(m.strategy).key in self.contenders(m)

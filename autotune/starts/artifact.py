@@ -20,7 +20,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-SUFFIX = ".cache.bin"
+from autotune.starts.kinds import BY_NAME
+
+SUFFIX = BY_NAME["portable"].suffix
 
 
 class CacheWarning(UserWarning):

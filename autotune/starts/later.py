@@ -20,13 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from autotune.errors import ConfigError
-from autotune.fields import texts
+from autotune.starts.kinds import AHEAD
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement, Start
 
-KINDS = ("cold", "warm", "portable", "precompiled", "aot")
-DEFAULT = ("cold", "warm", "portable")
 CACHING_BACKENDS = ("inductor",)
 BRIEF_ITERS = 10  # interleaved rounds that time a warm or portable start's latency
 PROBES_SHOWN_S = 0.5  # ISA probes longer than this are named in a start's note
@@ -37,21 +34,6 @@ COUNTERS = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
 }
-
-
-def parse(starts: str | Sequence[str], key: str = "starts") -> tuple[str, ...]:
-    """``cold`` then any of ``warm``, ``portable``, ``precompiled``, ``aot``, as a tuple in
-    that order; ConfigError otherwise."""
-    wanted = texts(starts, key)
-    if (
-        not wanted
-        or wanted[0] != "cold"
-        or len(set(wanted)) != len(wanted)
-        or any(w not in KINDS for w in wanted)
-    ):
-        raise ConfigError(f"bad starts {','.join(wanted)!r}: cold, then any of "
-                          f"{', '.join(KINDS[1:])} (e.g. cold,warm)")  # fmt: skip
-    return tuple(k for k in KINDS if k in wanted)
 
 
 def cache_counters() -> dict[str, int]:
@@ -96,7 +78,7 @@ def of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
         return start
     start.latency, start.eager_latency, start.speedup = m.latency, m.eager_latency, m.speedup
     frames = int(m.timings.get("frames_compiled", 0))
-    skips = kind in ("precompiled", "aot")
+    skips = kind in AHEAD
     notes = [f"{kind} start compiled {frames} frame(s): it did not skip the compiler"
              if frames else ""] if skips else [hit_note(kind, m.cache)]  # fmt: skip
     if probes > PROBES_SHOWN_S:
@@ -126,8 +108,8 @@ def later(
     if not cold.ok:
         return {}
     starts = {"cold": of("cold", cold)}
-    later = [k for k in wanted if k not in ("cold", *ahead.KINDS)]
-    for kind in (k for k in wanted if k in ahead.KINDS):
+    later = [k for k in wanted if k not in ("cold", *AHEAD)]
+    for kind in (k for k in wanted if k in AHEAD):
         breaks = cold.graphs.breaks if cold.graphs else 0
         why = ahead.not_applicable(kind, strategy, cold.workload.get("kind", "inference"), breaks)
         why = why or (cold.ahead.get(kind) or {}).get("error", "")

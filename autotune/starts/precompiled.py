@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.starts.kinds import AHEAD, BY_NAME
 from autotune.strategy.strategy import Strategy
 
-KINDS = ("precompiled", "aot")
-SUFFIX = {"precompiled": ".precompiled.bin", "aot": ".aot.pt2"}
+SUFFIX = {k: BY_NAME[k].suffix for k in AHEAD}
 PRECOMPILE_BACKENDS = ("inductor", "eager", "aot_eager")
 
 

@@ -197,14 +197,6 @@ class Measurement:
         return start.compile_s if start is not None and start.status == "ok" else None
 
     @property
-    def warm_s(self) -> float | None:
-        return self.start_s("warm")
-
-    @property
-    def portable_s(self) -> float | None:
-        return self.start_s("portable")
-
-    @property
     def without_cuda_graphs(self) -> bool:
         """A CUDA-graph strategy that ran without them (Inductor fell back): it is plain
         Inductor in effect, whatever its key says."""

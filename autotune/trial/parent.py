@@ -20,6 +20,7 @@ from autotune.errors import NotApplicable
 from autotune.starts import artifact
 from autotune.starts import later as starts
 from autotune.starts import precompiled as ahead
+from autotune.starts.kinds import AHEAD
 from autotune.strategy.strategy import Strategy
 from autotune.trial import reference as references
 from autotune.trial.measurement import Measurement
@@ -70,7 +71,7 @@ def measure(
     built = {
         k: os.path.join(work, f"built{ahead.SUFFIX[k]}")
         for k in settings.starts
-        if k in ahead.KINDS and not ahead.not_applicable(k, strategy, workload.kind, 0)
+        if k in AHEAD and not ahead.not_applicable(k, strategy, workload.kind, 0)
     }
     try:
         caching = not starts.no_cache(strategy)
