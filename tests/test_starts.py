@@ -40,7 +40,7 @@ def test_every_stage_reads_one_start_kind_table() -> None:
     from autotune.cli.report import front_table
     from autotune.trial.measurement import Latency, Start
 
-    assert objectives.START_COSTS == tuple(k.objective for k in kinds.TABLE)
+    assert tuple(k.objective for k in kinds.TABLE) == objectives.START_COSTS
     assert all(objectives.METRICS[k.objective] == k.metric for k in kinds.TABLE)
     lat = Latency(1.0, 0.9, 1.1, 5)
     cost = {kind: 10.0 - i for i, kind in enumerate(kinds.KINDS)}  # a distinct cost per start
@@ -54,6 +54,7 @@ def test_every_stage_reads_one_start_kind_table() -> None:
     table = front_table([point], point.key, kinds.KINDS)
     assert all(k.label in table.splitlines()[0] for k in kinds.TABLE)
     assert f"{cost['aot']:.2f} s" in table
+
 
 def test_starts_parse_and_travel_with_the_settings() -> None:
     assert kinds.parse("cold") == ("cold",)
