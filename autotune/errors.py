@@ -17,6 +17,15 @@ class NotApplicable(AutotuneError):
     """A strategy that cannot run here (CUDA-only choice on a CPU, no repeated blocks, ...)."""
 
 
+class AutotuneWarning(UserWarning):
+    """Base of every warning autotune gives: something did not go as asked, and autotune says
+    in one line what it does instead (filter this one class to see or silence them all)."""
+
+
+class CacheWarning(AutotuneWarning):
+    """A shipped artefact was not loaded: the compile goes on cold."""
+
+
 class StorageError(AutotuneError):
     """The study database cannot be reached or read."""
 

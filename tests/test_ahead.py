@@ -81,7 +81,7 @@ from autotune.ship import exported as use
 from autotune.catalog import ModelRef
 from autotune.workload import Workload
 model, inputs = catalog.build(ModelRef("tests.models:chain"), Workload(device="cpu"))
-ours = (artifact.CacheWarning, use.AutotuneWarning)
+ours = autotune.AutotuneWarning
 with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     warnings.simplefilter("always")
     started = autotune.apply(model, sys.argv[1], trust_artifact=sys.argv[2] == "trust")

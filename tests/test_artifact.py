@@ -55,4 +55,4 @@ def test_prepare_warns_in_one_line_and_never_raises(tmp_path: Path) -> None:
 def test_torch_refusing_the_bytes_is_a_warning_too(tmp_path: Path) -> None:
     _, path = shipped(tmp_path, b"not a mega-cache at all")  # checksum and fingerprint fit
     with pytest.warns(artifact.CacheWarning, match="failed to load"):
-        assert artifact.prepare(json.loads(path.read_text()), path, trust=True) is False
+        assert artifact.prepare(json.loads(path.read_text()), path, trust=True) is None

@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
 
 from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
 from autotune.errors import ConfigError
@@ -44,6 +43,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.search.progress import BestSoFar, Progress, counts
     from autotune.search.spec import StudySpec, check_name
     from autotune.ship import export
+    from autotune.ship.tune import finish
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
@@ -71,10 +71,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 130
     if not args.no_confirm:
         print("confirming the pick against its nearest rivals…", file=out, flush=True)
-        confirm_pick(search)
-    path, chosen, notes = export.export(
-        search.store, search.name, spec.policy, args.format, args.out, spec.max_memory_mb
-    )
+    path, chosen, notes = finish(search, confirm=not args.no_confirm, fmt=args.format,
+                                 out=args.out)  # fmt: skip
     page = None
     if args.dashboard:
         from autotune import dashboard
@@ -111,19 +109,3 @@ def cmd_search(args: argparse.Namespace) -> int:
     if page:
         print(f"wrote {page}")
     return 0
-
-
-def confirm_pick(search: Any) -> None:
-    """Time the pick against its nearest rivals and eager; store what the rounds showed; drop
-    the compile caches kept for it."""
-    import shutil
-
-    from autotune.choice.confirm import confirm
-    from autotune.choice.selection import choose
-
-    spec = search.spec
-    rows = search.store.measurements(search.name)
-    chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
-    result = confirm(spec, chosen, points, front, search.keep)
-    search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
-    shutil.rmtree(search.keep, ignore_errors=True)

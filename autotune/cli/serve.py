@@ -53,11 +53,10 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def cmd_worker_all(args: argparse.Namespace) -> int:
-    from autotune.cli.search import confirm_pick
     from autotune.search.serving import serve
     from autotune.search.spec import parse_duration
     from autotune.search.state import Lines
-    from autotune.ship import export
+    from autotune.ship.tune import finish
 
     class Log(Lines):  # each strategy measured on stdout; notes on stderr
         def measured(self, key: str, done: int) -> None:
@@ -71,9 +70,7 @@ def cmd_worker_all(args: argparse.Namespace) -> int:
         spec = search.spec
         if not args.no_confirm:
             print(f"study {search.name} is done: confirming its pick…", flush=True)
-            confirm_pick(search)
-        path, chosen, _ = export.export(search.store, search.name, spec.policy, "accelerate",
-                                        None, spec.max_memory_mb)  # fmt: skip
+        path, chosen, _ = finish(search, confirm=not args.no_confirm)
         print(f"study {search.name}: chosen ({spec.policy}) {chosen.key}; wrote {path}",
               flush=True)  # fmt: skip
 

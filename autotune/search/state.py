@@ -102,7 +102,7 @@ class Search:
         from autotune.trial import parent as runner
 
         spec = self.spec
-        m = runner.measure(spec.model, spec.workload, strategy, spec.settings, self.reference,
+        m = runner.run_trial(spec.model, spec.workload, strategy, spec.settings, self.reference,
                            self.needs_later_starts, self.keep)  # fmt: skip
         self.prune_caches()
         return m

@@ -10,14 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneWarning, CacheWarning, ConfigError
 from autotune.strategy.strategy import Strategy
-
-
-class AutotuneWarning(UserWarning):
-    """An exported file that does not fit this machine as it stands: autotune says how it
-    compiles it instead (one line)."""
-
 
 Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
 
@@ -108,32 +102,36 @@ def warn_on_miss(module: Any, name: str) -> Any:
     return module
 
 
-def load_ahead(model: Any, data: dict[str, Any], path: str | Path, trust: bool | None) -> Any:
+def load_ahead(
+    model: Any, data: dict[str, Any], path: str | Path, trust: bool | None
+) -> tuple[Any, bool]:
     """The model as a zero-compile start (a precompiled function or an AOTInductor package the
     export ships), when the caller trusts it and it fits; else None, with one line why (the
-    compile then goes on as usual)."""
+    compile then goes on as usual), and whether a load failed (the compile should then be
+    isolated from what it wrote)."""
     from autotune.starts import artifact
     from autotune.starts import precompiled as ahead
 
     block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
     shipped = block.get("ahead") if isinstance(block.get("ahead"), dict) else {}
     if not shipped:
-        return None
+        return None, False
     wanted = [o for o in block.get("objectives") or [] if o in shipped]
     kind = next(iter(wanted + [k for k in ("aot", "precompiled") if k in shipped]))
     if not artifact.trusted(trust):
-        return None  # artifact.prepare says so, for every artefact the file ships
+        return None, False  # artifact.prepare says so, for every artefact the file ships
     payload, why = artifact.check(shipped[kind], Path(path))
+    failed = False
     if payload is not None:
         try:
-            fn = ahead.load(kind, str(Path(path).with_name(shipped[kind]["file"])), model)
+            with artifact.environ_kept():
+                fn = ahead.load(kind, str(Path(path).with_name(shipped[kind]["file"])), model)
         except Exception as exc:  # a file torch refuses: the compile goes on
-            why = f"{kind} artefact failed to load ({type(exc).__name__})"
-            artifact.isolate()
+            why, failed = f"{kind} artefact failed to load ({type(exc).__name__})", True
         else:
-            return _checked(ahead.Ahead(model, fn, kind))
-    warnings.warn(f"{why}: compiling as usual", artifact.CacheWarning, stacklevel=3)
-    return None
+            return _checked(ahead.Ahead(model, fn, kind)), False
+    warnings.warn(f"{why}: compiling as usual", CacheWarning, stacklevel=3)
+    return None, failed
 
 
 def _checked(module: Any) -> Any:

@@ -11,22 +11,21 @@ line why not. The file is exactly torch's bytes: plain torch loads it too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autotune.errors import CacheWarning
 from autotune.starts.kinds import BY_NAME
 
 SUFFIX = BY_NAME["portable"].suffix
-
-
-class CacheWarning(UserWarning):
-    """A shipped cache artefact was not loaded: the compile goes on cold."""
 
 
 def fingerprint(device: str = "cpu") -> dict[str, Any]:
@@ -155,12 +154,12 @@ def check(block: Any, json_path: Path) -> tuple[bytes | None, str]:
     return data, ""
 
 
-def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = None) -> bool:
+def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = None) -> bool | None:
     """Load an export's artefact into this process's caches, if the caller trusts it; warn in
-    one line where it is not loaded.
+    one line where it is not loaded. True: loaded; False: not loaded; None: a load was tried
+    and failed, so the compile should run in a fresh cache directory (:func:`isolate`).
 
-    Never raises, and a failed load never breaks the compile: whatever the artefact did to the
-    cache directory, this process then compiles cold in a fresh one.
+    Never raises, and never leaves this process's environment changed.
     """
     found = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
     block, ahead = found.get("cache_artifact"), found.get("ahead")
@@ -180,20 +179,70 @@ def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = No
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)
         try:
-            if torch.compiler.load_cache_artifacts(payload) is not None:
+            with environ_kept():  # torch's loader sets TORCHINDUCTOR_CACHE_DIR where unset
+                loaded = torch.compiler.load_cache_artifacts(payload)
+            if loaded is not None:
                 return True
             why = f"cache artefact {block.get('file')} failed to load (torch refused it)"
         except Exception as exc:
             why = f"cache artefact {block.get('file')} failed to load ({type(exc).__name__})"
         finally:
             quiet.setLevel(level)
-        isolate()  # whatever it wrote stays out of this process's compile
+        warnings.warn(f"{why}: compiling cold", CacheWarning, stacklevel=3)
+        return None  # whatever it wrote must stay out of the compile
     warnings.warn(f"{why}: compiling cold", CacheWarning, stacklevel=3)
     return False
 
 
-def isolate() -> None:
-    """Point this process's Inductor cache at a fresh, empty directory."""
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+@contextlib.contextmanager
+def environ_kept() -> Iterator[None]:
+    """Leave ``os.environ`` as it was found, whatever the body set."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(before):
+            del os.environ[key]
+        for key, value in before.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+def isolate(module: Any, method: str = "") -> Any:
+    """``module``, whose calls (or calls of its ``method``, e.g. ``generate``, whose forward
+    is compiled and must not trace a hook) compile in a fresh, empty Inductor cache directory,
+    so that what a failed load wrote stays out of its compile. The directory is Inductor's only
+    while a call runs: the process's environment is set for the call and restored after it."""
     import tempfile
 
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-cold-")
+    fresh, saved = tempfile.mkdtemp(prefix="autotune-cold-"), []
+
+    def enter(*_: Any) -> None:
+        saved.append(os.environ.get(CACHE_ENV))
+        os.environ[CACHE_ENV] = fresh
+
+    def leave(*_: Any) -> None:
+        old = saved.pop()
+        if old is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = old
+
+    if method:
+        call = getattr(module, method)
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            enter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                leave()
+
+        setattr(module, method, wrapped)  # on this object alone: its class is untouched
+        return module
+    module.register_forward_pre_hook(enter)
+    module.register_forward_hook(leave, always_call=True)
+    return module

@@ -38,12 +38,24 @@ def cache_folder(keep: str, key: str) -> str:
 
 
 def measure(
+    model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None
+) -> Measurement:
+    """Measure ``strategy`` on ``model`` and ``workload``: cold, in a fresh process with empty
+    compile caches, then each later start of ``settings.starts`` in a fresh process of its own.
+    Outputs are judged against a higher-precision reference computed first.
+
+    Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
+    """
+    return run_trial(model, workload, strategy, settings)
+
+
+def run_trial(
     model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None,
     reference: Reference | None = None, later: Callable[[Measurement], bool] | None = None,
     keep: str | None = None,
 ) -> Measurement:  # fmt: skip
-    """Measure ``strategy`` on ``model`` and ``workload`` cold in a fresh process, then its
-    warm and portable starts (``settings.starts``) in fresh processes of their own, unless
+    """:func:`measure`, as a search runs it: measure ``strategy`` cold in a fresh process, then
+    its warm and portable starts (``settings.starts``) in fresh processes of their own, unless
     ``later`` says, from the cold measurement, that they are not needed. Outputs are judged
     against ``reference`` (computed first, in a process of its own, when not given; eager
     needs none). With ``keep``, the cold start's compile caches of a strategy that ``later``

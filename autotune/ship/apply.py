@@ -1,0 +1,132 @@
+"""Using the answer: compile a model as a :class:`~autotune.strategy.strategy.Strategy` or an
+exported file says (:func:`apply`, :func:`apply_generation`), or hand the file to Accelerate
+(:func:`load_plugin`).
+
+A file is data: a ``package.module:function`` backend it names is used only when the caller
+passes it or allows its import by name (:mod:`autotune.usercode`). Its artefacts run code when
+loaded, so they are loaded only when the caller trusts them and they fit this machine; otherwise
+one warning line says why, and the compile goes on cold. Nothing here changes the caller's
+model or their process's environment.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune import usercode as code
+from autotune.errors import AutotuneWarning, ConfigError
+from autotune.ship import export
+from autotune.ship import exported as use
+from autotune.ship.exported import Backends
+from autotune.starts import artifact
+from autotune.strategy import granularity
+from autotune.strategy.strategy import Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+def apply(
+    model: torch.nn.Module, how: Strategy | str | Path, *, backends: Backends = None,
+    trust_artifact: bool | None = None,
+) -> torch.nn.Module:  # fmt: skip
+    """Compile ``model`` as a :class:`Strategy` or an exported file (``best.json``) says.
+
+    Every granularity is honoured, ``nested`` included, which Accelerate cannot express.
+    A ``package.module:function`` backend the file names is used only when you pass it
+    (``backends={name: fn}``) or allow its import by name (``backends=[name]``). Its
+    artefacts are loaded only when you trust them (``trust_artifact=True``, or
+    ``$AUTOTUNE_TRUST_ARTIFACTS=1``) and they fit this machine: a precompiled function or an
+    AOTInductor package (``best.precompiled.bin``, ``best.aot.pt2``) replaces the compile, else
+    the cache artefact (``best.cache.bin``) warms it; otherwise one warning line says why, and
+    the compile goes on cold.
+    """
+    if isinstance(how, Strategy):
+        return granularity.apply(model, how)
+    with artifact.environ_kept():  # torch's loaders set TORCHINDUCTOR_CACHE_DIR where unset
+        return _apply_file(model, how, backends, trust_artifact)
+
+
+def _apply_file(
+    model: torch.nn.Module, how: str | Path, backends: Backends, trust_artifact: bool | None
+) -> torch.nn.Module:
+    strategy, data = export.read(how)
+    fitted = use.fitted(strategy, data, how)
+    if fitted is None:
+        return model
+    resolve = use.resolver(backends, how)
+    if fitted.granularity != "none":
+        fitted.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
+    started, failed = use.load_ahead(model, data, how, trust_artifact)
+    if started is not None:
+        return started  # a precompiled function or an AOTInductor package: no compile at all
+    loaded = artifact.prepare(data, how, trust_artifact)
+    compiled = granularity.apply(model, fitted, resolve)
+    if failed or loaded is None:  # a load that failed: what it wrote stays out of the compile
+        return artifact.isolate(compiled)
+    return use.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled
+
+
+def apply_generation(
+    model: torch.nn.Module, how: Strategy | str | Path, *, backends: Backends = None,
+    trust_artifact: bool | None = None,
+) -> torch.nn.Module:  # fmt: skip
+    """A model sharing ``model``'s parameters whose ``generate(...)`` runs the strategy of ``how``.
+
+    ``how`` is a :class:`Strategy` or an exported file (any format, ``transformers`` included;
+    code and the cache artefact it names are handled as by :func:`apply`). Prefill and decode
+    run the compiled forward at its granularity (regional and nested too) with a static KV
+    cache, as autotune measured them; ``model`` itself is left as it was.
+    """
+    if not callable(getattr(model, "generate", None)) or not hasattr(model, "generation_config"):
+        raise ConfigError(
+            "apply_generation needs a transformers model that generates (with "
+            f"generate and a generation_config): {type(model).__name__} is not"
+        )
+    with artifact.environ_kept():
+        return _generator(model, how, backends, trust_artifact)
+
+
+def _generator(
+    model: torch.nn.Module, how: Strategy | str | Path, backends: Backends,
+    trust_artifact: bool | None,
+) -> torch.nn.Module:  # fmt: skip
+    loaded: bool | None = False
+    if isinstance(how, Strategy):
+        strategy, resolve = how, code.resolve
+    else:
+        strategy, data = export.read(how)
+        strategy = use.fitted(strategy, data, how) or Strategy("none")
+        resolve = use.resolver(backends, how)
+        if strategy.granularity != "none":
+            strategy.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
+            loaded = artifact.prepare(data, how, trust_artifact)
+    gen = granularity.generator(model, strategy, resolve)
+    if gen is model:  # eager: a copy still, so that the generation config below is its own
+        gen = granularity.shallow_copy(model)
+    config = copy.deepcopy(model.generation_config)
+    config.cache_implementation = "static"
+    config.disable_compile = True  # compiled here as measured, not a second time by transformers
+    gen.generation_config = config
+    return artifact.isolate(gen, "generate") if loaded is None else gen
+
+
+def load_plugin(path: str | Path) -> Any:
+    """An exported file as ``accelerate.utils.TorchDynamoPlugin`` (warns where it approximates:
+    ``nested`` becomes one full compile)."""
+    from accelerate.utils import TorchDynamoPlugin
+
+    strategy, _ = export.read(path)
+    if code.is_code(strategy.backend):
+        raise ConfigError(
+            f"{path} names backend {strategy.backend!r}, which Accelerate's "
+            "TorchDynamoPlugin cannot take (only a registered backend's name): use "
+            "autotune.apply(model, file, backends=...)"
+        )
+    if caveat := strategy.accelerate_caveat():
+        warnings.warn(f"{caveat}; the plugin compiles it as granularity 'full'",
+                      AutotuneWarning, stacklevel=2)  # fmt: skip
+    return TorchDynamoPlugin(**export.accelerate_fields(strategy))
