@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.coordination import Coordinator, liveness
+from autotune.coordination import Coordinator
 from autotune.storage import Store, optuna_storage
 from autotune.strategy.space import Space
 from autotune.strategy.strategy import Strategy
@@ -61,7 +61,7 @@ def test_record_outcomes(store: Store) -> None:
 
 
 def test_a_silent_worker_is_reaped_only_past_the_grace_period(store, monkeypatch) -> None:
-    monkeypatch.setattr(liveness, "GRACE_S", 1.0)
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "1")
     w1, w2, name = _pair(store)
     study = optuna.create_study(study_name=name, storage=optuna_storage(store.url),
                                 directions=["minimize"])  # fmt: skip
@@ -83,7 +83,7 @@ def test_no_one_is_reaped_until_the_reaper_has_been_connected_for_the_grace_peri
 ) -> None:
     """After an outage every claim looks silent; a worker that only just got back must not
     reap peers that are about to beat again."""
-    monkeypatch.setattr(liveness, "GRACE_S", 1.0)
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "1")
     w1, w2, name = _pair(store)
     study = optuna.create_study(study_name=name, storage=optuna_storage(store.url),
                                 directions=["minimize"])  # fmt: skip

@@ -60,7 +60,7 @@ def test_readme_service_commands_run_as_written(tmp_path: Path) -> None:
     from tests.postgres import free_port
 
     block = _service_block()
-    assert block.count("8321") >= 4 and "autotune worker --all" in block
+    assert block.count("8321") >= 4 and "autotune queue-worker" in block
     script = block.replace("8321", str(free_port()))
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_STORAGE", "AUTOTUNE_TOKEN")}
     env["PYTHONPATH"] = str(README.parent)

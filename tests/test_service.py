@@ -305,8 +305,9 @@ def test_the_token_is_compared_and_the_bind_checked() -> None:
     assert "needs a token" in _cli_error(["serve", "--host", "0.0.0.0"])
     assert "at least 16" in _cli_error(["serve", "--token", "short"])
     assert "no such directory" in _cli_error(["serve", "--model-root", "/no/such/dir"])
-    assert "not both" in _cli_error(["worker", "--all", "--study", "x"])
-    assert "go with --all" in _cli_error(["worker", "--study", "x", "--idle-timeout", "5"])
+    assert "unrecognized arguments: --study" in _cli_error(["queue-worker", "--study", "x"])
+    assert "unrecognized arguments: --all" in _cli_error(["queue-worker"])
+    assert "invalid choice: 'yaml'" in _cli_error(["export", "--study", "x", "--format", "yaml"])
 
     def bearer(token: str) -> HTTPAuthorizationCredentials:
         return HTTPAuthorizationCredentials(scheme="Bearer", credentials=token)
@@ -475,7 +476,7 @@ def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
 def test_a_queue_worker_exits_when_asked(in_tmp: Path) -> None:
     import time
 
-    worker = start(in_tmp, "worker", "--all")
+    worker = start(in_tmp, "queue-worker")
     try:
         deadline = time.monotonic() + 120
         assert worker.stdout is not None
@@ -494,7 +495,7 @@ def test_a_queue_worker_exits_when_asked(in_tmp: Path) -> None:
 
 @pytest.mark.slow
 def test_submit_over_http_then_two_queue_workers_on_postgres(postgres, tmp_path: Path) -> None:
-    """Submit over HTTP, then two ``worker --all`` processes finish it; a CUDA study and one
+    """Submit over HTTP, then two ``queue-worker`` processes finish it; a CUDA study and one
     that names code wait for workers that can run them; the lookup answers with the export."""
     from tests.test_workers import _consistent
 
@@ -512,7 +513,7 @@ def test_submit_over_http_then_two_queue_workers_on_postgres(postgres, tmp_path:
             submitted = autotune(tmp_path, "submit", "--space", "coded.toml", "--storage", url)
             assert submitted.returncode == 0, submitted.stderr
             one_line_error(http.get("/api/lookup", params=TOY), 404)
-            workers = [start(tmp_path, "worker", "--all", "--idle-timeout", "6s",
+            workers = [start(tmp_path, "queue-worker", "--idle-timeout", "6s",
                              "--no-confirm", AUTOTUNE_STORAGE=url) for _ in range(2)]  # fmt: skip
             outs = [finish(w) for w in workers]
             for w, (out, err) in zip(workers, outs, strict=True):

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Sequence
 
 from autotune.cli.parser import build_parser, model_and_workload
-from autotune.cli.search import cmd_measure, cmd_search, confirm_pick
-from autotune.cli.serve import cmd_serve
+from autotune.cli.search import cmd_measure, cmd_search
+from autotune.cli.serve import cmd_queue_worker, cmd_serve
 from autotune.cli.study import (
     cmd_dashboard,
     cmd_export,
@@ -27,12 +27,12 @@ from autotune.cli.study import (
 )
 from autotune.errors import AutotuneError
 
-__all__ = ["COMMANDS", "build_parser", "confirm_pick", "main", "model_and_workload"]
+__all__ = ["COMMANDS", "build_parser", "main", "model_and_workload"]
 
 COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
     "dashboard": cmd_dashboard, "studies": cmd_studies, "submit": cmd_submit, "show": cmd_show,
-    "worker": cmd_worker, "serve": cmd_serve,
+    "worker": cmd_worker, "queue-worker": cmd_queue_worker, "serve": cmd_serve,
 }  # fmt: skip
 
 

@@ -59,9 +59,22 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
     _add_fields(p.add_argument_group("timing"), Settings, ("iters", "warmup", "timeout", "starts"))
 
 
-def _add_storage_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
-    p.add_argument("--study", help="study name (default: a slug of model, workload, hardware)")
+STORAGE_HELP = ("SQLAlchemy URL of the study storage (default $AUTOTUNE_STORAGE, else "
+                "studies/autotune.db, under $AUTOTUNE_STUDIES where set)")  # fmt: skip
+
+
+def _add_storage_args(p: argparse.ArgumentParser, study: bool = True) -> None:
+    p.add_argument("--storage", help=STORAGE_HELP)
+    if study:
+        p.add_argument("--study", help="study name (default: a slug of model, workload, "
+                       "hardware)")  # fmt: skip
+
+
+def _add_format_arg(p: argparse.ArgumentParser) -> None:
+    from autotune.ship.export import FORMATS
+
+    p.add_argument("--format", default="accelerate", choices=FORMATS,
+                   help="what to write (default accelerate)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,8 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_args(r)
     _add_storage_args(r)
     r.add_argument("--out", help="exported file (default studies/<study>/best.json)")
-    r.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
-                   "transformers")  # fmt: skip
+    _add_format_arg(r)
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.add_argument("--dashboard", action="store_true", help="also write dashboards/<study>.html")
     r.add_argument("--workers", type=int, default=1, help="local worker processes (one per GPU)")
@@ -114,15 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--space", required=True, metavar="FILE.toml", help="the study's spec")
     _add_storage_args(sb)
 
-    w = sub.add_parser("worker", help="join a study (or serve the queue) and run its trials")
+    q = sub.add_parser("queue-worker", help="serve the queue: take the next study with budget "
+                       "left that fits this machine, measure it to the end, confirm and export "
+                       "its pick, then the next")  # fmt: skip
+    _add_storage_args(q, study=False)
+    q.add_argument("--idle-timeout", metavar="DURATION", help="exit after this long with no "
+                   "study to take (e.g. 90s, 10m; default: never)")  # fmt: skip
+    q.add_argument("--no-confirm", action="store_true", help="export a finished study's pick "
+                   "without timing it again against its rivals")  # fmt: skip
+    q.add_argument("--device", help="this worker's device, e.g. cuda:1")
+    q.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
+
+    w = sub.add_parser("worker", help="join one study and run its trials")
     _add_storage_args(w)
-    w.add_argument("--all", action="store_true", help="serve the queue: take the next study "
-                   "with budget left that fits this machine, measure it to the end, then the "
-                   "next")  # fmt: skip
-    w.add_argument("--idle-timeout", metavar="DURATION", help="with --all: exit after this long "
-                   "with no study to take (e.g. 90s, 10m; default: never)")  # fmt: skip
-    w.add_argument("--no-confirm", action="store_true", help="with --all: export a finished "
-                   "study's pick without timing it again against its rivals")  # fmt: skip
     w.add_argument("--device", help="this worker's device, e.g. cuda:1")
     w.add_argument("--trials", type=int, help="stop after measuring this many here")
     w.add_argument("--force", action="store_true", help="join although the hardware differs")
@@ -134,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("serve", help="serve a storage over HTTP: the studies live, a lookup "
                        "of the best known config, submitting studies")  # fmt: skip
-    v.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    _add_storage_args(v, study=False)
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback; "
                    "any other needs a token)")  # fmt: skip
     v.add_argument("--port", type=int, default=8321, help="port (default 8321; 0: any free one)")
@@ -149,8 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
     _add_storage_args(e)
     e.add_argument("--policy", default="knee", help="knee, fastest, quickest, amortized:N, ...")
-    e.add_argument("--format", default="accelerate", help="accelerate, accelerate-yaml, torch, "
-                   "transformers")  # fmt: skip
+    _add_format_arg(e)
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
 
@@ -159,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--policy", help="the policy whose answer is shown (default: the study's)")
 
     st = sub.add_parser("studies", help="list the studies in a storage with their progress")
-    st.add_argument("--storage", help="SQLAlchemy URL (default $AUTOTUNE_STORAGE or SQLite file)")
+    _add_storage_args(st, study=False)
     st.add_argument("--json", action="store_true", help="print the list as JSON")
 
     d = sub.add_parser("dashboard", help="render a study as one self-contained HTML page")

@@ -42,7 +42,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.search import open_search, run, run_workers
     from autotune.search.progress import BestSoFar, Progress, counts
     from autotune.search.spec import StudySpec, check_name
-    from autotune.ship import export
     from autotune.ship.tune import finish
 
     if args.model is None and args.space is None:
@@ -53,8 +52,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     spec = StudySpec.from_sources(args.space, **flags)
     code.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
     catalog.check(spec.model, spec.workload)
-    if args.format not in export.FORMATS:
-        raise ConfigError(f"bad format {args.format!r}: use one of {', '.join(export.FORMATS)}")
     search = open_search(spec, args.storage, force=args.force)
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)

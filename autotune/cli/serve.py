@@ -52,7 +52,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def cmd_worker_all(args: argparse.Namespace) -> int:
+def cmd_queue_worker(args: argparse.Namespace) -> int:
     from autotune.search.serving import serve
     from autotune.search.spec import parse_duration
     from autotune.search.state import Lines
@@ -62,8 +62,6 @@ def cmd_worker_all(args: argparse.Namespace) -> int:
         def measured(self, key: str, done: int) -> None:
             print(f"measured {key} ({done} in the study)", flush=True)
 
-    if args.study:
-        raise ConfigError("give --study NAME or --all, not both")
     idle = parse_duration(args.idle_timeout, "--idle-timeout")
 
     def finished(search: Any) -> None:

@@ -38,14 +38,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.search.progress import Progress
     from autotune.search.spec import check_name
 
-    if args.all:
-        from autotune.cli.serve import cmd_worker_all
-
-        return cmd_worker_all(args)
-    if args.idle_timeout or args.no_confirm:
-        raise ConfigError("--idle-timeout and --no-confirm go with --all")
     if not args.study:
-        raise ConfigError("give --study NAME (autotune studies lists them), or --all")
+        raise ConfigError("give --study NAME (autotune studies lists them); autotune "
+                          "queue-worker serves every study")  # fmt: skip
     search = join(check_name(args.study), args.storage, device=args.device, force=args.force,
                   allow=allowed_code(args), clean=not args.spawned)  # fmt: skip
     print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)

@@ -20,17 +20,17 @@ Modules: :mod:`.claims` (claims, adoption, reaping), :mod:`.liveness` (heartbeat
 from __future__ import annotations
 
 from autotune.coordination.claims import Coordinator, Tally
-from autotune.coordination.liveness import GRACE_S, HEARTBEAT_S, REAP_S, Pulse
+from autotune.coordination.liveness import Pulse, grace_s, heartbeat_s, reap_s
 from autotune.coordination.workers import LocalWorkers, check_environment, comparable
 
 __all__ = [
-    "GRACE_S",
-    "HEARTBEAT_S",
-    "REAP_S",
     "Coordinator",
     "LocalWorkers",
     "Pulse",
     "Tally",
     "check_environment",
     "comparable",
+    "grace_s",
+    "heartbeat_s",
+    "reap_s",
 ]

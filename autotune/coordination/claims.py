@@ -135,7 +135,7 @@ class Coordinator:
         with self.store.ledger(self.study_name) as ledger:
             rows = ledger.measurement_states()
             claims, now = ledger.claims_and_now()
-        silent = now - liveness.GRACE_S
+        silent = now - liveness.grace_s()
         stale = tuple(c for c in claims if c.worker != self.worker
                       and c.heartbeat is not None and c.heartbeat < silent)  # fmt: skip
         settled = {k for k, _, _ in rows} & keys
@@ -170,7 +170,7 @@ class Coordinator:
     def live_workers(self) -> int:
         """Workers measuring right now: those with a claim beaten within ``GRACE_S``."""
         with self.store.ledger(self.study_name) as ledger:
-            return len(ledger.live_workers(liveness.GRACE_S))
+            return len(ledger.live_workers(liveness.grace_s()))
 
     # reaping
     def reap(self, study: optuna.Study, tally: Tally, own: set[int] | None = None) -> int:
@@ -195,7 +195,7 @@ class Coordinator:
         for adoption): only if the claim is still silent, checked under the study's lock."""
         with self.store.ledger(self.study_name, lock=True) as ledger:
             found = ledger.measurement(claim.key)
-            if not ledger.settle_silent(claim.id, liveness.GRACE_S, keep=found is not None):
+            if not ledger.settle_silent(claim.id, liveness.grace_s(), keep=found is not None):
                 return
             number = claim.trial_number
             if found is not None and not told and number is not None:
@@ -216,7 +216,7 @@ class Coordinator:
         from optuna.trial import TrialState
 
         now = time.monotonic()
-        if now - self._looked < liveness.GRACE_S / 2:
+        if now - self._looked < liveness.grace_s() / 2:
             return 0
         self._looked = now
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -224,7 +224,7 @@ class Coordinator:
         self._suspects = {n: self._suspects.get(n, now) for n in seen}
         ended = 0
         for number, since in self._suspects.items():
-            if now - since >= liveness.GRACE_S:
+            if now - since >= liveness.grace_s():
                 ended += _fail(study, number) == "FAIL"
         return ended
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Protocol
 
-HEARTBEAT_S = float(os.environ.get("AUTOTUNE_HEARTBEAT_S", "5"))
-GRACE_S = float(os.environ.get("AUTOTUNE_GRACE_S", "30"))
-REAP_S = max(HEARTBEAT_S, GRACE_S / 3)  # how often a worker looks for dead workers' trials
+from autotune.variables import grace_s, heartbeat_s, reap_s
+
+__all__ = ["Pulse", "grace_s", "heartbeat_s", "reap_s"]
 
 
 class Beating(Protocol):
@@ -17,7 +16,7 @@ class Beating(Protocol):
 
 
 class Pulse:
-    """A thread that beats this worker's claims every ``HEARTBEAT_S`` and knows for how long
+    """A thread that beats this worker's claims every :func:`heartbeat_s` and knows for how long
     the database has answered in a row."""
 
     def __init__(self, coordinator: Beating) -> None:
@@ -28,10 +27,10 @@ class Pulse:
 
     def steady(self) -> bool:
         """Has this worker reached the database for ``GRACE_S`` in a row?"""
-        return self.since is not None and time.monotonic() - self.since >= GRACE_S
+        return self.since is not None and time.monotonic() - self.since >= grace_s()
 
     def _run(self) -> None:
-        while not self.stop_event.wait(HEARTBEAT_S):
+        while not self.stop_event.wait(heartbeat_s()):
             self.beat()
 
     def beat(self) -> None:

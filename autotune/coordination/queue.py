@@ -1,4 +1,4 @@
-"""The queue that ``autotune worker --all`` serves: every study in a storage, oldest first, and
+"""The queue that ``autotune queue-worker`` serves: every study in a storage, oldest first, and
 which of them a worker on this machine should take next.
 
 A study is open while it has budget left that no live worker holds: fewer strategies measured

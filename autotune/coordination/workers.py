@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from autotune import variables
 from autotune.errors import ConfigError
 
 COMPARABLE = ("torch", "cuda", "device", "device_name")
@@ -41,7 +42,7 @@ def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
     """A local worker's environment: the study's storage (which ``ps`` does not show), its one
     GPU as ``CUDA_VISIBLE_DEVICES`` (it measures on ``cuda:0``, so caches it makes load on a
     user's ``cuda:0``), and its share of the CPU for Inductor's compile workers."""
-    env = {**os.environ, "AUTOTUNE_STORAGE": url}
+    env = {**os.environ, variables.STORAGE: url}
     if device.startswith("cuda"):
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         index = int(device.partition(":")[2] or 0)

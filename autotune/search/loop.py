@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from autotune import usercode as code
-from autotune.coordination import REAP_S, LocalWorkers, Tally
+from autotune.coordination import LocalWorkers, Tally, reap_s
 from autotune.errors import AutotuneError
 from autotune.search import step
 from autotune.search.state import Lines, Listener, Search
@@ -44,7 +44,7 @@ def run(
         with search.coord.pulse:
             while True:
                 tally = search.coord.tally(search.keys)
-                if tally.stale or time.monotonic() - reaped >= REAP_S:  # dead workers
+                if tally.stale or time.monotonic() - reaped >= reap_s():  # dead workers
                     own = {search.current} if search.current is not None else set()
                     step.db(search, lambda t=tally, o=own: search.coord.reap(search.optuna, t, o),
                             "reap")  # fmt: skip

@@ -1,4 +1,4 @@
-"""Serving the queue (``autotune worker --all``): take the oldest open study that fits this
+"""Serving the queue (``autotune queue-worker``): take the oldest open study that fits this
 machine, measure until it is done (or what is left is in live peers' hands), then take the
 next; stop when asked (Ctrl-C, SIGTERM) or after an idle timeout.
 

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from autotune import variables
 from autotune.coordination import Coordinator
 from autotune.search.deduction import Tactics
 from autotune.search.sampler import Steered
@@ -93,7 +94,7 @@ class Search:
     def keep(self) -> str:
         """Where this machine keeps the compile caches of the contenders, for the confirmation
         of the pick (removed once it is done)."""
-        return os.path.join("studies", self.name, "caches")
+        return str(variables.studies() / self.name / "caches")
 
     def measure(self, strategy: Strategy) -> Measurement:
         """One strategy measured as the study's spec says, in fresh processes (the runner);

@@ -145,7 +145,7 @@ def router(service: Service) -> APIRouter:
               dependencies=gate, openapi_extra=SPEC_BODY)  # fmt: skip
     async def submit(request: Request) -> dict[str, Any]:
         """Submit a study from a spec (what ``autotune submit`` does), for workers serving the
-        queue (``autotune worker --all``) to measure. Needs the token."""
+        queue (``autotune queue-worker``) to measure. Needs the token."""
         try:
             data = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError):

@@ -18,7 +18,7 @@ from autotune.service.settings import ServiceSettings
 DESCRIPTION = """The studies of one autotune storage: their progress and picks, one study with
 its trials and Pareto front, its export, the lookup of the best known compile config for a
 model, workload, device and torch, and submitting a study for the workers that serve the queue
-(`autotune worker --all`). Writes need the service's token (`Authorization: Bearer TOKEN`).
+(`autotune queue-worker`). Writes need the service's token (`Authorization: Bearer TOKEN`).
 Every error is one line: `{"error": "..."}`."""
 
 

@@ -9,9 +9,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune import variables
 from autotune.errors import ConfigError
 
-TOKEN_ENV = "AUTOTUNE_TOKEN"
+TOKEN_ENV = variables.TOKEN
 MIN_TOKEN = 16  # characters: a guessable token is no gate
 MAX_BODY = 64 * 1024  # bytes: a spec is a few hundred
 
@@ -68,6 +69,6 @@ class ServiceSettings:
         cls, storage: str | None, token: str | None, model_root: str | None, max_body: int
     ) -> ServiceSettings:
         """Settings from the command line, the token from ``$AUTOTUNE_TOKEN`` when not given."""
-        token = token or os.environ.get(TOKEN_ENV) or None
+        token = token or variables.token()
         root = Path(model_root) if model_root else None
         return cls(storage, token, root, max_body)

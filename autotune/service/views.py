@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from autotune.choice.verdict import Answer, answer
-from autotune.coordination import GRACE_S
+from autotune.coordination import grace_s
 from autotune.errors import AutotuneError
 from autotune.search.progress import counts
 from autotune.service.problems import Refused
@@ -90,7 +90,7 @@ def summaries(store: Store) -> list[dict[str, Any]]:
 
 def with_live(rows: list[dict[str, Any]], store: Store) -> list[dict[str, Any]]:
     """The summaries with the workers measuring right now (one query for every study)."""
-    live = store.live_workers(GRACE_S)
+    live = store.live_workers(grace_s())
     return [{**r, "live_workers": live.get(r["study"], 0)} for r in rows]
 
 

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autotune import variables
 from autotune.choice.objectives import default as default_objectives
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
@@ -198,7 +199,7 @@ def export(
     store, or, where the store cannot be written (read-only), say so in a note."""
     text, chosen, notes = document(store, study, policy, fmt, max_memory_mb)
     suffix = ".yaml" if fmt == "accelerate-yaml" else ".json"
-    path = Path(out) if out else Path("studies") / study / f"best{suffix}"
+    path = Path(out) if out else variables.studies() / study / f"best{suffix}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if fmt != "accelerate-yaml":

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from autotune import variables
 from autotune.errors import CacheWarning
 from autotune.starts.kinds import BY_NAME
 
@@ -67,7 +68,7 @@ def sha256(data: bytes) -> str:
 
 def folder() -> Path:
     """Where the parent keeps artefacts by checksum, for ``autotune export`` to ship."""
-    where = os.environ.get("AUTOTUNE_ARTIFACTS")
+    where = variables.artifacts()
     return Path(where) if where else Path.home() / ".cache" / "autotune" / "artifacts"
 
 
@@ -119,7 +120,7 @@ def mismatch(wanted: dict[str, Any], here: dict[str, Any]) -> str:
     return ""
 
 
-TRUST_ENV = "AUTOTUNE_TRUST_ARTIFACTS"
+TRUST_ENV = variables.TRUST
 OPT_IN = (f"loading it runs code from the file (torch's cache is pickled): pass "
           f"trust_artifact=True to autotune.apply, or set {TRUST_ENV}=1, if you made it or trust "
           "who did")  # fmt: skip
@@ -127,7 +128,7 @@ OPT_IN = (f"loading it runs code from the file (torch's cache is pickled): pass 
 
 def trusted(trust: bool | None) -> bool:
     """The caller's word, else ``$AUTOTUNE_TRUST_ARTIFACTS`` (``1``): never a checksum."""
-    return trust if trust is not None else os.environ.get(TRUST_ENV, "") == "1"
+    return trust if trust is not None else variables.trust_artifacts()
 
 
 def check(block: Any, json_path: Path) -> tuple[bytes | None, str]:

@@ -4,7 +4,6 @@ on anything else (a wrong query, a full disk, a read-only file)."""
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -14,8 +13,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from autotune.errors import StorageError
 from autotune.storage.urls import mask
+from autotune.variables import db_retry_s
 
-RETRY_S = float(os.environ.get("AUTOTUNE_DB_RETRY_S", "300"))
 T = TypeVar("T")
 # the database answered, and what it said will not change on a retry
 _FINAL = ("disk is full", "database or disk is full", "readonly database", "read-only",
@@ -59,12 +58,12 @@ def database_error(exc: BaseException) -> BaseException | None:
 
 
 def retrying(fn: Callable[[], T], what: str, url: str) -> T:
-    """Run ``fn``, retrying with back-off while the database cannot be reached (RETRY_S). A
-    database error no retry mends (a full disk, a read-only file) is one ``StorageError``
-    line at once."""
+    """Run ``fn``, retrying with back-off while the database cannot be reached
+    (:func:`autotune.variables.db_retry_s`). A database error no retry mends (a full disk, a
+    read-only file) is one ``StorageError`` line at once."""
     from autotune.storage.urls import scrub
 
-    delay, deadline = 0.5, time.monotonic() + RETRY_S
+    delay, deadline = 0.5, time.monotonic() + db_retry_s()
     while True:
         try:
             return fn()

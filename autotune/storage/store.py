@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from autotune import variables
 from autotune.errors import StorageError
 from autotune.storage import records, schema
 from autotune.storage.engine import connect, line
@@ -32,7 +33,7 @@ from autotune.storage.schema import (
     RunRow,
     StudyRow,
 )
-from autotune.storage.urls import DEFAULT_URL, mask, resolve_url, scrub, sqlite_path
+from autotune.storage.urls import mask, resolve_url, scrub, sqlite_path
 
 
 class Store:
@@ -47,7 +48,7 @@ class Store:
         sqlite = parsed.get_backend_name() == "sqlite"
         if not create and sqlite and not Path(sqlite_path(parsed)).is_file():
             raise StorageError(f"no study database at {sqlite_path(parsed)}")
-        if create and self.url == DEFAULT_URL:
+        if create and self.url == variables.default_storage():
             Path(sqlite_path(parsed)).parent.mkdir(parents=True, exist_ok=True)
         try:
             self.engine = connect(self.url)

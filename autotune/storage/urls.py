@@ -8,7 +8,6 @@ the rest of the password in the host), everything between ``://`` and the last `
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -16,15 +15,16 @@ from urllib.parse import quote, unquote
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from autotune import variables
 from autotune.errors import StorageError
 
-DEFAULT_URL = "sqlite:///studies/autotune.db"
+DEFAULT_URL = "sqlite:///studies/autotune.db"  # where $AUTOTUNE_STUDIES is not set
 _QUERY_SECRET = re.compile(r"(?i)\b(password|passwd|pwd)=[^&]*")
 
 
 def resolve_url(url: str | None) -> str:
-    """``--storage``, else ``$AUTOTUNE_STORAGE``, else a SQLite file under ``studies/``."""
-    url = url or os.environ.get("AUTOTUNE_STORAGE") or DEFAULT_URL
+    """``--storage``, else ``$AUTOTUNE_STORAGE``, else a SQLite file in the studies folder."""
+    url = url or variables.storage() or variables.default_storage()
     parsed = _parse(url)
     if parsed is None or (parsed.password is not None and "@" in _credentials(url)):
         raise StorageError(f"malformed storage URL {mask(url)!r}: use a SQLAlchemy URL "
@@ -34,7 +34,7 @@ def resolve_url(url: str | None) -> str:
         if database in ("", ":memory:"):
             raise StorageError("a SQLite storage needs a file: sqlite:///path/to/file.db")
         folder = Path(database).parent
-        if url != DEFAULT_URL and not folder.is_dir():
+        if url != variables.default_storage() and not folder.is_dir():
             raise StorageError(f"storage {url}: folder {folder} does not exist")
     return url
 
