@@ -109,7 +109,7 @@ def test_a_failed_baseline_is_forgotten_once_and_a_good_one_kept(store: Store) -
 
 def test_search_retries_a_failed_baseline_on_resume(in_tmp: Path, capsys) -> None:
     from autotune.search import open_search, run
-    from tests.conftest import fast_spec
+    from tests.helpers import fast_spec
 
     spec = fast_spec(trials=3, granularity="none,full", backend="eager")
     first = open_search(spec, None)
@@ -128,7 +128,7 @@ def test_search_retries_a_failed_baseline_on_resume(in_tmp: Path, capsys) -> Non
 def test_resuming_with_another_space_is_refused_and_a_narrower_one_kept(in_tmp: Path) -> None:
     from autotune.errors import ConfigError
     from autotune.search import open_search
-    from tests.conftest import fast_spec
+    from tests.helpers import fast_spec
 
     first = open_search(fast_spec(trials=2, backend="eager,aot_eager"), None)
     with pytest.raises(ConfigError, match="adds backend inductor"):

@@ -17,7 +17,7 @@ from autotune.search import Search, open_search, run
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
 from tests.browser import ARTIFACTS, CHROMIUM, chromium, console_errors, rendered_plots
-from tests.conftest import S, hand_built, point
+from tests.helpers import S, hand_built, point
 
 # a module-scoped fixture is built once: every test that shares it runs on one xdist worker
 pytestmark = pytest.mark.xdist_group("dashboard")
@@ -61,7 +61,7 @@ def test_importances_read_the_latency_objective_wherever_it_stands(in_tmp: Path)
     """With --objectives latency,compile the latency is values[0], not values[1]."""
     import warnings
 
-    from tests.conftest import fast_spec
+    from tests.helpers import fast_spec
 
     spec = fast_spec(trials=8, sampler="random", objectives="latency,compile",
                      granularity="none,full,regional,nested")  # fmt: skip

@@ -14,7 +14,7 @@ from autotune.strategy.strategy import Strategy
 from autotune.trial import metrics
 from autotune.trial import parent as runner
 from autotune.trial.measurement import Graphs, Measurement
-from tests.conftest import fast_spec
+from tests.helpers import fast_spec
 
 
 def _raised(fn: object, *args: object, **kwargs: object) -> BaseException:

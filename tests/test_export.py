@@ -18,7 +18,7 @@ from autotune.cli import main
 from autotune.ship.export import export
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
-from tests.conftest import S, hand_built, point
+from tests.helpers import S, hand_built, point
 
 
 def test_accelerate_export_round_trips_through_real_accelerate(tmp_path: Path) -> None:

@@ -162,7 +162,7 @@ def test_generate_fields_round_trip_through_the_store(tmp_path: Path) -> None:
 
 
 def _export(tmp_path: Path, strategy: Strategy) -> Path:
-    from tests.conftest import point
+    from tests.helpers import point
 
     store = Store(f"sqlite:///{tmp_path}/x.db")
     store.add_study("x", {"model": TINY.to_dict(), "workload": GEN.to_dict()}, {})

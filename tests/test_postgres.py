@@ -10,7 +10,7 @@ import sqlalchemy
 
 from autotune.cli import main
 from autotune.search import open_search, run
-from tests.conftest import fast_spec
+from tests.helpers import fast_spec
 from tests.postgres import PASSWORD
 
 

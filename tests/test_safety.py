@@ -19,7 +19,7 @@ from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
-from tests.conftest import hand_built
+from tests.helpers import hand_built
 from tests.models import tiny_toy
 
 ROOT = str(Path(__file__).resolve().parent.parent)

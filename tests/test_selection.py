@@ -8,7 +8,7 @@ import pytest
 from autotune.choice.selection import candidates, pareto, pick, sign_test
 from autotune.errors import AutotuneError
 from autotune.trial.measurement import Latency, Measurement
-from tests.conftest import S, hand_rows, point, stored
+from tests.helpers import S, hand_rows, point, stored
 
 
 @pytest.mark.parametrize(

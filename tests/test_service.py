@@ -23,7 +23,7 @@ from autotune.service.cache import FRESH_S
 from autotune.ship import export
 from autotune.storage import Store
 from tests.browser import ARTIFACTS, CHROMIUM, chromium, console_errors, rendered_plots
-from tests.conftest import S, fast_spec, point
+from tests.helpers import S, fast_spec, point
 from tests.postgres import PASSWORD
 from tests.service import TOKEN, Server, autotune, finish, serve, start
 

@@ -17,7 +17,7 @@ from autotune.choice.selection import candidates, pareto
 from autotune.search import Search, open_search, run
 from autotune.search.deduction import Tactics
 from autotune.trial.measurement import Measurement
-from tests.conftest import fast_spec
+from tests.helpers import fast_spec
 
 # a module-scoped fixture is built once: every test that shares it runs on one xdist worker
 pytestmark = pytest.mark.xdist_group("study")

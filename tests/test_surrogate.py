@@ -10,7 +10,7 @@ import pytest
 from autotune.search import deduction, open_search, surrogate
 from autotune.strategy.space import Space
 from autotune.strategy.strategy import Strategy
-from tests.conftest import fast_spec
+from tests.helpers import fast_spec
 
 S = Strategy.create
 CPP = ("cpp_wrapper",)

@@ -16,7 +16,7 @@ from autotune.cli import main
 from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Measurement
-from tests.conftest import S, hand_rows, point, stored
+from tests.helpers import S, hand_rows, point, stored
 
 
 def _failed(strategy: Strategy, reason: str, number: int, status: str = "failed") -> object:

@@ -355,7 +355,7 @@ def test_a_tell_whose_answer_was_lost_is_not_taken_for_a_reaper_s(tmp_path: Path
     from autotune.choice.selection import objective_values
     from autotune.search import open_search, step
     from autotune.trial.measurement import Measurement
-    from tests.conftest import S, fast_spec, point
+    from tests.helpers import S, fast_spec, point
 
     search = open_search(fast_spec(trials=4), f"sqlite:///{tmp_path}/t.db")
     search.baseline = Measurement.from_dict(point(S["none"], 0.0, 10.0))
