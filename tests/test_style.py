@@ -59,3 +59,30 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     assert cycles == []
     edges["autotune.storage.records"].add("autotune.search.step")  # the check bites
     assert reaches("autotune.search.step", "autotune.search.step")
+
+
+STAGES = ("strategy", "starts", "trial", "choice", "search", "ship")  # the flow, in order
+BASICS = ("workload", "device", "environment", "errors", "fields", "usercode", "variables")
+
+
+def test_imports_point_down_the_flow() -> None:
+    """A stage imports only earlier stages (and the basics); a basic imports no stage but the
+    start-kind table; no stage imports the front ends (cli, service, dashboard)."""
+    edges = _imports(ROOT / "autotune")
+
+    def part(module: str) -> str:
+        return module.split(".")[1] if "." in module else ""
+
+    wrong = []
+    for a, targets in edges.items():
+        for b in targets:
+            pa, pb = part(a), part(b)
+            if pa in STAGES and pb in STAGES and STAGES.index(pb) > STAGES.index(pa):
+                wrong.append(f"{a} -> {b}")
+            if pa in BASICS and pb and pb not in BASICS and b != "autotune.starts.kinds":
+                wrong.append(f"{a} -> {b}")
+            if pa in (*STAGES, "catalog") and pb in ("cli", "service", "dashboard"):
+                wrong.append(f"{a} -> {b}")
+    assert wrong == []
+    assert len([p for p in (ROOT / "autotune").glob("*.py") if p.name != "__init__.py"]) <= 8
+    assert all((ROOT / "autotune" / s / "__init__.py").is_file() for s in STAGES)

@@ -175,7 +175,7 @@ def test_the_summary_best_json_and_dashboard_say_the_same(in_tmp: Path, capsys) 
 
 @pytest.mark.parametrize("needed", [True, False])
 def test_later_starts_are_measured_only_for_contenders(needed: bool) -> None:
-    from autotune.starts.later import later
+    from autotune.trial.parent import later_starts as later
 
     cold = Measurement(Strategy.create("full").to_dict(), {}, {}, "ok", compile_s=9.0)
     ran: list[str] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from autotune.errors import NotApplicable
@@ -23,7 +23,7 @@ from autotune.starts import precompiled as ahead
 from autotune.starts.kinds import AHEAD
 from autotune.strategy.strategy import Strategy
 from autotune.trial import reference as references
-from autotune.trial.measurement import Measurement
+from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
 from autotune.trial.reference import Reference
 from autotune.workload import Settings, Workload
@@ -108,7 +108,7 @@ def run_trial(
             return run_child(portable, work, kind, empty_caches, settings, base)
 
         needed = later is None or not result.ok or later(result)
-        result.starts = starts.later(result, strategy, settings.starts, run, needed)
+        result.starts = later_starts(result, strategy, settings.starts, run, needed)
         if keep and needed and result.ok and not starts.no_cache(strategy):
             shutil.copytree(cold_caches, cache_folder(keep, strategy.key), dirs_exist_ok=True)
         return result
@@ -137,3 +137,71 @@ def confirm(
         return run_child(spec, work, "confirm", merged, settings, base)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def start_of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:
+    """A start as the child that ran it measured it (``cold``: the trial for comparison)."""
+    if not m.ok:
+        return Start(kind, m.status, note=m.reason, wall_s=m.wall_s)
+    load_s, probes = m.load_s or 0.0, m.timings.get("isa_probes_s", 0.0)
+    start = Start(
+        kind, compile_s=(m.compile_s or 0.0) + load_s, load_s=load_s, cache=m.cache,
+        phases={**m.phases, **({"isa_probes_s": probes} if probes else {})}, wall_s=m.wall_s,
+    )  # fmt: skip
+    if cold is None:
+        return start
+    start.latency, start.eager_latency, start.speedup = m.latency, m.eager_latency, m.speedup
+    frames = int(m.timings.get("frames_compiled", 0))
+    skips = kind in AHEAD
+    notes = [f"{kind} start compiled {frames} frame(s): it did not skip the compiler"
+             if frames else ""] if skips else [starts.hit_note(kind, m.cache)]  # fmt: skip
+    if probes > starts.PROBES_SHOWN_S:
+        notes.append(f"{probes:.1f} s of its load were Inductor's ISA probes with the host "
+                     "compiler (pytorch/pytorch#191715; TORCHINDUCTOR_VEC_ISA_OK=1 skips most of "
+                     "them)")  # fmt: skip
+    if m.accuracy is not None and not m.accuracy.passed:
+        notes.append(f"{kind} start gave wrong answers: {m.accuracy.detail}")
+    if cold.speedup and m.speedup and abs(m.speedup / cold.speedup - 1) > starts.LATENCY_TOLERANCE:
+        notes.append(f"{kind} start ran at {m.speedup:.2f}x eager, cold at {cold.speedup:.2f}x")
+    start.note = "; ".join(n for n in notes if n)
+    return start
+
+
+SKIPPED = ("not measured: not a contender (off the front, not among the fastest), and no "
+           "objective or policy needs it")  # fmt: skip
+
+
+def later_starts(
+    cold: Measurement, strategy: Strategy, wanted: Sequence[str],
+    run: Callable[[str], Measurement], needed: bool = True,
+) -> dict[str, Start]:  # fmt: skip
+    """Every wanted start of an ok cold trial; ``run(kind)`` measures one in a fresh child.
+    Not ``needed``: the later starts are recorded as skipped, and cost nothing."""
+    if not cold.ok:
+        return {}
+    found = {"cold": start_of("cold", cold)}
+    rest = [k for k in wanted if k not in ("cold", *AHEAD)]
+    for kind in (k for k in wanted if k in AHEAD):
+        breaks = cold.graphs.breaks if cold.graphs else 0
+        why = ahead.not_applicable(kind, strategy, cold.workload.get("kind", "inference"), breaks)
+        why = why or (cold.ahead.get(kind) or {}).get("error", "")
+        if why or not needed:
+            found[kind] = Start(kind, "not-applicable" if why else "skipped", measured=False,
+                                 note=why or SKIPPED)  # fmt: skip
+        else:
+            found[kind] = start_of(kind, run(kind), cold)
+    if not needed and not starts.no_cache(strategy):
+        return {**found, **{k: Start(k, "skipped", measured=False, note=SKIPPED) for k in rest}}
+    if why := starts.no_cache(strategy):
+        for kind in rest:
+            found[kind] = Start(
+                kind, compile_s=cold.compile_s, cache=cold.cache, phases=cold.phases,
+                measured=False, note=why,
+            )  # fmt: skip
+        return found
+    for kind in rest:
+        if kind == "portable" and not (cold.artifact and cold.artifact.get("bytes")):
+            found[kind] = Start(kind, "failed", note="the cold start saved no cache artefact")
+            continue
+        found[kind] = start_of(kind, run(kind), cold)
+    return found
