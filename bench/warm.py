@@ -82,7 +82,7 @@ def line(r: int, name: str, m: Measurement) -> str:
 def child_start(folder: str, tag: str, caches: str) -> Measurement:
     """One toy-64 full inductor start as a plain child process with the given cache folder."""
     spec = {
-        "strategy": Strategy.create("full", "inductor").to_dict(),
+        "kind": "trial", "strategy": Strategy.create("full", "inductor").to_dict(),
         "model": ModelRef("toy-64").to_dict(), "workload": Workload(device="cpu").to_dict(),
         "iters": 5, "warmup": 1, "seed": 0,
     }  # fmt: skip

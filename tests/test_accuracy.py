@@ -9,7 +9,7 @@ import torch
 from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy
-from autotune.trial.parent import measure
+from autotune.trial.parent import measure, run_trial
 from autotune.trial.reference import make as make_reference
 from autotune.trial.scenarios.generate import check_tokens
 from autotune.trial.scenarios.precise import choose
@@ -118,14 +118,14 @@ def test_a_deep_bf16_inductor_compile_fails_the_eager_check_and_passes_the_refer
     elements; against a float64 reference the compiled output is no worse than eager's."""
     reference = make_reference(DEEP, BF16, QUICK)
     assert reference.dtype == "float64" and reference.path
-    m = measure(DEEP, BF16, Strategy.create("regional", "inductor"), QUICK, reference)
+    m = run_trial(DEEP, BF16, Strategy.create("regional", "inductor"), QUICK, reference)
     assert m.status == "ok", m.reason + m.log_tail
     a = m.accuracy
     assert a is not None and a.passed and m.feasible, a.detail if a else m.reason
     assert a.mismatched > 0.001  # today's gate would have called it wrong
     assert a.compiled_rmse is not None and a.eager_rmse is not None
     assert a.compiled_rmse <= a.eager_rmse * 1.5
-    wrong = measure(DEEP, BF16, Strategy.create("full", "tests.models:shift_backend"), QUICK,
+    wrong = run_trial(DEEP, BF16, Strategy.create("full", "tests.models:shift_backend"), QUICK,
                     reference)  # fmt: skip
     assert wrong.status == "ok" and not wrong.feasible and "RMSE" in wrong.accuracy.detail
 
@@ -133,16 +133,17 @@ def test_a_deep_bf16_inductor_compile_fails_the_eager_check_and_passes_the_refer
 def test_train_compares_the_same_optimizer_step() -> None:
     """A CUDA-graph strategy's compiled step is its second call (the first records the
     graphs): eager must take two steps too, and the reference's second step is the truth."""
+    from autotune.trial.request import Request
     from autotune.trial.scenarios import Train, begin
 
-    spec = {"strategy": Strategy.create("full", "aot_eager").to_dict(),
+    spec = {"kind": "trial", "strategy": Strategy.create("full", "aot_eager").to_dict(),
             "model": ModelRef("toy-64", layers=4).to_dict(),
             "workload": Workload(device="cpu", kind="train").to_dict(),
             "iters": 1, "warmup": 0, "seed": 0}  # fmt: skip
     ref = make_reference(ModelRef("toy-64", layers=4), Workload(device="cpu", kind="train"))
     assert ref.dtype == "float64"
     spec.update(reference=ref.path, reference_dtype=ref.dtype)
-    trial = Train(begin(spec))
+    trial = Train(begin(Request.from_dict(spec)))
     trial.setup()
     trial.graphs = True  # what a CUDA-graph strategy sets: its first call records, then replays
     trial.first()

@@ -191,15 +191,17 @@ def test_generate_counts_cuda_graph_recording_in_its_compile(monkeypatch) -> Non
     """CUDA graphs record on a function's second call: the first decode step records decode's
     graph, the second generation's prefill records prefill's. Both belong to the compile."""
     from autotune.catalog import ModelRef
+    from autotune.trial.request import Request
     from autotune.trial.scenarios import Generate, begin
 
     gen = Workload(device="cpu", batch_size=2, seq_len=8, kind="generate", new_tokens=4)
-    spec = {"strategy": Strategy.create("full", "eager").to_dict(), "iters": 1, "warmup": 0,
+    spec = {"kind": "trial", "strategy": Strategy.create("full", "eager").to_dict(),
+            "iters": 1, "warmup": 0,
             "workload": gen.to_dict(),
             "model": ModelRef("tests.models:tiny_llama").to_dict()}  # fmt: skip
     # what a CUDA device answers for a strategy that replays CUDA graphs
     monkeypatch.setattr(device, "marks_steps", lambda where, graphs: True)
-    trial = Generate(begin(spec))
+    trial = Generate(begin(Request.from_dict(spec)))
     trial.setup()
     trial.first()
     recording = trial.ctx.timings["cuda_graph_recording_s"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
-from autotune.trial.parent import measure
+from autotune.trial.parent import measure, run_trial
 from autotune.workload import Settings, Workload
 
 CPU = Workload(device="cpu")
@@ -55,7 +57,7 @@ def test_hang_is_timeout() -> None:
     from autotune.trial.reference import Reference
 
     none = Reference.none("a model that never answers has none")
-    m = measure(ModelRef("tests.models:sleeping"), CPU, Strategy.create("full", "eager"),
+    m = run_trial(ModelRef("tests.models:sleeping"), CPU, Strategy.create("full", "eager"),
                 Settings(timeout_s=8), none)  # fmt: skip
     assert m.status == "timeout"
     assert "8 s" in m.reason and m.wall_s is not None and m.wall_s < 60
@@ -113,3 +115,22 @@ def test_inductor_compile_is_cold_in_every_child() -> None:
     assert first.status == second.status == "ok"
     assert first.phases.get("inductor_s", 0) > 0.2 and second.phases.get("inductor_s", 0) > 0.2
     assert second.compile_s > 0.5 * first.compile_s
+
+
+def test_a_request_is_typed_and_travels_as_a_dict() -> None:
+    """The parent builds one typed request; the child reads it back and dispatches on its kind,
+    never on which keys a dict happens to hold."""
+    from autotune.catalog import ModelRef
+    from autotune.trial.request import Request
+    from autotune.workload import Settings, Workload
+
+    ref, work = ModelRef("toy-64", layers=2), Workload(device="cpu")
+    cold = Request.trial(ref, work, Strategy.create("full", "eager"), Settings(iters=7))
+    portable = cold.but(load_artifact="/x/cache.bin", iters=3)
+    for request in (cold, portable, cold.but(load_ahead=("aot", "/x/a.pt2"))):
+        assert Request.from_dict(json.loads(json.dumps(request.to_dict()))) == request
+    assert (cold.iters, portable.iters, portable.strategy) == (7, 3, cold.strategy)
+    for bad in ({"kind": "warm"}, {"kind": "reference"}, {"kind": "confirm"},
+                {"reference_out": "/x/r.pt"}):  # fmt: skip
+        with pytest.raises(ValueError, match="request"):
+            cold.but(**bad)

@@ -18,51 +18,50 @@ from typing import Any
 from autotune.errors import AutotuneError, NotApplicable
 from autotune.trial import metrics
 from autotune.trial.measurement import Measurement
+from autotune.trial.request import Request
 from autotune.trial.scenarios import Generate, Inference, Scenario, Train, begin
 
 SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
                                         "generate": Generate}  # fmt: skip
 
 
-def measure_spec(spec: dict[str, Any]) -> Measurement:
-    """Measure one strategy as ``spec`` says, with the scenario of its workload; or, with
-    ``reference_out``, compute the study's higher-precision reference and save it there; or,
-    with ``confirm``, time those strategies against eager in one process."""
-    if spec.get("reference_out"):
-        return make_reference(spec)
-    ctx = begin(spec)
-    if spec.get("confirm"):
+def measure(request: Request) -> Measurement:
+    """Do what ``request`` asks, by its kind: measure one strategy with the scenario of its
+    workload; compute the study's higher-precision reference; or time a confirmation's
+    strategies against eager in one process."""
+    if request.kind == "reference":
+        return make_reference(request)
+    ctx = begin(request)
+    if request.kind == "confirm":
         from autotune.trial.scenarios import rounds
 
         return rounds.run(ctx)
     return SCENARIOS[ctx.workload.kind](ctx).run()
 
 
-def make_reference(spec: dict[str, Any]) -> Measurement:
+def make_reference(request: Request) -> Measurement:
     """The reference (:mod:`autotune.trial.scenarios.precise`), saved to ``reference_out``; the
     measurement says only whether it worked (``reason``: why there is none)."""
-    from autotune.catalog import ModelRef
     from autotune.trial.accuracy import save_reference
     from autotune.trial.scenarios import precise
-    from autotune.workload import Workload
 
-    model, workload = ModelRef.from_dict(spec["model"]), Workload.from_dict(spec["workload"])
-    data = precise.compute(model, workload, spec.get("seed", 0))
-    save_reference(spec["reference_out"], data)
-    return Measurement(spec["strategy"], spec["model"], spec["workload"], "ok",
-                       reason=data["reason"])  # fmt: skip
+    assert request.reference_out is not None
+    data = precise.compute(request.model, request.workload, request.seed)
+    save_reference(request.reference_out, data)
+    return Measurement(*request.base(), "ok", reason=data["reason"])
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure, turning every Python-level failure into a status with its reason."""
     try:
-        return measure_spec(spec).to_dict()
+        return measure(Request.from_dict(spec)).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
         message = str(exc).strip() or repr(exc)
         reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
         return Measurement(
-            spec["strategy"], spec["model"], spec["workload"], status, reason=reason,
+            spec.get("strategy", {}), spec.get("model", {}), spec.get("workload", {}), status,
+            reason=reason,
             stage=metrics.failure_stage(exc),
             log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
         ).to_dict()  # fmt: skip

@@ -26,6 +26,7 @@ from autotune.trial import reference as references
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
 from autotune.trial.reference import Reference
+from autotune.trial.request import Request
 from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
@@ -72,12 +73,7 @@ def run_trial(
     if reference is None and strategy.granularity != "none":
         reference = references.make(model, workload, settings)
     work = tempfile.mkdtemp(prefix="autotune-trial-")
-    spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
-    spec.update(iters=settings.iters, warmup=settings.warmup, seed=settings.seed,
-                tolerance=settings.tolerance)  # fmt: skip
-    if reference is not None:
-        spec.update(reference=reference.path, reference_dtype=reference.dtype,
-                    reference_reason=reference.reason)  # fmt: skip
+    request = Request.trial(model, workload, strategy, settings, reference)
     saved = os.path.join(work, "cache.bin")
     cold_caches, empty_caches = os.path.join(work, "cold"), os.path.join(work, "portable")
     built = {
@@ -87,25 +83,23 @@ def run_trial(
     }
     try:
         caching = not starts.no_cache(strategy)
-        cold_spec = {**spec, "save_artifact": saved} if caching else dict(spec)
-        if built:
-            cold_spec["build_ahead"] = built
-        result = run_child(cold_spec, work, "cold", cold_caches, settings, base)
+        cold = request.but(save_artifact=saved if caching else None, build_ahead=built)
+        result = run_child(cold, work, "cold", cold_caches, settings)
         if result.ok and result.artifact and os.path.exists(saved):
             result.artifact = artifact.keep(saved, result.artifact)
         for kind, path in built.items():  # kept by checksum, for export to ship
             if os.path.exists(path) and "error" not in result.ahead.get(kind, {"error": ""}):
                 result.ahead[kind] = artifact.keep(path, result.ahead[kind], ahead.SUFFIX[kind])
-        brief = {**spec, "iters": min(settings.iters, starts.BRIEF_ITERS), "warmup": 1}
+        brief = request.but(iters=min(settings.iters, starts.BRIEF_ITERS), warmup=1)
 
         def run(kind: str) -> Measurement:
             if kind == "warm":
-                return run_child(brief, work, kind, cold_caches, settings, base)
+                return run_child(brief, work, kind, cold_caches, settings)
             if kind in built:  # empty caches: the artefact is all it has
-                loading = {**brief, "load_ahead": {"kind": kind, "path": built[kind]}}
-                return run_child(loading, work, kind, os.path.join(work, kind), settings, base)
-            portable = {**brief, "load_artifact": saved}
-            return run_child(portable, work, kind, empty_caches, settings, base)
+                loading = brief.but(load_ahead=(kind, built[kind]))
+                return run_child(loading, work, kind, os.path.join(work, kind), settings)
+            portable = brief.but(load_artifact=saved)
+            return run_child(portable, work, kind, empty_caches, settings)
 
         needed = later is None or not result.ok or later(result)
         result.starts = later_starts(result, strategy, settings.starts, run, needed)
@@ -123,7 +117,6 @@ def confirm(
     """Time ``strategies`` and eager in ``settings.iters`` interleaved rounds in one fresh
     process, its caches the merge of the ``kept`` cache folders (a warm compile where they
     hold the strategy's); the measurement's ``rounds`` holds the milliseconds per round."""
-    base = (strategies[0].to_dict(), model.to_dict(), workload.to_dict())
     work = tempfile.mkdtemp(prefix="autotune-confirm-")
     try:
         merged = os.path.join(work, "caches")
@@ -131,10 +124,9 @@ def confirm(
         for folder in kept:
             if os.path.isdir(folder):
                 shutil.copytree(folder, merged, dirs_exist_ok=True)
-        spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
-        spec.update(confirm=[s.to_dict() for s in strategies], iters=settings.iters,
-                    warmup=settings.warmup, seed=settings.seed)  # fmt: skip
-        return run_child(spec, work, "confirm", merged, settings, base)
+        request = Request("confirm", strategies[0], model, workload, settings.iters,
+                          settings.warmup, settings.seed, confirm=tuple(strategies))  # fmt: skip
+        return run_child(request, work, "confirm", merged, settings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from autotune.trial import child
 from autotune.trial.measurement import Measurement
+from autotune.trial.request import Request
 from autotune.workload import Settings
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -84,16 +85,15 @@ def _ended(returncode: int) -> str:
 
 
 def run_child(
-    spec: dict[str, Any], work: str, kind: str, caches: str, settings: Settings,
-    base: tuple[dict[str, Any], ...],
-) -> Measurement:  # fmt: skip
-    """One child process of ``spec`` with the cache directories under ``caches`` and the
+    request: Request, work: str, kind: str, caches: str, settings: Settings
+) -> Measurement:
+    """One child process of ``request`` with the cache directories under ``caches`` and the
     settings' timeout; whatever way it ends, a ``Measurement``."""
     spec_path = os.path.join(work, f"{kind}-spec.json")
     result_path, log_path = os.path.join(work, f"{kind}.json"), os.path.join(work, f"{kind}.log")
-    spec = {**spec, "launched": time.time()}
+    base = request.base()
     with open(spec_path, "w") as f:
-        json.dump(spec, f)
+        json.dump(request.but(launched=time.time()).to_dict(), f)
     start = time.perf_counter()
     proc = _server().Process(
         target=child.entry, name="autotune-trial", daemon=False,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from autotune.starts import artifact
 from autotune.strategy.strategy import Strategy
 from autotune.trial.process import run_child
+from autotune.trial.request import Request
 from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
@@ -74,13 +75,12 @@ def _exists(found: Reference) -> bool:
 
 
 def _compute_reference(model: ModelRef, workload: Workload, settings: Settings) -> Reference:
-    base = (Strategy("none").to_dict(), model.to_dict(), workload.to_dict())
     work = tempfile.mkdtemp(prefix="autotune-reference-")
     try:
         out = os.path.join(work, "reference.pt")
-        spec = dict(zip(("strategy", "model", "workload"), base, strict=True))
-        spec.update(reference_out=out, seed=settings.seed)
-        m = run_child(spec, work, "reference", os.path.join(work, "caches"), settings, base)
+        request = Request("reference", Strategy("none"), model, workload, seed=settings.seed,
+                          reference_out=out)  # fmt: skip
+        m = run_child(request, work, "reference", os.path.join(work, "caches"), settings)
         if not m.ok or not os.path.exists(out):
             return Reference.none(f"no reference: computing it {m.status} ({m.reason[:300]})")
         return keep(Path(out).read_bytes())

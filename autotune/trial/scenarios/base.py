@@ -27,15 +27,16 @@ from autotune.starts import later as starts
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy, metrics, recompiles, timing
 from autotune.trial.measurement import Accuracy, Measurement, Memory
+from autotune.trial.request import Request
 from autotune.workload import Workload
 
 
 @dataclass
 class TrialContext:
-    """What every trial starts with: its spec, its clock, the strategy, workload and model
-    parsed, an empty measurement to fill, and the peak-memory reader."""
+    """What every trial starts with: its request, its clock, the strategy, workload and model,
+    an empty measurement to fill, and the peak-memory reader."""
 
-    spec: dict[str, Any]
+    request: Request
     strategy: Strategy
     workload: Workload
     ref: ModelRef
@@ -51,10 +52,9 @@ class TrialContext:
         outputs = self.reference["outputs"] if self.reference else {}
         found = [t for n in names for t in outputs[n]] if outputs else None
         verdict = accuracy.judge(expected, actual, found, self.workload.dtype,
-                                 float(self.spec.get("tolerance", 1.0)),
-                                 self.spec.get("reference_dtype", ""))  # fmt: skip
-        if found is None and self.spec.get("reference_reason"):
-            verdict.rule += f" ({self.spec['reference_reason']})"
+                                 self.request.tolerance, self.request.reference_dtype)  # fmt: skip
+        if found is None and self.request.reference_reason:
+            verdict.rule += f" ({self.request.reference_reason})"
         return verdict
 
     @property
@@ -63,7 +63,7 @@ class TrialContext:
 
     @property
     def seed(self) -> int:
-        return int(self.spec.get("seed", 0))
+        return self.request.seed
 
     def lap(self, name: str, since: float) -> float:
         """Record the seconds since ``since`` as timing ``name``; now."""
@@ -72,28 +72,26 @@ class TrialContext:
         return now
 
 
-def begin(spec: dict[str, Any]) -> TrialContext:
-    """Parse the spec, seed the RNG, make the device current, start an empty measurement."""
+def begin(request: Request) -> TrialContext:
+    """Seed the RNG, make the device current, start an empty measurement."""
     import torch
     import torch._dynamo.utils
 
     from autotune.environment import fingerprint
 
     start = time.perf_counter()
-    strategy = Strategy.from_dict(spec["strategy"])
-    workload = Workload.from_dict(spec["workload"])
-    ref = ModelRef.from_dict(spec["model"])
-    torch.manual_seed(spec.get("seed", 0))
+    strategy, workload, ref = request.strategy, request.workload, request.model
+    torch.manual_seed(request.seed)
     device.use(workload.device)
     device.tf32_for(workload.dtype, workload.device)
     torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
     result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
                          environment=fingerprint(workload.device))  # fmt: skip  # with its TF32
     memory = device.PeakMemory(workload.device, strategy.uses_cuda_graphs())
-    ctx = TrialContext(spec, strategy, workload, ref, result, memory, start)
-    ctx.timings["startup_s"] = time.time() - spec.get("launched", time.time())
-    if spec.get("reference") and strategy.granularity != "none":
-        ctx.reference = accuracy.load_reference(spec["reference"])
+    ctx = TrialContext(request, strategy, workload, ref, result, memory, start)
+    ctx.timings["startup_s"] = time.time() - (request.launched or time.time())
+    if request.reference and strategy.granularity != "none":
+        ctx.reference = accuracy.load_reference(request.reference)
     return ctx
 
 
@@ -132,7 +130,7 @@ class Scenario(ABC):
         if self.ctx.strategy.granularity == "none":
             return False
         eager, compiled = ([self.seconds(x) for x in samples[k]] for k in ("eager", "compiled"))
-        done = timing.decided(eager, compiled, self.ctx.spec["iters"] - len(compiled))
+        done = timing.decided(eager, compiled, self.ctx.request.iters - len(compiled))
         if done:
             self.ctx.timings["rounds"] = float(len(compiled))
         return done
@@ -154,8 +152,8 @@ class Scenario(ABC):
 
     def _run(self) -> Measurement:
         ctx, m = self.ctx, self.ctx.result
-        if ctx.spec.get("load_artifact"):  # a portable start: the saved caches, then compile
-            m.load_s = artifact.load(ctx.spec["load_artifact"])
+        if ctx.request.load_artifact:  # a portable start: the saved caches, then compile
+            m.load_s = artifact.load(ctx.request.load_artifact)
         self.setup()
         t = ctx.lap("build_s", ctx.start)
         ctx.memory.reset()
@@ -164,7 +162,7 @@ class Scenario(ABC):
         t = ctx.lap("first_s", t)
         calls = self.calls()
         peaks = dict.fromkeys(calls, 0.0)
-        for _ in range(max(1, ctx.spec["warmup"])):
+        for _ in range(max(1, ctx.request.warmup)):
             for name, call in calls.items():
                 ctx.memory.reset()
                 self.timer(call)
@@ -172,7 +170,7 @@ class Scenario(ABC):
         m.memory = Memory(ctx.memory.kind, peaks["eager"], peaks["compiled"], compile_peak)
         t = ctx.lap("warmup_s", t)
         device.synchronize(ctx.device)
-        samples = timing.interleave(calls, ctx.spec["iters"], self.timer, ctx.seed,
+        samples = timing.interleave(calls, ctx.request.iters, self.timer, ctx.seed,
                                     self.after_round)  # fmt: skip
         t = ctx.lap("timing_s", t)
         self.record(samples)
@@ -181,8 +179,8 @@ class Scenario(ABC):
             m.graphs = recompiles.describe(m.graphs, self.model, self.probes())
         m.phases = metrics.phases()
         m.cache = starts.cache_counters()
-        if ctx.spec.get("save_artifact"):  # for a portable start, and for export to ship
-            m.artifact = artifact.save(ctx.spec["save_artifact"], ctx.device)
+        if ctx.request.save_artifact:  # for a portable start, and for export to ship
+            m.artifact = artifact.save(ctx.request.save_artifact, ctx.device)
         ctx.lap("child_s", ctx.start)
         m.timings = ctx.timings
         return m

@@ -37,11 +37,11 @@ class Inference(Scenario):
         model, self.inputs = catalog.build(ctx.ref, ctx.workload)
         self.model = model
         self.eager_model = self.eager_twin(model)
-        if load := ctx.spec.get("load_ahead"):  # a start that skips the compiler
+        if load := ctx.request.load_ahead:  # a start that skips the compiler: (kind, path)
             t = time.perf_counter()
             if ctx.workload.device == "cpu":
                 ctx.timings["isa_probes_s"] = ahead.isa_probes_s()
-            self.compiled = ahead.load(load["kind"], load["path"], model)
+            self.compiled = ahead.load(*load, model)
             ctx.result.load_s = time.perf_counter() - t
         else:
             self.compiled = compile.apply(model, ctx.strategy)
@@ -65,12 +65,12 @@ class Inference(Scenario):
             expected = self.eager_step()  # the same call on both sides (a train step's second)
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else first_s
         m.accuracy = ctx.judge(*self.compared(expected, actual), self.reference_name(calls))
-        if ctx.spec.get("load_ahead"):
+        if ctx.request.load_ahead:
             ctx.timings["frames_compiled"] = float(ahead.frames_compiled())
 
     def run(self) -> Any:
         m = super().run()
-        for kind, path in (self.ctx.spec.get("build_ahead") or {}).items():
+        for kind, path in self.ctx.request.build_ahead.items():
             m.ahead[kind] = ahead.build(kind, self.model, self.inputs, self.ctx.strategy, path)
         return m
 

@@ -42,11 +42,11 @@ def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> C
 
 
 def run(ctx: TrialContext) -> Measurement:
-    """Time ``spec["confirm"]``'s strategies and eager in ``spec["iters"]`` interleaved rounds;
+    """Time the request's ``confirm`` strategies and eager in its ``iters`` interleaved rounds;
     the measurement's ``rounds`` holds each one's milliseconds per round (eager as ``none``)."""
     m = ctx.result
     model, inputs = catalog.build(ctx.ref, ctx.workload)
-    strategies = [Strategy.from_dict(s) for s in ctx.spec["confirm"]]
+    strategies = list(ctx.request.confirm)
     calls: dict[str, Callable[[], Any]] = {}
     t = ctx.start
     for s in [Strategy("none"), *strategies]:
@@ -54,10 +54,10 @@ def run(ctx: TrialContext) -> Measurement:
         calls[s.key] = _call(ctx, own, inputs, s)
         calls[s.key]()  # its first call: the compile (warm where caches were handed over)
         t = ctx.lap(f"first_{s.key}", t)
-    for _ in range(max(1, ctx.spec["warmup"])):
+    for _ in range(max(1, ctx.request.warmup)):
         for call in calls.values():
             call()
-    samples = timing.interleave(calls, ctx.spec["iters"], lambda call: call(), ctx.seed)
+    samples = timing.interleave(calls, ctx.request.iters, lambda call: call(), ctx.seed)
     ctx.lap("timing_s", t)
     m.rounds = {k: [v * 1e3 for v in values] for k, values in samples.items()}
     m.timings = ctx.timings
