@@ -9,7 +9,7 @@ import torch
 from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy
-from autotune.trial.parent import measure, run_trial
+from autotune.trial.parent import run_trial
 from autotune.trial.reference import make as make_reference
 from autotune.trial.scenarios.generate import check_tokens
 from autotune.trial.scenarios.precise import choose
