@@ -130,7 +130,7 @@ def main() -> None:
             for text in Path(path).read_text().splitlines():
                 m = Measurement.from_dict(json.loads(text))
                 ref = ModelRef.from_dict(m.model)
-                runs.setdefault(label(ref, m.strategy["granularity"]), []).append(m)
+                runs.setdefault(label(ref, m.strategy.granularity), []).append(m)
         tables(runs)
         return
     cases = [c for name in args.cases.split(",") if name for c in CASES[name]]

@@ -85,8 +85,8 @@ def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Pa
     # and it is right: measured for real, an implied strategy (inductor's, unless inductor was
     # the one measured) fails in Dynamo too
     first = Measurement.from_dict(search.store.measurement(search.name, implied[0]).payload)
-    real = runner.measure(search.spec.model, search.spec.workload, Strategy.from_dict(
-        first.strategy), search.spec.settings)  # fmt: skip
+    real = runner.measure(search.spec.model, search.spec.workload, first.strategy,
+                          search.spec.settings)  # fmt: skip
     assert real.status == "failed" and real.stage == "dynamo"
     assert search.measured() == {measured}  # one measured, all the others implied
     assert search.coord.tally(search.keys).settled >= search.keys  # 3 settled: exhausted

@@ -287,7 +287,10 @@ def _cli_error(argv: list[str]) -> str:
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(argv)
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors exit from inside the parser
+            code = exc.code
     assert code == 2 and err.getvalue().count("\n") == 1, (code, err.getvalue())
     return err.getvalue()
 
@@ -306,7 +309,7 @@ def test_the_token_is_compared_and_the_bind_checked() -> None:
     assert "at least 16" in _cli_error(["serve", "--token", "short"])
     assert "no such directory" in _cli_error(["serve", "--model-root", "/no/such/dir"])
     assert "unrecognized arguments: --study" in _cli_error(["queue-worker", "--study", "x"])
-    assert "unrecognized arguments: --all" in _cli_error(["queue-worker"])
+    assert "unrecognized arguments: --all" in _cli_error(["worker", "--all"])
     assert "invalid choice: 'yaml'" in _cli_error(["export", "--study", "x", "--format", "yaml"])
 
     def bearer(token: str) -> HTTPAuthorizationCredentials:

@@ -159,7 +159,7 @@ def exported(inductor_trial: Measurement, tmp_path_factory: pytest.TempPathFacto
     folder = tmp_path_factory.mktemp("export")
     store = Store(f"sqlite:///{folder}/e.db")
     store.add_study("e", {"model": TOY.to_dict()}, inductor_trial.environment)
-    key = Strategy.from_dict(inductor_trial.strategy).key
+    key = inductor_trial.strategy.key
     store.add_measurement("e", key, 0, inductor_trial.to_dict())
     path, chosen, notes = export.export(store, "e", "fastest", out=str(folder / "best.json"))
     assert chosen.key == key and not notes

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from autotune.choice import objectives as objective
 from autotune.errors import AutotuneError
 from autotune.starts.kinds import LATER
-from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.timing import ALPHA, sign_test
 
@@ -48,7 +47,7 @@ def ttft_on_baseline(m: Measurement, baseline_ms: float | None) -> float | None:
     :func:`latency_on_baseline` does for latency; None for other workloads."""
     if m.ttft is None:
         return None
-    if baseline_ms is None or Strategy.from_dict(m.strategy).granularity == "none":
+    if baseline_ms is None or m.strategy.granularity == "none":
         return baseline_ms if baseline_ms is not None else m.ttft.median_ms
     if m.eager_ttft is None:
         return m.ttft.median_ms
@@ -67,7 +66,7 @@ def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
     assert m.latency is not None
     if baseline_ms is None:
         return m.latency.median_ms
-    if Strategy.from_dict(m.strategy).granularity == "none":
+    if m.strategy.granularity == "none":
         return baseline_ms
     return baseline_ms / gain(m)
 
@@ -109,13 +108,13 @@ class Point:
     def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:
         assert m.latency is not None and m.compile_s is not None and m.speedup is not None
         memory = m.memory.compiled_peak_mb if m.memory else None
-        key = Strategy.from_dict(m.strategy).key
+        key = m.strategy.key
         speedup = 1.0 if key == "none" else m.speedup
         base_ms = baseline.latency.median_ms if baseline and baseline.latency else None
         base_ttft = baseline.ttft.median_ms if baseline and baseline.ttft else None
         return cls(
-            key, m.strategy, m.compile_s, latency_on_baseline(m, base_ms), memory, speedup,
-            trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
+            key, m.strategy.to_dict(), m.compile_s, latency_on_baseline(m, base_ms), memory,
+            speedup, trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
             later_s={kind: start_s(m, kind) for kind in LATER},
             ttft_ms=ttft_on_baseline(m, base_ttft), tokens_per_s=m.tokens_per_s,
             limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,

@@ -21,7 +21,12 @@ def allowed_code(args: argparse.Namespace) -> list[str]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line, like every other bad input."""
+    """argparse, but a usage error is one line, like every other bad input, and a flag is
+    never taken for the abbreviation of another (``worker --all`` is not ``--allow-code``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"autotune: error: {message} (see '{self.prog} --help')\n")

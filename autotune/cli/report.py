@@ -26,14 +26,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def summary(m: Measurement) -> str:
     """A few lines a person reads at a glance."""
-    from autotune.strategy.strategy import Strategy
-
-    s, w = Strategy.from_dict(m.strategy), m.workload
+    s, w = m.strategy, m.workload
     env = m.environment
-    head = (
-        f"{m.model['name']} · {w['kind']} batch {w['batch_size']} seq {w['seq_len']} "
-        f"{w['dtype']} on {w['device']}"
-    )
+    name = m.model.name if m.model else "?"
+    head = name if w is None else (f"{name} · {w.kind} batch {w.batch_size} seq {w.seq_len} "
+                                   f"{w.dtype} on {w.device}")  # fmt: skip
     if env:
         head += f" · torch {env.get('torch')} · {env.get('device_name')}"
     regions = f"   ({m.regions} compiled regions)" if m.regions else ""

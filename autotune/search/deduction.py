@@ -79,7 +79,7 @@ def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strate
     granularity, ``dynamic`` and ``fullgraph`` as ``m`` when ``m`` failed inside Dynamo, and
     the same granularity and ``dynamic`` with ``fullgraph=True`` when ``m`` ran with graph
     breaks (``fullgraph=True`` refuses any)."""
-    s = Strategy.from_dict(m.strategy)
+    s = m.strategy
     if s.granularity == "none":
         return []
     if m.ok and m.graphs is not None and m.graphs.breaks and not s.fullgraph:
@@ -93,7 +93,7 @@ def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strate
 
 def equivalents(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:
     """The strategies that compile exactly as ``m``'s did, as its own graphs prove."""
-    s = Strategy.from_dict(m.strategy)
+    s = m.strategy
     g = m.graphs
     if not m.ok or g is None or s.granularity == "none" or m.limit_hit or g.count < 1:
         return []
@@ -109,7 +109,7 @@ def equivalents(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:
 def deduced(m: Measurement, target: Strategy, how: str) -> Measurement:
     """What ``target`` is told: ``m``'s failure (``implied``) or its measurement (``equivalent``),
     saying where it came from."""
-    source = Strategy.from_dict(m.strategy).key
+    source = m.strategy.key
     if how == "implied":
         if m.ok:  # it ran with graph breaks: fullgraph=True refuses the first of them
             first = (m.graphs.break_reasons or ["?"])[0] if m.graphs else "?"
@@ -121,7 +121,7 @@ def deduced(m: Measurement, target: Strategy, how: str) -> Measurement:
             reason=f"implied by {source} (Dynamo refuses it before any backend runs): {why}",
             deduced=f"failed by implication from {source}",
         )  # fmt: skip
-    s = Strategy.from_dict(m.strategy)
+    s = m.strategy
     differs = {"no graph break": target.fullgraph != s.fullgraph,
                "no recompile": target.dynamic != s.dynamic}  # fmt: skip
     why = [w for w, d in differs.items() if d]

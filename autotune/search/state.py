@@ -121,7 +121,7 @@ class Search:
 
         rows = self.store.measurements(self.name)
         if extra is not None:
-            key = Strategy.from_dict(extra.strategy).key
+            key = extra.strategy.key
             rows.append(Stored(-1, key, None, extra.status, extra.to_dict(), None, None, None))
         points = candidates(rows, self.spec.max_memory_mb)
         return [p.key for p in contenders(points, pareto(points, self.spec.objectives))]
@@ -133,7 +133,7 @@ class Search:
         later = set(LATER)
         if later & set(self.spec.objectives) or self.spec.policy.startswith("restarts"):
             return True
-        return m.feasible and Strategy.from_dict(m.strategy).key in self.contenders(m)
+        return m.feasible and m.strategy.key in self.contenders(m)
 
     def prune_caches(self) -> None:
         """Drop the kept caches of strategies that are no longer contenders."""

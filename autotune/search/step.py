@@ -111,8 +111,8 @@ def tell(search: Search, trial: optuna.trial.Trial, m: Measurement, repeat_of: i
     spec = search.spec
 
     def told() -> FrozenTrial:
-        trial.set_user_attr("key", Strategy.from_dict(m.strategy).key)
-        details = {"strategy": m.strategy, "status": m.status, "worker": search.worker}
+        trial.set_user_attr("key", m.strategy.key)
+        details = {"strategy": m.strategy.to_dict(), "status": m.status, "worker": search.worker}
         if repeat_of is not None:
             trial.set_user_attr("repeat_of", repeat_of)
         if m.deduced:
@@ -234,7 +234,7 @@ def deduce(search: Search, m: Measurement, number: int) -> int:
     if not found:
         return 0
     tally = search.coord.tally(search.keys)
-    source = Strategy.from_dict(m.strategy).key
+    source = m.strategy.key
     settled = 0
     for target, how in found:
         if target.key in tally.claimed:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from autotune.catalog import ModelRef
+from autotune.strategy.strategy import Strategy
+from autotune.workload import Workload
 
 STATUSES = ("ok", "failed", "timeout", "crashed", "not-applicable")
 
@@ -143,11 +148,14 @@ class Start:
 
 @dataclass
 class Measurement:
-    """One strategy measured once, cold, in a fresh process."""
+    """One strategy measured once, cold, in a fresh process. In memory it holds the strategy,
+    the model and the workload as objects; :meth:`to_dict` and :meth:`from_dict` are the wire
+    and the stored form (a dict given to the constructor is read as the object; an empty
+    model or workload is None)."""
 
-    strategy: dict[str, Any]
-    model: dict[str, Any]
-    workload: dict[str, Any]
+    strategy: Strategy
+    model: ModelRef | None
+    workload: Workload | None
     status: str
     reason: str = ""
     stage: str = ""  # where a failure arose: "dynamo" (tracing, before any backend) or ""
@@ -181,6 +189,12 @@ class Measurement:
     ahead: dict[str, dict[str, Any]] = field(default_factory=dict)  # built zero-compile artefacts
 
     def __post_init__(self) -> None:
+        if isinstance(self.strategy, dict):
+            self.strategy = Strategy.from_dict(self.strategy)
+        if isinstance(self.model, dict):
+            self.model = ModelRef.from_dict(self.model) if self.model else None
+        if isinstance(self.workload, dict):
+            self.workload = Workload.from_dict(self.workload) if self.workload else None
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
@@ -213,7 +227,19 @@ class Measurement:
         return self.ok and self.accuracy is not None and self.accuracy.passed
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in data.keys() - {"strategy", "model", "workload"}:
+            value = data[name]
+            if dataclasses.is_dataclass(value):
+                data[name] = dataclasses.asdict(value)
+            elif name == "starts":
+                data[name] = {k: dataclasses.asdict(v) for k, v in value.items()}
+            else:
+                data[name] = copy.deepcopy(value)
+        data["strategy"] = self.strategy.to_dict()
+        data["model"] = self.model.to_dict() if self.model else {}
+        data["workload"] = self.workload.to_dict() if self.workload else {}
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:

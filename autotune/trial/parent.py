@@ -175,7 +175,8 @@ def later_starts(
     rest = [k for k in wanted if k not in ("cold", *AHEAD)]
     for kind in (k for k in wanted if k in AHEAD):
         breaks = cold.graphs.breaks if cold.graphs else 0
-        why = ahead.not_applicable(kind, strategy, cold.workload.get("kind", "inference"), breaks)
+        work = cold.workload.kind if cold.workload else "inference"
+        why = ahead.not_applicable(kind, strategy, work, breaks)
         why = why or (cold.ahead.get(kind) or {}).get("error", "")
         if why or not needed:
             found[kind] = Start(kind, "not-applicable" if why else "skipped", measured=False,
