@@ -83,3 +83,27 @@ def test_tune_searches_confirms_and_exports(in_tmp: Path) -> None:
     assert exported["autotune"]["strategy"] == Strategy.from_dict(result.chosen.strategy).to_dict()
     with pytest.raises(autotune.ConfigError):
         autotune.tune("no-such-model", storage=f"sqlite:///{in_tmp}/t.db")
+
+
+def test_measure_is_public_without_the_search_s_plumbing() -> None:
+    import inspect
+
+    params = list(inspect.signature(autotune.measure).parameters)
+    assert params == ["model", "workload", "strategy", "settings"]
+    m = autotune.Measurement(Strategy.create("full", "eager").to_dict(), {}, {}, "ok")
+    assert isinstance(m.strategy, Strategy) and m.model is None  # objects in memory
+    assert m.to_dict()["strategy"] == Strategy.create("full", "eager").to_dict()  # dicts out
+
+
+def test_storage_help_is_written_once() -> None:
+    import argparse
+
+    from autotune.cli import build_parser
+    from autotune.cli.parser import STORAGE_HELP
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = [
+        a.help for p in sub.choices.values() for a in p._actions if "--storage" in a.option_strings
+    ]
+    assert len(helps) >= 8 and set(helps) == {STORAGE_HELP}
