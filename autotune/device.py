@@ -245,12 +245,23 @@ def driver_version() -> str | None:
     return None
 
 
-def fingerprint(device: str) -> dict[str, Any]:
-    """The device's part of the environment: its name, and on a GPU the compute capability, the
-    driver, Triton, and the float32 matmul precision (TF32 or not)."""
+def matmul_precision(dtype: str | None, device: str) -> str:
+    """The float32 matmul precision a trial of ``dtype`` on ``device`` runs with (``high``, TF32,
+    for float32 on a GPU: :func:`tf32_for`), without setting it in this process."""
     import torch
 
-    found: dict[str, Any] = {"float32_matmul_precision": torch.get_float32_matmul_precision()}
+    if dtype == "float32" and is_cuda(device):
+        return "high"
+    return torch.get_float32_matmul_precision()
+
+
+def fingerprint(device: str, dtype: str | None = None) -> dict[str, Any]:
+    """The device's part of the environment: its name, and on a GPU the compute capability, the
+    driver, Triton, and the float32 matmul precision (TF32 or not) that a trial of ``dtype``
+    runs with (this process's own where no dtype is given)."""
+    import torch
+
+    found: dict[str, Any] = {"float32_matmul_precision": matmul_precision(dtype, device)}
     try:
         import triton
 
@@ -288,4 +299,4 @@ def tf32_for(dtype: str, device: str) -> None:
     if dtype == "float32" and is_cuda(device):
         import torch
 
-        torch.set_float32_matmul_precision("high")
+        torch.set_float32_matmul_precision(matmul_precision(dtype, device))

@@ -21,9 +21,10 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def fingerprint(device: str = "cpu") -> dict[str, Any]:
+def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]:
     """torch and CUDA versions, the device (name; on a GPU its compute capability, driver,
-    Triton and the float32 matmul precision), CPU model and core count, Python."""
+    Triton and the float32 matmul precision a trial of ``dtype`` runs with), CPU model and core
+    count, Python."""
     import torch
 
     env: dict[str, Any] = {
@@ -35,4 +36,4 @@ def fingerprint(device: str = "cpu") -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }
-    return {**env, **devices.fingerprint(device)}
+    return {**env, **devices.fingerprint(device, dtype)}

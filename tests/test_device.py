@@ -207,3 +207,21 @@ def test_generate_counts_cuda_graph_recording_in_its_compile(monkeypatch) -> Non
     recording = trial.ctx.timings["cuda_graph_recording_s"]
     assert recording > 0 and trial.ctx.result.compile_s is not None
     assert trial.ctx.result.compile_s > recording
+
+
+def test_the_study_records_the_matmul_precision_its_trials_run_with() -> None:
+    """A float32 study on a GPU runs its trials at TF32 ("high"); the environment the parent
+    records says so without changing the parent's own precision, and workers must agree."""
+    import torch
+
+    from autotune.coordination import comparable
+    from autotune.environment import fingerprint
+
+    before = torch.get_float32_matmul_precision()
+    gpu32 = fingerprint("cuda:0", "float32")
+    assert gpu32["float32_matmul_precision"] == "high"
+    assert fingerprint("cuda:0", "bfloat16")["float32_matmul_precision"] == before
+    assert fingerprint("cpu", "float32")["float32_matmul_precision"] == before
+    assert torch.get_float32_matmul_precision() == before  # the parent's own is untouched
+    other = {**gpu32, "float32_matmul_precision": "highest"}
+    assert comparable(gpu32) != comparable(other)  # a worker at full float32 may not join

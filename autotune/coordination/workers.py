@@ -13,7 +13,8 @@ from autotune import variables
 from autotune.errors import ConfigError
 
 COMPARABLE = ("torch", "cuda", "device", "device_name")
-ON_GPU = ("triton", "capability", "driver")  # what else must agree between GPU machines
+# what else must agree between GPU machines (float32 matmuls in TF32 or not)
+ON_GPU = ("triton", "capability", "driver", "float32_matmul_precision")
 
 
 def comparable(environment: dict[str, Any]) -> dict[str, Any]:

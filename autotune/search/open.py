@@ -65,7 +65,7 @@ def open_search(
     fail what an earlier run left RUNNING, if no worker is live (not for workers that a
     search started: it has cleaned, and their siblings' fresh trials are not an earlier run's)."""
     members = spec.space.validate(spec.workload.device)  # bad input: before any file
-    environment = fingerprint(spec.workload.device)
+    environment = fingerprint(spec.workload.device, spec.workload.dtype)  # as trials run
     name = name or spec.study_name(environment)
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     store = Store(storage)
