@@ -61,6 +61,19 @@ def resolve(device: str) -> str:
     return device if index else f"cuda:{_current()}"
 
 
+def alone(device: str) -> tuple[str, dict[str, str]]:
+    """How a child process measures ``device``: a CUDA device as ``cuda:0`` of a process that
+    sees that GPU alone (``CUDA_VISIBLE_DEVICES``), so that Inductor's cache keys, which hold the
+    device index, match a user's ``cuda:0``. The device the child uses, and the variables it
+    needs."""
+    if not is_cuda(device):
+        return device, {}
+    index = int(device.partition(":")[2] or 0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    mapped = visible.split(",")[index].strip() if visible else str(index)
+    return "cuda:0", {"CUDA_VISIBLE_DEVICES": mapped}
+
+
 def _current() -> int:
     import torch
 

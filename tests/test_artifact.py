@@ -56,3 +56,14 @@ def test_torch_refusing_the_bytes_is_a_warning_too(tmp_path: Path) -> None:
     _, path = shipped(tmp_path, b"not a mega-cache at all")  # checksum and fingerprint fit
     with pytest.warns(artifact.CacheWarning, match="failed to load"):
         assert artifact.prepare(json.loads(path.read_text()), path, trust=True) is None
+
+
+def test_an_artefact_made_at_another_matmul_precision_says_how_to_fit_it(tmp_path: Path) -> None:
+    """Inductor's FX graph cache key holds the float32 matmul precision: a float32 GPU study's
+    trials compile at TF32 ('high'), so a user process at the default misses the cache."""
+    other = "high" if HERE["float32_matmul_precision"] != "high" else "highest"
+    block, path = shipped(tmp_path, b"bytes", float32_matmul_precision=other)
+    data, why = artifact.check(block, path)
+    assert data is None and f"torch.set_float32_matmul_precision({other!r})" in why
+    block, path = shipped(tmp_path, b"bytes")  # made at this process's precision: it fits
+    assert artifact.check(block, path) == (b"bytes", "")

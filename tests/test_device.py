@@ -225,3 +225,24 @@ def test_the_study_records_the_matmul_precision_its_trials_run_with() -> None:
     assert torch.get_float32_matmul_precision() == before  # the parent's own is untouched
     other = {**gpu32, "float32_matmul_precision": "highest"}
     assert comparable(gpu32) != comparable(other)  # a worker at full float32 may not join
+
+
+def test_a_cuda_child_measures_its_gpu_as_cuda_0_seen_alone(tmp_path, monkeypatch) -> None:
+    """Inductor's cache keys hold the device index: a trial on cuda:1 runs in a child that sees
+    that GPU alone as cuda:0, so its artefacts hit on a user's cuda:0; the measurement still
+    says cuda:1, the device the study asked for."""
+    from autotune.catalog import ModelRef
+    from autotune.trial.process import run_child
+    from autotune.trial.request import Request
+    from autotune.workload import Settings
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert device.alone("cuda:1") == ("cuda:0", {"CUDA_VISIBLE_DEVICES": "5"})
+    assert device.alone("cpu") == ("cpu", {})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert device.alone("cuda:2") == ("cuda:0", {"CUDA_VISIBLE_DEVICES": "2"})
+    request = Request("trial", Strategy.create("full", "eager"), ModelRef("toy-64", layers=2),
+                      Workload(device="cuda:1"), iters=1, warmup=0)  # fmt: skip
+    m = run_child(request, str(tmp_path), "cold", str(tmp_path / "caches"), Settings())
+    assert m.workload is not None and m.workload.device == "cuda:1"
+    assert m.status == "failed" and "cuda:0" in m.reason  # what the child was asked to use

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from autotune import device as devices
 from autotune import variables
 from autotune.errors import ConfigError
 
@@ -43,12 +44,7 @@ def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
     """A local worker's environment: the study's storage (which ``ps`` does not show), its one
     GPU as ``CUDA_VISIBLE_DEVICES`` (it measures on ``cuda:0``, so caches it makes load on a
     user's ``cuda:0``), and its share of the CPU for Inductor's compile workers."""
-    env = {**os.environ, variables.STORAGE: url}
-    if device.startswith("cuda"):
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        index = int(device.partition(":")[2] or 0)
-        mapped = visible.split(",")[index] if visible else str(index)
-        env["CUDA_VISIBLE_DEVICES"] = mapped.strip()
+    env = {**os.environ, variables.STORAGE: url, **devices.alone(device)[1]}
     env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     return env
 

@@ -30,7 +30,8 @@ SUFFIX = BY_NAME["portable"].suffix
 
 
 def fingerprint(device: str = "cpu") -> dict[str, Any]:
-    """What an artefact needs to load: torch, Triton and CUDA versions and the device name."""
+    """What an artefact needs to load and hit: torch, Triton and CUDA versions, the device name
+    and the float32 matmul precision (part of Inductor's cache key)."""
     import torch
 
     from autotune import device as devices
@@ -39,7 +40,8 @@ def fingerprint(device: str = "cpu") -> dict[str, Any]:
     found = devices.fingerprint(device)
     kind = "cuda" if devices.is_cuda(device) else device.split(":")[0]
     return {"torch": torch.__version__, "triton": found.get("triton"), "cuda": torch.version.cuda,
-            "device": kind, "device_name": found.get("device_name", cpu_model())}  # fmt: skip
+            "device": kind, "device_name": found.get("device_name", cpu_model()),
+            "float32_matmul_precision": found["float32_matmul_precision"]}  # fmt: skip
 
 
 def save(path: str, device: str) -> dict[str, Any] | None:
@@ -117,6 +119,13 @@ def mismatch(wanted: dict[str, Any], here: dict[str, Any]) -> str:
                        ("device_name", "device")):  # fmt: skip
         if key in wanted and wanted[key] != here.get(key):
             return f"it was made with {label} {wanted[key]}, this is {here.get(key)}"
+    precision = wanted.get("float32_matmul_precision")  # in Inductor's cache key
+    if precision and precision != here.get("float32_matmul_precision"):
+        return (
+            f"it was made with float32 matmul precision {precision!r}, this process runs "
+            f"{here.get('float32_matmul_precision')!r}: call "
+            f"torch.set_float32_matmul_precision({precision!r}) before autotune.apply"
+        )
     return ""
 
 

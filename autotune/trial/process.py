@@ -11,6 +11,7 @@ the parent gets a ``Measurement`` back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune import device as devices
 from autotune.trial import child
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
@@ -92,12 +94,16 @@ def run_child(
     spec_path = os.path.join(work, f"{kind}-spec.json")
     result_path, log_path = os.path.join(work, f"{kind}.json"), os.path.join(work, f"{kind}.log")
     base = request.base()
+    used, alone = devices.alone(request.workload.device)  # a GPU as cuda:0, seen alone
+    sent = request.but(launched=time.time(),
+                       workload=dataclasses.replace(request.workload, device=used))  # fmt: skip
     with open(spec_path, "w") as f:
-        json.dump(request.but(launched=time.time()).to_dict(), f)
+        json.dump(sent.to_dict(), f)
     start = time.perf_counter()
     proc = _server().Process(
         target=child.entry, name="autotune-trial", daemon=False,
-        args=(spec_path, result_path, log_path, os.getcwd(), _paths(), _child_env(caches)),
+        args=(spec_path, result_path, log_path, os.getcwd(), _paths(),
+              {**_child_env(caches), **alone}),
     )  # fmt: skip
     proc.start()
     try:
@@ -121,5 +127,5 @@ def run_child(
         )  # fmt: skip
     with open(result_path) as f:
         result = Measurement.from_dict(json.load(f))
-    result.wall_s = wall_s
+    result.wall_s, result.workload = wall_s, request.workload  # the study's device, as asked
     return result
