@@ -230,7 +230,7 @@ study = "frozen"
 
 @pytest.mark.long
 def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None:
-    """SIGSTOP a worker with its trial child for 2.5 grace periods: its peer fails its trial
+    """SIGSTOP a worker with its trial child for 5 grace periods: its peer fails its trial
     and goes on; when it comes back, its measurement is kept (told in a new trial) unless the
     peer has one, nothing is measured twice and nobody crashes."""
     import signal
@@ -256,7 +256,8 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
         group = [psutil.Process(frozen.pid), *psutil.Process(frozen.pid).children(True)]
         for p in group:
             p.send_signal(signal.SIGSTOP)
-        time.sleep(15)  # 2.5 grace periods
+        time.sleep(30)  # 5 grace periods: the peer's own slow trial ends and it reaps, even on
+        # a loaded machine (at 2.5 its trial could outlast the freeze, and nobody was reaped)
         for p in group:
             p.send_signal(signal.SIGCONT)
         outs = [w.communicate(timeout=300) for w in (frozen, peer)]
