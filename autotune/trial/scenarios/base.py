@@ -103,6 +103,7 @@ class Scenario(ABC):
 
     def __init__(self, ctx: TrialContext) -> None:
         self.ctx = ctx
+        self.tally = [0, 0]  # timed rounds compiled won and lost, counted as they come
 
     @abstractmethod
     def setup(self) -> None:
@@ -129,10 +130,15 @@ class Scenario(ABC):
         compiled is decided whatever the remaining rounds would give."""
         if self.ctx.strategy.granularity == "none":
             return False
-        eager, compiled = ([self.seconds(x) for x in samples[k]] for k in ("eager", "compiled"))
-        done = timing.decided(eager, compiled, self.ctx.request.iters - len(compiled))
+        ran = len(samples["compiled"])
+        e, c = self.seconds(samples["eager"][-1]), self.seconds(samples["compiled"][-1])
+        self.tally[0] += e > c  # this round's win or loss: the counts grow, never recounted
+        self.tally[1] += e < c
+        if ran < timing.MIN_ROUNDS:
+            return False
+        done = timing.settled(*self.tally, self.ctx.request.iters - ran)
         if done:
-            self.ctx.timings["rounds"] = float(len(compiled))
+            self.ctx.timings["rounds"] = float(ran)
         return done
 
     @abstractmethod

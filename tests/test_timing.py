@@ -1,0 +1,63 @@
+"""The sign test and its early stop: exact where it decides, and cheap at any number of rounds."""
+
+from __future__ import annotations
+
+import math
+
+from autotune.trial import timing
+
+
+def exact_p(wins: int, losses: int) -> float:
+    """The sign test's p-value with big integers (the implementation this one replaced)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n)
+
+
+def brute_decided(wins: int, losses: int, remaining: int) -> bool:
+    """Every outcome of the remaining rounds tried (the implementation this one replaced)."""
+
+    def verdict(w: int, lo: int) -> int:
+        return 0 if exact_p(w, lo) >= timing.ALPHA else (1 if w > lo else -1)
+
+    now = verdict(wins, losses)
+    return all(verdict(wins + w, losses + lo) == now
+               for w in range(remaining + 1) for lo in range(remaining + 1 - w))  # fmt: skip
+
+
+def rounds(wins: int, losses: int, ties: int) -> tuple[list[float], list[float]]:
+    """Eager and compiled milliseconds whose rounds give those wins, losses and ties."""
+    eager = [2.0] * wins + [1.0] * losses + [1.5] * ties
+    compiled = [1.0] * wins + [2.0] * losses + [1.5] * ties
+    return eager, compiled
+
+
+def test_the_p_value_matches_the_exact_one() -> None:
+    for n in range(300):
+        for wins in range(n + 1):
+            want = exact_p(wins, n - wins)
+            assert math.isclose(timing._p_value(wins, n - wins), want, rel_tol=1e-9), (wins, n)
+    assert timing._p_value(0, 0) == 1.0 and timing._p_value(10, 0) < timing.ALPHA
+
+
+def test_decided_agrees_with_every_outcome_tried() -> None:
+    checked = 0
+    for wins in range(41):
+        for losses in range(41 - wins):
+            if wins + losses < timing.MIN_ROUNDS:
+                continue
+            for remaining in range(0, 41 - wins - losses):
+                eager, compiled = rounds(wins, losses, ties=1)
+                want = brute_decided(wins, losses, remaining)
+                assert timing.decided(eager, compiled, remaining) == want, (wins, losses, remaining)
+                checked += 1
+    assert checked > 5000
+
+
+def test_a_long_tie_is_judged_at_any_round() -> None:
+    eager, compiled = rounds(2500, 2500, ties=0)
+    assert not timing.decided(eager, compiled, 5000)  # 5000 rounds could still show a speedup
+    assert timing.decided(*rounds(5000, 5000, 0), remaining=10)  # 10 more cannot
+    assert timing.sign_test(*rounds(5000, 5000, 0)) == 1.0
+    assert timing.sign_test(*rounds(5200, 4800, 0)) < timing.ALPHA  # 52 % of 10,000 is shown
