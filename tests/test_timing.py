@@ -50,7 +50,8 @@ def test_decided_agrees_with_every_outcome_tried() -> None:
             for remaining in range(0, 41 - wins - losses):
                 eager, compiled = rounds(wins, losses, ties=1)
                 want = brute_decided(wins, losses, remaining)
-                assert timing.decided(eager, compiled, remaining) == want, (wins, losses, remaining)
+                got = timing.decided(eager, compiled, remaining)
+                assert got == want, (wins, losses, remaining)
                 checked += 1
     assert checked > 5000
 
