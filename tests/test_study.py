@@ -246,3 +246,23 @@ def test_ctrl_c_during_the_baseline_leaves_no_live_worker(in_tmp: Path) -> None:
     assert proc.returncode == 130 and "Traceback" not in err
     assert Coordinator(Store(db), "asleep", "").live_workers() == 0
     assert Store(db).measurements("asleep") == []  # nothing half-measured was stored
+
+
+def test_an_objective_adds_the_start_it_needs(in_tmp, capsys) -> None:
+    """--objectives aot,latency with --starts cold: the user said what to measure, so the aot
+    start is added, said in one line; a bad objective is still refused in one line."""
+    import pytest
+
+    from autotune.cli import main
+    from autotune.errors import AutotuneWarning
+
+    with pytest.warns(AutotuneWarning, match="--starts is now cold,aot"):
+        spec = fast_spec(objectives="aot,latency", starts="cold")
+    assert spec.settings.starts == ("cold", "aot")
+    with pytest.warns(AutotuneWarning, match="--starts is now cold,warm,portable"):
+        assert fast_spec(objectives="portable,latency", starts="cold,warm").settings.starts == (
+            "cold", "warm", "portable")  # fmt: skip
+    assert fast_spec(objectives="warm,latency").settings.starts == ("cold", "warm", "portable")
+    code = main(["search", "--model", "toy-64", "--objectives", "hot,latency", "--trials", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "bad objectives 'hot,latency'" in err and err.count("\n") == 1

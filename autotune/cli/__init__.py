@@ -11,7 +11,9 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from autotune.cli.parser import build_parser, model_and_workload
 from autotune.cli.search import cmd_measure, cmd_search
@@ -25,7 +27,7 @@ from autotune.cli.study import (
     cmd_submit,
     cmd_worker,
 )
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, AutotuneWarning
 
 __all__ = ["COMMANDS", "build_parser", "main", "model_and_workload"]
 
@@ -40,8 +42,22 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _one_line(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+              line: str | None = None) -> None:  # fmt: skip
+    """autotune's warnings as one line on stderr, as its errors are; others as Python shows
+    them."""
+    if issubclass(category, AutotuneWarning):
+        print(f"autotune: {message}", file=sys.stderr, flush=True)
+    else:
+        _show(message, category, filename, lineno, file, line)
+
+
+_show = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _one_line
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's kill stops as cleanly as Ctrl-C
     try:

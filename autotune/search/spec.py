@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ from typing import Any
 from autotune import fields as config
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
+from autotune.starts.kinds import parse as parse_starts
 from autotune.strategy.space import KEYS as SPACE_KEYS
 from autotune.strategy.space import Space
 from autotune.workload import Settings, Workload
@@ -151,6 +153,14 @@ class StudySpec:
         config.validate(self)
         if self.objectives is None:
             object.__setattr__(self, "objectives", objectives.default(self.workload.kind))
+        unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
+        if not unknown and (added := objectives.starts_needed(self.objectives,
+                                                              self.settings.starts)):  # fmt: skip
+            starts = parse_starts((*self.settings.starts, *added))
+            object.__setattr__(self, "settings", dataclasses.replace(self.settings, starts=starts))
+            warnings.warn(f"objectives {','.join(self.objectives)} measure {', '.join(added)} "
+                          f"starts: --starts is now {','.join(starts)}", AutotuneWarning,
+                          stacklevel=2)  # fmt: skip
         objectives.check(self.objectives, self.settings.starts, self.workload.kind)
         if self.workload.kind == "train" and (frozen := set(self.space.options) & {"freezing"}):
             raise ConfigError(f"option {frozen.pop()} folds the weights into constants: it is "
