@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut at a word, never inside one, with
+    an ellipsis where it was cut (the whole text stays where it is kept: ``autotune show``)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut and not text[limit - 1].isspace():
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "…"
+
+
 class AutotuneError(Exception):
     """Base of every error autotune reports to a user (never a bug in autotune itself)."""
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, shorten
 
 FORM = "package.module:function"
 
@@ -107,4 +107,4 @@ def check_allowed(spec: Any, allow: Iterable[str], source: str) -> None:
 
 def line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}"[:300]
+    return shorten(f"{type(exc).__name__}: {text}", 300)

@@ -257,3 +257,27 @@ class Chain(torch.nn.Module):
 def chain() -> tuple[torch.nn.Module, tuple]:
     torch.manual_seed(0)
     return Chain(), (torch.randn(16, 16),)
+
+
+def _first_input_name(names: list[str]) -> str:
+    return names[len(names)]  # a bug deep in a backend: IndexError, as OpenVINO's was
+
+
+def indexing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend that fails inside a helper of its own (where the failure must be named)."""
+    return _first_input_name([n.name for n in gm.graph.nodes if n.op == "placeholder"])
+
+
+def bf16_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend that computes in bfloat16 whatever the study's dtype (OpenVINO's CPU plugin
+    picks a lower inference precision by itself): right-looking, but not to float32's precision."""
+
+    def run(*args: object) -> object:
+        low = [a.bfloat16() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+               for a in args]  # fmt: skip
+        with torch.no_grad():
+            out = gm.to(torch.bfloat16)(*low)
+        gm.to(torch.float32)
+        return tuple(o.float() for o in out) if isinstance(out, (tuple, list)) else out.float()
+
+    return run

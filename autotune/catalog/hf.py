@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, shorten
 
 if TYPE_CHECKING:
     import torch
@@ -274,4 +274,4 @@ def has_weights(path: str) -> bool:
 def one_line(exc: BaseException) -> str:
     """An exception's message on one short line, for a ConfigError."""
     text = " ".join(str(exc).split())
-    return text[:300] or type(exc).__name__
+    return shorten(text, 300) or type(exc).__name__

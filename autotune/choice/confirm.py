@@ -24,6 +24,7 @@ from typing import Any
 
 from autotune.choice import objectives as objective
 from autotune.choice.selection import Point, pareto, pick
+from autotune.errors import shorten
 from autotune.trial.timing import ALPHA, sign_test
 
 RIVALS = 2
@@ -160,8 +161,8 @@ def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
         rounds_ms, wall = time_rounds(keys)
         if rounds_ms is None:  # then ``wall`` says why, "status: reason"
             why = str(wall)
-            shown.lines.append(f"not confirmed: the confirmation {why[:200]}; the pick stands "
-                               "unconfirmed")  # fmt: skip
+            shown.lines.append(f"not confirmed: the confirmation {shorten(why, 200)}; the pick "
+                               "stands unconfirmed")  # fmt: skip
             if attempt == 0:
                 shown.status, shown.reason = why.split(":")[0], why
             break

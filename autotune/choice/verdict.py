@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.choice.selection import Point
+from autotune.errors import shorten
 from autotune.trial.measurement import Measurement
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def _why(m: Measurement, over_memory: bool) -> str:
     if m.status != "failed":
         return {"not-applicable": "not applicable here"}.get(m.status, m.status)
     found = next((label for needle, label in _FAILURES if needle in m.reason), None)
-    return f"failed: {found or m.reason.splitlines()[0][:60] if m.reason else 'failed'}"
+    return f"failed: {found or shorten(m.reason.splitlines()[0], 60) if m.reason else 'failed'}"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def exclusions(stored: Iterable[Stored], max_memory_mb: float | None = None) -> 
             continue
         point = Point.of(m, row.trial_number, baseline) if m.ok and m.latency else None
         detail = (m.accuracy.detail if m.ok and m.accuracy and not over else m.reason) or m.status
-        found.append(Excluded(row.key, _why(m, over), detail.splitlines()[0][:300], point))
+        found.append(Excluded(row.key, _why(m, over), shorten(detail.splitlines()[0], 300), point))
     return found
 
 

@@ -177,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="every strategy of a study, with why each was left out")
     _add_storage_args(sh)
     sh.add_argument("--policy", help="the policy whose answer is shown (default: the study's)")
+    sh.add_argument("--trial", metavar="KEY", help="one strategy (its key, or its trial number): "
+                    "its whole reason and, for a failure, the child's traceback")  # fmt: skip
 
     st = sub.add_parser("studies", help="list the studies in a storage with their progress")
     _add_storage_args(st, study=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.errors import shorten
 from autotune.starts.kinds import BY_NAME, CACHED, LATER
 from autotune.trial.measurement import Measurement
 
@@ -188,5 +189,5 @@ def trials_table(rows: Sequence[Any], excluded: Sequence[Any]) -> str:
         if m.deduced:
             state += f" ({m.deduced})"
         speedup = f"{m.speedup:.2f}x" if m.speedup else "—"
-        lines.append((row.key, state, seconds(m.compile_s), speedup, detail[:120]))
+        lines.append((row.key, state, seconds(m.compile_s), speedup, shorten(detail, 120)))
     return table(("strategy", "verdict", "cold compile", "speedup", "why"), lines)

@@ -31,6 +31,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(f"measuring {strategy.key} on {ref.name} ({shown}; fresh processes)…", flush=True)
     result = runner.measure(ref, workload, strategy, settings)
     print(json.dumps(result.to_dict(), indent=2) if args.json else report.summary(result))
+    if args.debug and result.traceback:
+        print("the child's traceback:\n" + result.traceback.rstrip(), file=sys.stderr)
     return 0 if result.status in ("ok", "not-applicable") else 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from autotune.cli.parser import allowed_code
 from autotune.errors import ConfigError
@@ -77,6 +78,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if study is None:
         raise ConfigError(f"no study named {args.study!r} in {mask(store.url)}")
     rows = store.measurements(study.name)
+    if args.trial is not None:
+        return _show_trial(rows, args.trial, study.name)
     max_memory = study.spec.get("max_memory_mb")
     print(report.trials_table(rows, exclusions(rows, max_memory)))
     policy = args.policy or study.spec.get("policy", "knee")
@@ -85,6 +88,24 @@ def cmd_show(args: argparse.Namespace) -> int:
                       store.confirmation(study.name, policy))  # fmt: skip
         print()
         print("\n".join(told.lines()[:-1]))
+    return 0
+
+
+def _show_trial(rows: list[Any], wanted: str, study: str) -> int:
+    """One stored strategy of a study in full: status, whole reason, the child's traceback."""
+    from autotune.cli import report
+    from autotune.trial.measurement import Measurement
+
+    row = next((r for r in rows if r.key == wanted or str(r.trial_number) == wanted), None)
+    if row is None:
+        raise ConfigError(f"study {study} has no strategy or trial {wanted!r} (autotune show "
+                          f"--study {study} lists them)")  # fmt: skip
+    m = Measurement.from_dict(row.payload)
+    print(report.summary(m))  # its whole reason too
+    if m.traceback:
+        print("\nthe child's traceback:\n" + m.traceback.rstrip())
+    elif not m.ok:
+        print("no traceback kept (an error autotune reported itself, or an older trial)")
     return 0
 
 

@@ -17,6 +17,7 @@ from autotune.dashboard.data import (
     SpeedupRow,
     Trial,
 )
+from autotune.errors import shorten
 from autotune.starts.kinds import LATER
 
 MAX_ROWS = 40  # per-trial bar and box charts show at most this many rows (the best ones)
@@ -67,7 +68,9 @@ def hover(t: Trial | None) -> str:
     if m.speedup:
         lines.append(f"speedup {m.speedup:.2f}x vs eager in the same process")
     if m.graphs and m.graphs.limit_hit:
-        lines.append(f"<b>{html.escape(m.graphs.limit_hit[:160])}</b>: not the compiled latency")
+        lines.append(
+            f"<b>{html.escape(shorten(m.graphs.limit_hit, 160))}</b>: not the compiled latency"
+        )
     if m.memory:
         lines.append(f"peak memory {m.memory.compiled_peak_mb:.0f} MiB ({m.memory.kind})")
     if m.graphs:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from autotune.choice.selection import objective_values
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, shorten
 from autotune.search import deduction, surrogate
 from autotune.storage import retrying
 from autotune.strategy.strategy import Strategy
@@ -46,7 +46,9 @@ def baseline(search: Search, listener: Listener) -> Measurement:
         return search.baseline
     coord = search.coord
     if reason := coord.forget_failed_baseline():
-        listener.note(f"the eager baseline failed before ({reason[:200]}); measuring it again")
+        listener.note(
+            f"the eager baseline failed before ({shorten(reason, 200)}); measuring it again"
+        )
     with coord.pulse:
         while (row := search.store.measurement(search.name, "none")) is None:
             if coord.claim("none", None, 1, set()) == "claimed":

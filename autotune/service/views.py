@@ -9,7 +9,7 @@ from typing import Any
 
 from autotune.choice.verdict import Answer, answer
 from autotune.coordination import grace_s
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, shorten
 from autotune.search.progress import counts
 from autotune.service.problems import Refused
 from autotune.storage import Store, Stored, StudyRecord
@@ -102,7 +102,7 @@ def trial_row(row: Stored) -> dict[str, Any]:
             "deduced_from": row.deduced_from, "compile_s": finite(payload.get("compile_s")),
             "latency_ms": finite(latency.get("median_ms")),
             "speedup": finite(payload.get("speedup")),
-            "reason": reason.splitlines()[0][:300] if reason else ""}  # fmt: skip
+            "reason": shorten(reason.splitlines()[0], 300) if reason else ""}  # fmt: skip
 
 
 def detail(store: Store, name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from autotune import variables
 from autotune.choice.objectives import default as default_objectives
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
-from autotune.errors import ConfigError, StorageError
+from autotune.errors import ConfigError, StorageError, shorten
 from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy.strategy import Strategy
@@ -134,7 +134,7 @@ def closest_numbers(store: Store, study: str, strategy: Strategy) -> str:
         return f"{closest.key} was not measured in this study"
     m = Measurement.from_dict(row.payload)
     if not m.ok or m.latency is None:
-        return f"{closest.key} was measured: {m.status} ({m.reason.splitlines()[0][:120]})"
+        return f"{closest.key} was measured: {m.status} ({shorten(m.reason.splitlines()[0], 120)})"
     return (f"{closest.key} measured {m.compile_s:.1f} s to compile, "
             f"{m.latency.median_ms:.3g} ms per call ({m.speedup:.2f}x eager)")  # fmt: skip
 

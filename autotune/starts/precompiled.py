@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.errors import shorten
 from autotune.starts.kinds import AHEAD, BY_NAME
 from autotune.strategy.strategy import Strategy
 
@@ -74,7 +75,7 @@ def build(kind: str, model: Any, inputs: tuple, strategy: Strategy, path: str) -
                     program, package_path=path, inductor_configs=strategy.inductor_options()
                 )
     except Exception as exc:  # torch's refusal: that kind does not apply to this strategy
-        text = " ".join(str(exc).split())[:300]
+        text = shorten(str(exc), 300)
         if "guard cannot be serialized" in text:  # Dynamo's PackageError
             text += (" (the model's guards cannot be saved; a guard_filter_fn such as "
                      "torch.compiler.keep_portable_guards_unsafe drops them, with their "

@@ -21,6 +21,7 @@ from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
 from autotune.trial.scenarios import Generate, Inference, Scenario, Train, begin
 
+DYNAMO_ADVICE = ("Set TORCHDYNAMO_VERBOSE=1", "For even more developer context")  # not a reason
 SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
                                         "generate": Generate}  # fmt: skip
 
@@ -57,13 +58,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return measure(Request.from_dict(spec)).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
-        message = str(exc).strip() or repr(exc)
+        message = " ".join(
+            line for line in str(exc).splitlines() if not line.startswith(DYNAMO_ADVICE)
+        ).strip() or repr(exc)
         reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
+        if not isinstance(exc, AutotuneError) and (at := metrics.where(exc)):
+            reason += f" (at {at})"
         return Measurement(
             spec.get("strategy", {}), spec.get("model", {}), spec.get("workload", {}), status,
             reason=reason,
             stage=metrics.failure_stage(exc),
             log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
+            traceback="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-50_000:],
         ).to_dict()  # fmt: skip
 
 

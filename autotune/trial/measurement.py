@@ -181,6 +181,7 @@ class Measurement:
     timings: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None
     log_tail: str = ""
+    traceback: str = ""  # a failure's whole traceback in the child (autotune show --trial)
     cache: dict[str, int] = field(default_factory=dict)  # this process's cache counters
     load_s: float | None = None  # a portable start's load of the saved artefact
     artifact: dict[str, Any] | None = None  # the saved cache artefact: sha256, bytes, where

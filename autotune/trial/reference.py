@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autotune.errors import shorten
 from autotune.starts import artifact
 from autotune.strategy.strategy import Strategy
 from autotune.trial.process import run_child
@@ -82,7 +83,9 @@ def _compute_reference(model: ModelRef, workload: Workload, settings: Settings) 
                           reference_out=out)  # fmt: skip
         m = run_child(request, work, "reference", os.path.join(work, "caches"), settings)
         if not m.ok or not os.path.exists(out):
-            return Reference.none(f"no reference: computing it {m.status} ({m.reason[:300]})")
+            return Reference.none(
+                f"no reference: computing it {m.status} ({shorten(m.reason, 300)})"
+            )
         return keep(Path(out).read_bytes())
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,63 @@
+"""A failure says where: the reason names the innermost frame outside autotune and the standard
+library, is shortened only at a word, and the child's whole traceback is kept and shown."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import tests.models
+from autotune.catalog import ModelRef
+from autotune.cli import main
+from autotune.errors import shorten
+from autotune.strategy.strategy import Strategy
+from autotune.trial.parent import measure
+from autotune.workload import Settings, Workload
+
+QUICK = Settings(iters=3, warmup=1, starts=("cold",))
+LINE = inspect.getsourcelines(tests.models._first_input_name)[1] + 1
+
+
+def test_a_failure_names_the_frame_it_arose_in() -> None:
+    m = measure(ModelRef("tests.models:tiny_toy"), Workload(device="cpu"),
+                Strategy.create("full", "tests.models:indexing_backend"), QUICK)  # fmt: skip
+    assert m.status == "failed"
+    assert "IndexError: list index out of range" in m.reason
+    assert f"(at {Path(tests.models.__file__)}:{LINE} in _first_input_name" in m.reason
+    assert "autotune/" not in m.reason.split("(at ", 1)[1]  # none of autotune's own frames
+    assert "_first_input_name" in m.traceback and "Traceback" in m.traceback
+
+
+def test_shortening_never_cuts_a_word() -> None:
+    text = "AssertionError: invoke_subgraph operands must be a list of tensors, got a tuple"
+    short = shorten(text, 60)
+    assert short == "AssertionError: invoke_subgraph operands must be a list of…"
+    assert len(short) <= 60 and shorten("a  b\nc", 60) == "a b c"
+    assert shorten("x" * 100, 10) == "x" * 9 + "…"  # one word longer than the limit
+
+
+def test_show_prints_a_failed_trial_s_traceback(in_tmp: Path, capsys) -> None:
+    argv = ["search", "--model", "tests.models:tiny_toy", "--backend",
+            "tests.models:indexing_backend", "--granularity", "none,full", "--trials", "2",
+            "--iters", "3", "--warmup", "1", "--starts", "cold", "--no-progress", "--no-confirm",
+            "--study", "where", "--dynamic", "none", "--fullgraph", "false"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    key = "full/tests.models:indexing_backend/-/dynamic=auto/breaks-ok"
+    assert main(["show", "--study", "where", "--trial", key]) == 0
+    out = capsys.readouterr().out
+    assert "IndexError: list index out of range (at " in out
+    assert "the child's traceback:" in out and f'models.py", line {LINE}' in out
+    assert main(["show", "--study", "where", "--trial", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no strategy or trial 'nope'" in err and err.count("\n") == 1
+
+
+def test_a_backend_computing_in_lower_precision_fails_the_gate() -> None:
+    """The gate catches a backend that quietly computes in bfloat16 on a float64-referenced
+    float32 study; the plain eager backend on the same model passes (both sides)."""
+    ref, work = ModelRef("toy-64", layers=4), Workload(device="cpu", dtype="float32")
+    low = measure(ref, work, Strategy.create("full", "tests.models:bf16_backend"), QUICK)
+    assert low.status == "ok" and low.accuracy is not None and not low.accuracy.passed, low.reason
+    plain = measure(ref, work, Strategy.create("full", "eager"), QUICK)
+    assert plain.feasible
