@@ -281,3 +281,22 @@ def bf16_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         return tuple(o.float() for o in out) if isinstance(out, (tuple, list)) else out.float()
 
     return run
+
+
+class SlowToExport(torch.nn.Module):
+    """Compiles as quickly as any small model, but its export (an AOTInductor build) lasts an
+    hour: the build outlives any trial's timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            time.sleep(3600)
+        return self.linear(x)
+
+
+def slow_to_export() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return SlowToExport(), (torch.randn(4, 8),)

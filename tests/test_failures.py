@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import pytest
+
 import tests.models
 from autotune.catalog import ModelRef
 from autotune.cli import main
@@ -61,3 +63,17 @@ def test_a_backend_computing_in_lower_precision_fails_the_gate() -> None:
     assert low.status == "ok" and low.accuracy is not None and not low.accuracy.passed, low.reason
     plain = measure(ref, work, Strategy.create("full", "eager"), QUICK)
     assert plain.feasible
+
+
+@pytest.mark.slow
+def test_a_build_past_the_timeout_keeps_the_cold_measurement() -> None:
+    """The AOTInductor build runs after the cold measurement; one that outlasts the trial's
+    timeout costs only the aot start, with its reason (a build within it still gives the start:
+    tests/test_ahead.py)."""
+    settings = Settings(iters=3, warmup=1, timeout_s=45, starts=("cold", "aot"))
+    m = measure(ModelRef("tests.models:slow_to_export"), Workload(device="cpu"),
+                Strategy.create("full", "inductor"), settings)  # fmt: skip
+    assert m.status == "ok", m.reason
+    assert m.compile_s is not None and m.latency is not None and m.feasible
+    aot = m.starts["aot"]
+    assert aot.status == "failed" and "within the trial's 45 s" in aot.note, aot.note

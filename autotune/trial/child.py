@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from autotune.errors import AutotuneError, NotApplicable
@@ -26,10 +27,12 @@ SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
                                         "generate": Generate}  # fmt: skip
 
 
-def measure(request: Request) -> Measurement:
+def measure(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
     """Do what ``request`` asks, by its kind: measure one strategy with the scenario of its
     workload; compute the study's higher-precision reference; or time a confirmation's
-    strategies against eager in one process."""
+    strategies against eager in one process. A trial that builds artefacts hands its
+    measurement to ``keep`` first, so that a build that fails or outlasts the timeout costs
+    only its own start."""
     if request.kind == "reference":
         return make_reference(request)
     ctx = begin(request)
@@ -37,7 +40,13 @@ def measure(request: Request) -> Measurement:
         from autotune.trial.scenarios import rounds
 
         return rounds.run(ctx)
-    return SCENARIOS[ctx.workload.kind](ctx).run()
+    scenario = SCENARIOS[ctx.workload.kind](ctx)
+    m = scenario.run()
+    if request.build_ahead:
+        if keep is not None:
+            keep(m)
+        scenario.build(m)
+    return m
 
 
 def make_reference(request: Request) -> Measurement:
@@ -52,10 +61,10 @@ def make_reference(request: Request) -> Measurement:
     return Measurement(*request.base(), "ok", reason=data["reason"])
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def run(spec: dict[str, Any], keep: Callable[[Measurement], None] | None = None) -> dict[str, Any]:
     """Measure, turning every Python-level failure into a status with its reason."""
     try:
-        return measure(Request.from_dict(spec)).to_dict()
+        return measure(Request.from_dict(spec), keep).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
         message = " ".join(
@@ -77,12 +86,19 @@ def main(argv: list[str]) -> int:
     spec_path, result_path = argv
     with open(spec_path) as f:
         spec = json.load(f)
-    result = run(spec)
-    tmp = result_path + ".tmp"
+    result = run(spec, lambda m: _write(m.to_dict(), result_path + COLD))
+    _write(result, result_path)
+    return 0
+
+
+COLD = ".cold"  # beside the result: the measurement before the builds, kept first
+
+
+def _write(result: dict[str, Any], path: str) -> None:
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(result, f)
-    os.replace(tmp, result_path)
-    return 0
+    os.replace(tmp, path)
 
 
 def entry(spec_path: str, result_path: str, log_path: str, cwd: str, paths: list[str],

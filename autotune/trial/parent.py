@@ -177,10 +177,10 @@ def later_starts(
         breaks = cold.graphs.breaks if cold.graphs else 0
         work = cold.workload.kind if cold.workload else "inference"
         why = ahead.not_applicable(kind, strategy, work, breaks)
-        why = why or (cold.ahead.get(kind) or {}).get("error", "")
-        if why or not needed:
-            found[kind] = Start(kind, "not-applicable" if why else "skipped", measured=False,
-                                 note=why or SKIPPED)  # fmt: skip
+        broken = "" if why else (cold.ahead.get(kind) or {}).get("error", "")
+        if why or broken or not needed:  # a build that failed costs only its own start
+            status = "not-applicable" if why else "failed" if broken else "skipped"
+            found[kind] = Start(kind, status, measured=False, note=why or broken or SKIPPED)
         else:
             found[kind] = start_of(kind, run(kind), cold)
     if not needed and not starts.no_cache(strategy):

@@ -106,26 +106,42 @@ def run_child(
               {**_child_env(caches), **alone}),
     )  # fmt: skip
     proc.start()
+    timed_out = False
     try:
         proc.join(timeout=settings.timeout_s)
         if proc.exitcode is None:
             _kill(proc)
             proc.join()
-            return Measurement(
-                *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
-                wall_s=time.perf_counter() - start, log_tail=_tail(log_path),
-            )  # fmt: skip
+            timed_out = True
     finally:
         _kill(proc)  # Ctrl-C or not, nothing of the child outlives the trial
         if proc.pid is not None:
             proc.join()
     wall_s = time.perf_counter() - start
-    if not os.path.exists(result_path):
+    cold = result_path + child.COLD
+    if not os.path.exists(result_path) and os.path.exists(cold):  # it died building
+        why = (
+            f"the build did not finish within the trial's {settings.timeout_s:g} s"
+            if timed_out
+            else f"the build did not finish: {_ended(proc.exitcode)}"
+        )
+        with open(cold) as f:
+            result = Measurement.from_dict(json.load(f))
+        for kind in request.build_ahead:
+            result.ahead.setdefault(kind, {"error": f"{kind} build failed: {why}; the cold "
+                                                    "measurement stands"})  # fmt: skip
+    elif timed_out:
+        return Measurement(
+            *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
+            wall_s=wall_s, log_tail=_tail(log_path),
+        )  # fmt: skip
+    elif not os.path.exists(result_path):
         return Measurement(
             *base, "crashed", reason=_ended(proc.exitcode), wall_s=wall_s,
             log_tail=_tail(log_path),
         )  # fmt: skip
-    with open(result_path) as f:
-        result = Measurement.from_dict(json.load(f))
+    else:
+        with open(result_path) as f:
+            result = Measurement.from_dict(json.load(f))
     result.wall_s, result.workload = wall_s, request.workload  # the study's device, as asked
     return result

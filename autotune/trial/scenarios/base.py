@@ -149,6 +149,11 @@ class Scenario(ABC):
         """Calls that a recompile-limit probe runs once each, to count blocks left eager."""
         return {"call": self.calls()["compiled"]}
 
+    def build(self, m: Measurement) -> None:
+        """After the measurement is safe with the parent: build the artefacts the request asks
+        for (a start that skips the compiler); a workload without any builds none."""
+        return None
+
     def run(self) -> Measurement:
         with device.cudagraph_skips() as skips:
             m = self._run()

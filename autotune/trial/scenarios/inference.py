@@ -68,11 +68,9 @@ class Inference(Scenario):
         if ctx.request.load_ahead:
             ctx.timings["frames_compiled"] = float(ahead.frames_compiled())
 
-    def run(self) -> Any:
-        m = super().run()
+    def build(self, m: Any) -> None:
         for kind, path in self.ctx.request.build_ahead.items():
             m.ahead[kind] = ahead.build(kind, self.model, self.inputs, self.ctx.strategy, path)
-        return m
 
     def calls(self) -> dict[str, Callable[[], Any]]:
         return {"eager": self.eager_step, "compiled": self.compiled_step}
