@@ -540,3 +540,22 @@ def test_submit_over_http_then_two_queue_workers_on_postgres(postgres, tmp_path:
                 w.wait()
         output = server.stop()
     assert PASSWORD not in output and "Traceback" not in output
+
+
+def test_the_lookup_says_whether_the_pick_s_artefact_fits_the_asker(site: Site) -> None:
+    """Given the asker's fingerprint fields, the lookup judges each artefact of the pick as
+    autotune check does: the fields given that differ, and only those."""
+    from autotune.service.lookup import artefact_fits
+
+    store = Store(site.url)
+    answer = {"study": "kept", "key": S["B"].key}  # B ships a cache made with this torch
+    same = artefact_fits(store, answer, {"torch": torch.__version__, "cpu_isa": "avx2"})
+    assert same == {"cache": {"fits": True, "differs": {}}}  # its ISA was not recorded
+    other = artefact_fits(store, answer, {"torch": "2.0.0"})
+    assert other == {"cache": {"fits": False, "differs": {"torch": [torch.__version__, "2.0.0"]}}}
+    assert artefact_fits(store, {"study": "kept", "key": S["none"].key}, {"torch": "2.0"}) == {}
+    with site.server.client() as http:
+        asked = http.get("/api/lookup", params={**TOY, "float32_matmul_precision": "high"})
+        assert asked.status_code == 200 and "fits" in asked.json(), asked.text
+        assert http.get("/api/lookup", params=TOY).json().get("fits") is None  # the fast path
+        one_line_error(http.get("/api/lookup", params={**TOY, "device_index": -1}), 422)

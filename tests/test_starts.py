@@ -300,3 +300,46 @@ def test_a_loaded_artefact_that_misses_says_so(exported: Path, tmp_path: Path) -
     result = apply_in_fresh_process(exported, tmp_path, layers=2)
     [line] = result["warnings"]
     assert "missed the FX graph cache" in line and result["equal"]
+
+
+@pytest.mark.slow
+def test_check_passes_an_export_made_here_and_names_each_field_that_differs(
+    exported: Path, tmp_path: Path, capsys
+) -> None:
+    """autotune check: the export made on this machine will hit; each fingerprint field
+    changed in turn will not, and the line names that field; a damaged file will not load."""
+    assert cli.main(["check", str(exported)]) == 0
+    assert "cache artefact best.cache.bin: will load and hit here" in capsys.readouterr().out
+    blob = (exported.parent / "best.cache.bin").read_bytes()
+    changed = {"torch": "2.0.0", "triton": "3.9.9", "cuda": "12.4", "device_name": "NVIDIA H100",
+               "capability": "9.0", "cpu_isa": "sve", "float32_matmul_precision": "medium",
+               "device_index": 3}  # fmt: skip
+    for key, value in changed.items():
+        data = json.loads(exported.read_text())
+        data["autotune"]["cache_artifact"]["fingerprint"][key] = value
+        folder = tmp_path / key
+        folder.mkdir()
+        (folder / "best.json").write_text(json.dumps(data))
+        (folder / "best.cache.bin").write_bytes(blob)
+        assert cli.main(["check", str(folder / "best.json")]) == 1, key
+        out = capsys.readouterr().out
+        assert f"will miss: {artifact.FIELDS[key]}: made with {value!r}" in out, out
+        assert out.count(";") == 0  # that field alone
+    (folder / "best.cache.bin").write_bytes(blob[:-1])
+    assert cli.main(["check", str(folder / "best.json")]) == 1
+    assert "checksum differs" in capsys.readouterr().out
+
+
+def test_check_refuses_what_is_not_an_export_in_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "not.json").write_text("{")
+    (tmp_path / "plain.json").write_text('{"backend": "inductor"}')
+    (tmp_path / "none.json").write_text('{"autotune": {"strategy": {}}}')
+    for name, needle in (("missing.json", "no such file"), ("not.json", "not an autotune JSON"),
+                         ("plain.json", "no autotune block")):  # fmt: skip
+        assert cli.main(["check", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+    assert (
+        cli.main(["check", str(tmp_path / "none.json")]) == 0
+    )  # nothing shipped: nothing to miss
+    assert "ships no artefact" in capsys.readouterr().out

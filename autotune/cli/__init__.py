@@ -19,6 +19,7 @@ from autotune.cli.parser import build_parser, model_and_workload
 from autotune.cli.search import cmd_measure, cmd_search
 from autotune.cli.serve import cmd_queue_worker, cmd_serve
 from autotune.cli.study import (
+    cmd_check,
     cmd_dashboard,
     cmd_export,
     cmd_models,
@@ -35,6 +36,7 @@ COMMANDS = {
     "models": cmd_models, "measure": cmd_measure, "search": cmd_search, "export": cmd_export,
     "dashboard": cmd_dashboard, "studies": cmd_studies, "submit": cmd_submit, "show": cmd_show,
     "worker": cmd_worker, "queue-worker": cmd_queue_worker, "serve": cmd_serve,
+    "check": cmd_check,
 }  # fmt: skip
 
 

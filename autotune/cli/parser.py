@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
 
+    ch = sub.add_parser("check", help="preflight: will the artefacts an exported file ships load "
+                        "and hit on this machine? (exit 1 when one will not)")  # fmt: skip
+    ch.add_argument("file", help="the exported file, e.g. studies/<study>/best.json")
+    ch.add_argument("--device", help="the device your process runs on (default: the kind the "
+                    "artefact was made for, index 0)")  # fmt: skip
+
     sh = sub.add_parser("show", help="every strategy of a study, with why each was left out")
     _add_storage_args(sh)
     sh.add_argument("--policy", help="the policy whose answer is shown (default: the study's)")

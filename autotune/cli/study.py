@@ -109,6 +109,18 @@ def _show_trial(rows: list[Any], wanted: str, study: str) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from autotune.ship.preflight import preflight
+
+    found = preflight(args.file, args.device)
+    if not found:
+        print(f"{args.file} ships no artefact: a process that applies it compiles cold")
+        return 0
+    for fit in found:
+        print(fit.line())
+    return 0 if all(f.hits for f in found) else 1
+
+
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune.cli import report
     from autotune.search.progress import overview

@@ -124,9 +124,18 @@ def router(service: Service) -> APIRouter:
         device_name: Annotated[str | None, Query(max_length=256)] = None,
         torch: Annotated[str | None, Query(max_length=64)] = None,
         exported: bool = False,
+        triton: Annotated[str | None, Query(max_length=64)] = None,
+        cuda: Annotated[str | None, Query(max_length=64)] = None,
+        capability: Annotated[str | None, Query(max_length=16)] = None,
+        cpu_isa: Annotated[str | None, Query(max_length=32)] = None,
+        float32_matmul_precision: Literal["highest", "high", "medium"] | None = None,
+        device_index: Annotated[int | None, Query(ge=0, le=1024)] = None,
     ) -> dict[str, Any]:
         """The best known config for a model, workload, device (kind and name) and torch;
-        404 when no study has one (with ``exported``: no finished, exported one)."""
+        404 when no study has one (with ``exported``: no finished, exported one). Given any of
+        the asker's torch, Triton, CUDA, capability, CPU ISA, float32 matmul precision or
+        device index, ``fits`` says whether each artefact of the pick would hit there (what
+        ``autotune check`` says of a file)."""
         q = lookup.Query(model, device, layers, workload, batch_size, seq_len, dtype, new_tokens,
                          device_name, torch)  # fmt: skip
         found = cache.peek(("lookup", q))  # the common case: answered on the event loop
@@ -137,6 +146,13 @@ def router(service: Service) -> APIRouter:
             what = "an exported answer" if exported else "an answer"
             raise Refused(404, f"no study of {q.describe()} has {what} yet: submit one "
                           "(POST /api/studies)")  # fmt: skip
+        given = {"torch": torch, "triton": triton, "cuda": cuda, "device_name": device_name,
+                 "capability": capability, "cpu_isa": cpu_isa, "device_index": device_index,
+                 "float32_matmul_precision": float32_matmul_precision}  # fmt: skip
+        asker = {k: v for k, v in given.items() if v is not None}
+        if set(asker) - {"torch", "device_name"}:  # the plain lookup stays on the fast path
+            fits = await run_in_threadpool(lookup.artefact_fits, store, found, asker)
+            return {**found, "fits": fits}
         return found
 
     gate = [Depends(token_gate(service.settings.token))]

@@ -102,3 +102,24 @@ def _answer(study: StudyRecord, policy: str, key: str, config: dict[str, Any], e
     return {"study": study.name, "policy": policy, "key": key, "exported": exported,
             "verdict": block.get("verdict"), "environment": study.environment or {},
             "config": config}  # fmt: skip
+
+
+def artefact_fits(store: Store, answer: dict[str, Any], asker: dict[str, Any]) -> dict[str, Any]:
+    """Whether each artefact of the answer's pick (the compile cache, a precompiled function,
+    an AOTInductor package) would hit on the asker's machine: the fields the asker gave that
+    differ from what the artefact was made with (those it did not give are not judged)."""
+    from autotune.ship.preflight import fits
+    from autotune.trial.measurement import Measurement
+
+    row = store.measurement(answer["study"], answer["key"])
+    if row is None:
+        return {}
+    m = Measurement.from_dict(row.payload)
+    blocks = {"cache": m.artifact} if m.artifact else {}
+    blocks.update({k: v for k, v in m.ahead.items() if "error" not in v})
+    found = {}
+    for kind, block in blocks.items():
+        made = {k: v for k, v in (block.get("fingerprint") or {}).items() if k in asker}
+        differs = fits(made, asker)
+        found[kind] = {"fits": not differs, "differs": {k: list(v) for k, v in differs.items()}}
+    return found

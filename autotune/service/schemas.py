@@ -105,6 +105,7 @@ class Answer(BaseModel):
     verdict: str | None
     environment: dict[str, Any]
     config: dict[str, Any]
+    fits: dict[str, Any] | None = None  # given the asker's fingerprint: would each artefact hit
 
 
 class Submitted(BaseModel):

@@ -30,18 +30,35 @@ SUFFIX = BY_NAME["portable"].suffix
 
 
 def fingerprint(device: str = "cpu") -> dict[str, Any]:
-    """What an artefact needs to load and hit: torch, Triton and CUDA versions, the device name
-    and the float32 matmul precision (part of Inductor's cache key)."""
+    """What an artefact needs to load and hit: torch, Triton and CUDA versions, the device's
+    name, compute capability and index, the CPU's vector ISA, and the float32 matmul precision
+    (the last three are part of Inductor's cache key)."""
     import torch
 
     from autotune import device as devices
-    from autotune.environment import cpu_model
+    from autotune.environment import cpu_isa, cpu_model
 
     found = devices.fingerprint(device)
-    kind = "cuda" if devices.is_cuda(device) else device.split(":")[0]
+    cuda = devices.is_cuda(device)
     return {"torch": torch.__version__, "triton": found.get("triton"), "cuda": torch.version.cuda,
-            "device": kind, "device_name": found.get("device_name", cpu_model()),
+            "device": "cuda" if cuda else device.split(":")[0],
+            "device_name": found.get("device_name", cpu_model()),
+            "capability": found.get("capability"), "cpu_isa": cpu_isa(),
+            "device_index": int(device.partition(":")[2] or 0) if cuda else None,
             "float32_matmul_precision": found["float32_matmul_precision"]}  # fmt: skip
+
+
+FIELDS = {"torch": "torch", "triton": "Triton", "cuda": "CUDA", "device_name": "device",
+          "capability": "compute capability", "cpu_isa": "CPU ISA",
+          "float32_matmul_precision": "float32 matmul precision",
+          "device_index": "device index"}  # fmt: skip  # what must agree, with its label
+
+
+def differences(wanted: dict[str, Any], here: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Each field an artefact recorded that differs here: (as made, here). A field it did not
+    record (an older export) is no difference."""
+    return {key: (wanted[key], here.get(key)) for key in FIELDS
+            if wanted.get(key) is not None and wanted[key] != here.get(key)}  # fmt: skip
 
 
 def save(path: str, device: str) -> dict[str, Any] | None:
@@ -114,18 +131,14 @@ def ship(
 
 
 def mismatch(wanted: dict[str, Any], here: dict[str, Any]) -> str:
-    """Why an artefact made under ``wanted`` cannot load ``here`` ("" when it can)."""
-    for key, label in (("torch", "torch"), ("triton", "Triton"), ("cuda", "CUDA"),
-                       ("device_name", "device")):  # fmt: skip
-        if key in wanted and wanted[key] != here.get(key):
-            return f"it was made with {label} {wanted[key]}, this is {here.get(key)}"
-    precision = wanted.get("float32_matmul_precision")  # in Inductor's cache key
-    if precision and precision != here.get("float32_matmul_precision"):
-        return (
-            f"it was made with float32 matmul precision {precision!r}, this process runs "
-            f"{here.get('float32_matmul_precision')!r}: call "
-            f"torch.set_float32_matmul_precision({precision!r}) before autotune.apply"
-        )
+    """Why an artefact made under ``wanted`` cannot load or hit ``here`` ("" when it can): the
+    first field that differs."""
+    for key, (made, found) in differences(wanted, here).items():
+        if key == "float32_matmul_precision":
+            return (f"it was made with float32 matmul precision {made!r}, this process runs "
+                    f"{found!r}: call torch.set_float32_matmul_precision({made!r}) before "
+                    "autotune.apply")  # fmt: skip
+        return f"it was made with {FIELDS[key]} {made}, this is {found}"
     return ""
 
 
