@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> Any:
     """A static KV cache of ``workload.cache_len`` positions; allocated now if ``like`` (a cache
-    that has run) gives the layers' shapes, else on its first update."""
+    that has run) gives the layers' shapes, else on its first update, or, handed to a compiled
+    forward of :func:`autotune.strategy.granularity.generator`, just before its first call."""
     from transformers import StaticCache
 
     try:
