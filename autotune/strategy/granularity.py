@@ -44,12 +44,16 @@ def has_repeated_blocks(module: torch.nn.Module) -> bool:
 
 
 def shallow_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A new module object sharing parameters, buffers and attributes with ``module``."""
+    """A new module object sharing parameters, buffers and attributes with ``module``. Its hook
+    dictionaries are its own (holding the hooks ``module`` has now): a hook registered on the
+    copy, such as a CUDA-graph step mark, never lands on ``module``."""
     new = module.__class__.__new__(module.__class__)
     new.__dict__.update(module.__dict__)
-    for name, value in list(new.__dict__.items()):  # re-bind methods stored on the instance
+    for name, value in list(new.__dict__.items()):
         if getattr(value, "__self__", None) is module and hasattr(value, "__func__"):
-            new.__dict__[name] = types.MethodType(value.__func__, new)
+            new.__dict__[name] = types.MethodType(value.__func__, new)  # a method on the instance
+        elif "_hooks" in name and isinstance(value, dict):  # _forward_pre_hooks, ...
+            new.__dict__[name] = type(value)(value)
     new._modules = dict(module._modules)
     return new
 
