@@ -6,8 +6,9 @@
 - :func:`synchronize`, :func:`wall`, :func:`timed` and :class:`StepTimer`: when to wait for the
   device before a timer read (a generation records one event pair per step and synchronises
   once, as gpt-fast does, so the CPU's launches overlap the GPU's work);
-- :class:`PeakMemory`: the peak, with CUDA graphs' private pools counted (they are reserved,
-  not allocated, while a graph replays);
+- :class:`PeakMemory`: the peak, one kind for every strategy (on a GPU the reserved peak after
+  emptying the cache: CUDA graphs' private pools are reserved, not allocated, while a graph
+  replays);
 - :func:`marks_steps` and :func:`mark_step`: CUDA-graph step marks;
 - :func:`cudagraph_skips`: how often Inductor fell back from CUDA graphs, and why;
 - :func:`fingerprint`: the device's part of the environment;
@@ -134,23 +135,22 @@ class StepTimer:
 
 
 class PeakMemory:
-    """Peak memory since the last reset. On a GPU the allocator's peak: allocated, or, for a
-    strategy that replays CUDA graphs, reserved (a graph's scratch memory sits in its private
-    pool, which counts as reserved, not allocated, while it replays). On a CPU the resident
-    set's high-water mark."""
+    """Peak memory since the last reset, one kind for every strategy. On a GPU the caching
+    allocator's reserved peak, with the cache emptied before each reset: a CUDA graph's memory
+    sits in its private pool, which counts as reserved, not allocated, while the graph replays
+    (the allocator does not see a replay), and emptying the cache first releases what earlier
+    calls (eager's, another side's) left cached, so that only live tensors and live graphs'
+    pools carry over. On a CPU the resident set's high-water mark."""
 
-    def __init__(self, device: str, cuda_graphs: bool = False) -> None:
+    def __init__(self, device: str) -> None:
         self.device = device
-        self.reserved = is_cuda(device) and cuda_graphs
-        if not is_cuda(device):
-            self.kind = "cpu-rss-hwm"
-        else:
-            self.kind = "cuda-max-reserved" if self.reserved else "cuda-max-allocated"
+        self.kind = "cuda-max-reserved" if is_cuda(device) else "cpu-rss-hwm"
 
     def reset(self) -> None:
         if is_cuda(self.device):
             import torch
 
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(torch.device(resolve(self.device)))
             return
         # Linux: writing 5 resets the process's peak RSS (VmHWM) to its current RSS
@@ -161,13 +161,7 @@ class PeakMemory:
         if is_cuda(self.device):
             import torch
 
-            where = torch.device(resolve(self.device))
-            read = (
-                torch.cuda.max_memory_reserved
-                if self.reserved
-                else torch.cuda.max_memory_allocated
-            )
-            return read(where) / 2**20
+            return torch.cuda.max_memory_reserved(torch.device(resolve(self.device))) / 2**20
         with contextlib.suppress(OSError), open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):

@@ -103,7 +103,9 @@ class TokenCheck:
 
 @dataclass
 class Memory:
-    """Peak memory in MiB: CUDA max allocated on a GPU, resident-set high-water mark on a CPU."""
+    """Peak memory in MiB, of ``kind``: on a GPU the CUDA caching allocator's reserved peak after
+    emptying its cache (``cuda-max-reserved``, for every strategy; older measurements may say
+    ``cuda-max-allocated``), on a CPU the resident set's high-water mark."""
 
     kind: str
     eager_peak_mb: float

@@ -87,7 +87,7 @@ def begin(request: Request) -> TrialContext:
     torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
     result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
                          environment=fingerprint(workload.device))  # fmt: skip  # with its TF32
-    memory = device.PeakMemory(workload.device, strategy.uses_cuda_graphs())
+    memory = device.PeakMemory(workload.device)
     ctx = TrialContext(request, strategy, workload, ref, result, memory, start)
     ctx.timings["startup_s"] = time.time() - (request.launched or time.time())
     if request.reference and strategy.granularity != "none":
