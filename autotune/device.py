@@ -287,6 +287,16 @@ def available(device: str) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
+def tf32_matmuls(dtype: str | None, device: str) -> bool:
+    """Whether a trial of ``dtype`` on ``device`` runs its float32 matmuls in TF32 in this
+    process: float32, on a GPU, at a float32 matmul precision below ``highest`` (``high``, as
+    :func:`tf32_for` sets it; ``medium`` is TF32 too on CUDA)."""
+    import torch
+
+    return (dtype == "float32" and is_cuda(device)
+            and torch.get_float32_matmul_precision() != "highest")  # fmt: skip
+
+
 def tf32_for(dtype: str, device: str) -> None:
     """Float32 studies on a GPU run with TF32 matmuls, as PyTorch's own benchmark harness and
     most users' code do (``set_float32_matmul_precision("high")``); the fingerprint says so."""

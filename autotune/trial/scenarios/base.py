@@ -46,13 +46,22 @@ class TrialContext:
     timings: dict[str, float] = field(default_factory=dict)
     reference: dict[str, Any] | None = None  # the study's higher-precision outputs
 
+    @property
+    def gate(self) -> accuracy.Gate:
+        """The accuracy rule of this trial: its dtype's, or TF32's for float32 matmuls that run
+        in TF32 here."""
+        w = self.workload
+        tf32 = device.tf32_matmuls(w.dtype, w.device)
+        return accuracy.Gate(w.dtype, self.request.tolerance, tf32)
+
     def judge(self, expected: list[Any], actual: list[Any], *names: str) -> Accuracy:
         """The verdict on compiled outputs, against eager's and the reference's outputs
-        ``names`` (in that order)."""
+        ``names`` (in that order), under :attr:`gate`."""
         outputs = self.reference["outputs"] if self.reference else {}
         found = [t for n in names for t in outputs[n]] if outputs else None
-        verdict = accuracy.judge(expected, actual, found, self.workload.dtype,
-                                 self.request.tolerance, self.request.reference_dtype)  # fmt: skip
+        gate = self.gate
+        verdict = accuracy.judge(expected, actual, found, gate.dtype, gate.tolerance,
+                                 self.request.reference_dtype, gate.tf32)  # fmt: skip
         if found is None and self.request.reference_reason:
             verdict.rule += f" ({self.request.reference_reason})"
         return verdict
