@@ -10,7 +10,7 @@
   emptying the cache: CUDA graphs' private pools are reserved, not allocated, while a graph
   replays);
 - :func:`marks_steps` and :func:`mark_step`: CUDA-graph step marks;
-- :func:`cudagraph_skips`: how often Inductor fell back from CUDA graphs, and why;
+- :func:`cudagraph_skips`: where Inductor fell back from CUDA graphs, and why;
 - :func:`fingerprint`: the device's part of the environment;
 - :func:`count`, :func:`available`: GPUs visible, and memory free for a copy of a model.
 """
@@ -191,37 +191,41 @@ def mark_each_call(module: Any) -> Any:
     return module
 
 
-# Inductor counts each CUDA-graph fallback in its private counters and logs the reason as a
-# perf hint; neither has a public API, so both are read here alone, and
+# Inductor logs each CUDA-graph fallback through one function, which also bumps its private
+# counter; it bumps the counter alone, with no line, for a graph with no CUDA device (one that
+# never had CUDA graphs to lose: torch/_inductor/output_code.py, CompiledFxGraph.post_compile).
+# So the lines count, not the counter, each with the compile it arose in (its region). Neither
+# has a public API: both are read here alone, and
 # tests/test_device.py::test_cudagraph_skips_are_read_from_inductor fails loudly if they change.
 SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+SKIP_FUNCTION = "log_cudagraph_skip_and_bump_counter"
 
 
 class _Skips(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.reasons: list[str] = []
+        self.found: list[tuple[str, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if "skipping cudagraphs" in text:
-            self.reasons.append(text)
+        if record.funcName == SKIP_FUNCTION:
+            from torch._guards import CompileContext
+
+            compile_id = CompileContext.current_compile_id()
+            self.found.append(("" if compile_id is None else str(compile_id), record.getMessage()))
 
 
 @contextlib.contextmanager
-def cudagraph_skips() -> Iterator[Callable[[], tuple[int, str]]]:
-    """While open, collect Inductor's CUDA-graph fallbacks; yields a reader of (how many, the
-    first reason)."""
-    from torch._dynamo.utils import counters
-
+def cudagraph_skips() -> Iterator[Callable[[], list[tuple[str, str]]]]:
+    """While open, collect the CUDA-graph fallbacks Inductor logs; yields a reader of each one's
+    (compile id, reason): the compile id of the graph it arose in while compiling (as Dynamo's
+    compilation metrics name it), "" for one at run time."""
     handler = _Skips()
     logger = logging.getLogger(SKIP_LOGGER)
-    before, level = int(counters["inductor"]["cudagraph_skips"]), logger.level
+    level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
-        yield lambda: (int(counters["inductor"]["cudagraph_skips"]) - before,
-                       handler.reasons[0] if handler.reasons else "")  # fmt: skip
+        yield lambda: list(handler.found)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)

@@ -113,15 +113,88 @@ def test_many_steps_are_timed_with_one_wait(two_gpus, monkeypatch) -> None:
 
 
 def test_cudagraph_skips_are_read_from_inductor() -> None:
-    """Inductor's counter and log line of a CUDA-graph fallback have no public API: if they
-    change, this fails."""
+    """Inductor's log line of a CUDA-graph fallback, and the compile it arose in, have no public
+    API: if they change, this fails. A fallback at run time has no compile."""
+    from torch._guards import CompileContext, CompileId, compile_context
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
     with device.cudagraph_skips() as skips:
-        assert skips() == (0, "")
-        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1)")
-        count, reason = skips()
-    assert count == 1 and "mutated inputs" in reason
+        assert skips() == []
+        with compile_context(CompileContext(CompileId(frame_id=7, frame_compile_id=1))):
+            log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1)")
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to a run-time reason")
+        found = skips()
+    assert found == [("7/1", "skipping cudagraphs due to mutated inputs (1)"),
+                     ("", "skipping cudagraphs due to a run-time reason")]  # fmt: skip
+
+
+def test_a_graph_without_a_cuda_device_is_not_a_cuda_graph_fallback() -> None:
+    """Inductor bumps its CUDA-graph skip counter without a line for a graph with no CUDA device
+    (every graph on a CPU): that counter made strategies NO GRAPHS with an empty reason. Only
+    the logged fallbacks count, each named by the graph (region) it arose in."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+    from torch._guards import CompileContext, CompileId, compile_context
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    from autotune.trial import metrics
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    torch._dynamo.reset()
+    before = counters["inductor"]["cudagraph_skips"]
+    with device.cudagraph_skips() as skips:
+        torch.compile(block, mode="reduce-overhead")(torch.ones(4))
+        assert counters["inductor"]["cudagraph_skips"] > before  # torch's silent count
+        assert skips() == []
+        ours = next(m.compile_id for m in get_compilation_metrics() if m.co_name == "block")
+        frame, recompile = (int(n) for n in str(ours).split("/"))
+        for _ in range(2):  # one graph, named once
+            with compile_context(
+                CompileContext(CompileId(frame_id=frame, frame_compile_id=recompile))
+            ):
+                log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device")
+        log_cudagraph_skip_and_bump_counter("skipping cudagraph due to a re-record limit")
+        found = metrics.cudagraph_skipped(skips())
+    assert found == [
+        f"graph {ours} block (test_device.py:{block.__code__.co_firstlineno}): skipping "
+        "cudagraphs due to cpu device",
+        "at run time: skipping cudagraph due to a re-record limit",
+    ]
+
+
+def test_one_skipped_region_is_not_a_plain_inductor_compile() -> None:
+    from autotune.cli.report import summary
+    from autotune.trial.measurement import Graphs, Measurement
+
+    skipped = ["graph 1/0 forward (toy.py:25): skipping cudagraphs due to mutated inputs"]
+    strategy = Strategy.create("regional", "inductor", "reduce-overhead")
+
+    def measured(count: int, skips: int) -> Measurement:
+        graphs = Graphs(count=count, cudagraph_skips=skips, cudagraph_skipped=skipped[:skips])
+        return Measurement(strategy.to_dict(), {}, {}, "ok", graphs=graphs)
+
+    part, whole, none = measured(3, 1), measured(1, 1), measured(3, 0)
+    assert (part.without_cuda_graphs, whole.without_cuda_graphs) == ("1 of 3 graphs", "all")
+    assert none.without_cuda_graphs == ""
+    assert "plain Inductor" not in summary(part) and skipped[0] in summary(part)
+    assert "1 of 3 graphs" in summary(part) and "plain Inductor" in summary(whole)
+
+
+def test_a_trial_records_cuda_graph_fallbacks_only_for_cuda_graphs_on_a_gpu() -> None:
+    """On a CPU a reduce-overhead regional compile has graphs with no CUDA device: Inductor
+    counts them as skips, and the trial used to label the strategy NO GRAPHS."""
+    from autotune.catalog import ModelRef
+    from autotune.trial.request import Request
+    from autotune.trial.scenarios import Inference, begin
+
+    strategy = Strategy.create("regional", "inductor", "reduce-overhead")
+    request = Request("trial", strategy, ModelRef("toy-64", layers=2), Workload(), iters=1,
+                      warmup=0)  # fmt: skip
+    torch._dynamo.reset()
+    m = Inference(begin(request)).run()
+    assert m.ok and m.graphs is not None and m.graphs.count >= 2, m.reason
+    assert m.graphs.cudagraph_skips == 0 and m.without_cuda_graphs == ""
 
 
 def test_cuda_graph_steps_are_marked_before_every_call(monkeypatch) -> None:

@@ -155,8 +155,12 @@ class Scenario(ABC):
     def run(self) -> Measurement:
         with device.cudagraph_skips() as skips:
             m = self._run()
-        if m.graphs is not None:
-            m.graphs.cudagraph_skips, m.graphs.cudagraph_skip_reason = skips()
+        graphs = device.marks_steps(self.ctx.device, self.ctx.strategy.uses_cuda_graphs())
+        if m.graphs is not None and graphs:  # a strategy that replays CUDA graphs, on a GPU
+            found = skips()
+            m.graphs.cudagraph_skipped = metrics.cudagraph_skipped(found)
+            m.graphs.cudagraph_skips = len(m.graphs.cudagraph_skipped)
+            m.graphs.cudagraph_skip_reason = found[0][1] if found else ""
         return m
 
     def _run(self) -> Measurement:
