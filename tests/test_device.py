@@ -67,6 +67,21 @@ def test_every_strategy_s_peak_is_the_reserved_peak_after_emptying_the_cache(two
     assert device.PeakMemory("cpu").kind == "cpu-rss-hwm"
 
 
+def test_the_reference_child_makes_its_device_current_first(two_gpus, tmp_path) -> None:
+    """A reference on cuda:1 made no device current: torch's CUDA state (its context, cuBLAS's
+    handles) went to GPU 0. It is made current as a trial's is, before anything else; the
+    stand-in CUDA layer then fails the build, which is the child's failed measurement."""
+    from autotune.catalog import ModelRef
+    from autotune.trial import child
+    from autotune.trial.request import Request
+
+    request = Request("reference", Strategy("none"), ModelRef("toy-64", layers=1),
+                      Workload(device="cuda:1"), reference_out=str(tmp_path / "r.pt"))  # fmt: skip
+    result = child.run(request.to_dict())
+    assert two_gpus["set"][:1] == [1], result["reason"]
+    assert result["status"] == "failed", result  # no real GPU behind the stand-in
+
+
 def test_local_workers_get_one_gpu_each_and_a_share_of_the_cpu(two_gpus, monkeypatch) -> None:
     assert LocalWorkers.devices("cuda:0", 2) == ["cuda:0", "cuda:1"]
     assert LocalWorkers.devices("cuda:1", 1) == ["cuda:1"]  # a study made for cuda:1 keeps it
