@@ -6,10 +6,11 @@
 - :func:`synchronize`, :func:`wall`, :func:`timed` and :class:`StepTimer`: when to wait for the
   device before a timer read (a generation records one event pair per step and synchronises
   once, as gpt-fast does, so the CPU's launches overlap the GPU's work);
-- :class:`PeakMemory`: the peak, with CUDA graphs' private pools counted (they are reserved,
-  not allocated, while a graph replays);
+- :class:`PeakMemory`: the peak, one kind for every strategy (on a GPU the reserved peak after
+  emptying the cache: CUDA graphs' private pools are reserved, not allocated, while a graph
+  replays);
 - :func:`marks_steps` and :func:`mark_step`: CUDA-graph step marks;
-- :func:`cudagraph_skips`: how often Inductor fell back from CUDA graphs, and why;
+- :func:`cudagraph_skips`: where Inductor fell back from CUDA graphs, and why;
 - :func:`fingerprint`: the device's part of the environment;
 - :func:`count`, :func:`available`: GPUs visible, and memory free for a copy of a model.
 """
@@ -147,23 +148,22 @@ class StepTimer:
 
 
 class PeakMemory:
-    """Peak memory since the last reset. On a GPU the allocator's peak: allocated, or, for a
-    strategy that replays CUDA graphs, reserved (a graph's scratch memory sits in its private
-    pool, which counts as reserved, not allocated, while it replays). On a CPU the resident
-    set's high-water mark."""
+    """Peak memory since the last reset, one kind for every strategy. On a GPU the caching
+    allocator's reserved peak, with the cache emptied before each reset: a CUDA graph's memory
+    sits in its private pool, which counts as reserved, not allocated, while the graph replays
+    (the allocator does not see a replay), and emptying the cache first releases what earlier
+    calls (eager's, another side's) left cached, so that only live tensors and live graphs'
+    pools carry over. On a CPU the resident set's high-water mark."""
 
-    def __init__(self, device: str, cuda_graphs: bool = False) -> None:
+    def __init__(self, device: str) -> None:
         self.device = device
-        self.reserved = is_cuda(device) and cuda_graphs
-        if not is_cuda(device):
-            self.kind = "cpu-rss-hwm"
-        else:
-            self.kind = "cuda-max-reserved" if self.reserved else "cuda-max-allocated"
+        self.kind = "cuda-max-reserved" if is_cuda(device) else "cpu-rss-hwm"
 
     def reset(self) -> None:
         if is_cuda(self.device):
             import torch
 
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(torch.device(resolve(self.device)))
             return
         # Linux: writing 5 resets the process's peak RSS (VmHWM) to its current RSS
@@ -174,13 +174,7 @@ class PeakMemory:
         if is_cuda(self.device):
             import torch
 
-            where = torch.device(resolve(self.device))
-            read = (
-                torch.cuda.max_memory_reserved
-                if self.reserved
-                else torch.cuda.max_memory_allocated
-            )
-            return read(where) / 2**20
+            return torch.cuda.max_memory_reserved(torch.device(resolve(self.device))) / 2**20
         with contextlib.suppress(OSError), open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
@@ -210,37 +204,41 @@ def mark_each_call(module: Any) -> Any:
     return module
 
 
-# Inductor counts each CUDA-graph fallback in its private counters and logs the reason as a
-# perf hint; neither has a public API, so both are read here alone, and
+# Inductor logs each CUDA-graph fallback through one function, which also bumps its private
+# counter; it bumps the counter alone, with no line, for a graph with no CUDA device (one that
+# never had CUDA graphs to lose: torch/_inductor/output_code.py, CompiledFxGraph.post_compile).
+# So the lines count, not the counter, each with the compile it arose in (its region). Neither
+# has a public API: both are read here alone, and
 # tests/test_device.py::test_cudagraph_skips_are_read_from_inductor fails loudly if they change.
 SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
+SKIP_FUNCTION = "log_cudagraph_skip_and_bump_counter"
 
 
 class _Skips(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.reasons: list[str] = []
+        self.found: list[tuple[str, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if "skipping cudagraphs" in text:
-            self.reasons.append(text)
+        if record.funcName == SKIP_FUNCTION:
+            from torch._guards import CompileContext
+
+            compile_id = CompileContext.current_compile_id()
+            self.found.append(("" if compile_id is None else str(compile_id), record.getMessage()))
 
 
 @contextlib.contextmanager
-def cudagraph_skips() -> Iterator[Callable[[], tuple[int, str]]]:
-    """While open, collect Inductor's CUDA-graph fallbacks; yields a reader of (how many, the
-    first reason)."""
-    from torch._dynamo.utils import counters
-
+def cudagraph_skips() -> Iterator[Callable[[], list[tuple[str, str]]]]:
+    """While open, collect the CUDA-graph fallbacks Inductor logs; yields a reader of each one's
+    (compile id, reason): the compile id of the graph it arose in while compiling (as Dynamo's
+    compilation metrics name it), "" for one at run time."""
     handler = _Skips()
     logger = logging.getLogger(SKIP_LOGGER)
-    before, level = int(counters["inductor"]["cudagraph_skips"]), logger.level
+    level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
-        yield lambda: (int(counters["inductor"]["cudagraph_skips"]) - before,
-                       handler.reasons[0] if handler.reasons else "")  # fmt: skip
+        yield lambda: list(handler.found)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -304,6 +302,16 @@ def available(device: str) -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def tf32_matmuls(dtype: str | None, device: str) -> bool:
+    """Whether a trial of ``dtype`` on ``device`` runs its float32 matmuls in TF32 in this
+    process: float32, on a GPU, at a float32 matmul precision below ``highest`` (``high``, as
+    :func:`tf32_for` sets it; ``medium`` is TF32 too on CUDA)."""
+    import torch
+
+    return (dtype == "float32" and is_cuda(device)
+            and torch.get_float32_matmul_precision() != "highest")  # fmt: skip
 
 
 def tf32_for(dtype: str, device: str) -> None:

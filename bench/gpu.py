@@ -14,8 +14,14 @@ FAILs):
    beside Accelerate's published table (full 10.7 s / 6.3 ms, regional 1.95 s / 9.7 ms, eager
    18.3 ms on an H100).
 4. The generate workload on gemma-2b with ``reduce-overhead``: decode per token and TTFT.
-5. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more).
-6. ``search --workers 2`` on two GPUs (two GPUs or more).
+5. The generate confirmation (several strategies in one process) with ``reduce-overhead``: its
+   rounds run, nothing overwritten.
+6. ``autotune.apply_generation`` with ``reduce-overhead``: two ``generate`` calls, the static KV
+   cache allocated before the compiled prefill, no CUDA-graph fallback, eager's first token.
+7. A precompiled start of a CUDA-graph strategy: refused, with why (torch would load it
+   without CUDA graphs).
+8. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more).
+9. ``search --workers 2`` on two GPUs (two GPUs or more).
 """
 
 from __future__ import annotations
@@ -36,12 +42,15 @@ sys.path.insert(0, str(ROOT))
 
 from autotune import catalog, device  # noqa: E402
 from autotune.catalog import ModelRef  # noqa: E402
+from autotune.starts import precompiled as ahead  # noqa: E402
 from autotune.strategy.strategy import Strategy  # noqa: E402
-from autotune.trial.parent import measure  # noqa: E402
+from autotune.trial.parent import confirm, measure  # noqa: E402
 from autotune.workload import Settings, Workload  # noqa: E402
 
 ACCELERATE = {"none": (0.0, 18.3), "full": (10.7, 6.3), "regional": (1.95, 9.7)}  # s, ms (H100)
 QUICK = Settings(iters=10, warmup=3, timeout_s=900)
+OVERHEAD = Strategy.create("full", "inductor", "reduce-overhead")
+GEMMA = ModelRef("gemma-2b", layers=4)  # the side paths' model: short, as they need no table
 
 
 @dataclass
@@ -114,6 +123,53 @@ def generate(where: str) -> list[str]:
     ]  # type: ignore[union-attr]
 
 
+def generate_confirmation(where: str) -> list[str]:
+    workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=16)
+    strategies = [OVERHEAD, Strategy.create("regional", "inductor", "reduce-overhead")]
+    m = confirm(GEMMA, workload, strategies, Settings(iters=5, warmup=2, timeout_s=900), [])
+    rounds = {k: len(v) for k, v in m.rounds.items()}
+    ok = (m.ok and "overwritten" not in m.log_tail
+          and all(rounds.get(s.key) for s in [Strategy("none"), *strategies]))  # fmt: skip
+    return [f"{'PASS' if ok else 'FAIL'} generate confirmation, reduce-overhead full and "
+            f"regional in one process: {m.status}, rounds {rounds} {m.reason[:300]}"]  # fmt: skip
+
+
+def generation_applied(where: str) -> list[str]:
+    import torch
+
+    import autotune
+
+    workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=16)
+    model, (prompt,) = catalog.build(GEMMA, workload)
+    eager = model.generate(prompt, max_new_tokens=16, do_sample=False,
+                           cache_implementation="static")[:, prompt.shape[1] :]  # fmt: skip
+    gen = autotune.apply_generation(model, OVERHEAD)
+    with device.cudagraph_skips() as skips:
+        outs = [gen.generate(prompt, max_new_tokens=16, do_sample=False,
+                             return_dict_in_generate=True) for _ in range(2)]  # fmt: skip
+        found = skips()
+    tokens = [o.sequences[:, prompt.shape[1] :] for o in outs]
+    static = all(getattr(layer.keys, "_dynamo_static_input_type", None) == "unguarded"
+                 for o in outs for layer in o.past_key_values.layers)  # fmt: skip
+    same = int((tokens[0] == eager).all(dim=0).long().cumprod(0).sum())
+    ok = (not found and static and torch.equal(tokens[0], tokens[1])
+          and bool((tokens[0][:, 0] == eager[:, 0]).all()))  # fmt: skip
+    why = f"; fallbacks: {found[:2]}" if found else ""
+    return [f"{'PASS' if ok else 'FAIL'} apply_generation reduce-overhead: two generates, "
+            f"cache marked static {static}, {same} of 16 tokens as eager's{why}"]  # fmt: skip
+
+
+def precompiled_cuda_graphs(where: str) -> list[str]:
+    settings = Settings(iters=5, warmup=2, timeout_s=900, starts=("cold", "precompiled"))
+    strategy = Strategy.create("full", "inductor", "reduce-overhead", fullgraph=True)
+    m = measure(ModelRef("toy-64"), Workload.create(device=where), strategy, settings)
+    start = m.starts.get("precompiled")
+    ok = (m.feasible and start is not None and start.status == "not-applicable"
+          and "without CUDA graphs" in start.note)  # fmt: skip
+    what = f"{start.status}: {start.note}" if start else f"no start ({m.status} {m.reason[:200]})"
+    return [f"{'PASS' if ok else 'FAIL'} precompiled start of {strategy.key}: {what}"]
+
+
 def _cli(*argv: str, cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autotune.cli", *argv], cwd=cwd,
                           capture_output=True, text=True, env={**os.environ, **(env or {})},
@@ -157,6 +213,7 @@ def plan() -> list[Check]:
     one = Workload(device="cpu")
     bf16 = Workload(device="cpu", dtype="bfloat16")
     gen = Workload(device="cpu", dtype="bfloat16", kind="generate", new_tokens=4)
+    short = ModelRef("gemma-2b", layers=1)
     return [
         Check("CUDA events vs perf_counter", [], events_agree),
         Check("reduce-overhead on toy-64", [(ModelRef("toy-64", layers=1), one)], cuda_graphs),
@@ -166,6 +223,13 @@ def plan() -> list[Check]:
             llama_table,
         ),
         Check("generate on gemma-2b", [(ModelRef("gemma-2b", layers=1), gen)], generate),
+        Check("generate confirmation", [(short, gen)], generate_confirmation),
+        Check("apply_generation", [(short, gen)], generation_applied),
+        Check(
+            "precompiled CUDA graphs",
+            [(ModelRef("toy-64", layers=1), one)],
+            precompiled_cuda_graphs,
+        ),
         Check(
             "portable start on another index",
             [(ModelRef("toy-64", layers=1), one)],
@@ -181,14 +245,21 @@ def dry_run(checks: list[Check]) -> int:
     build at one layer, its commands parse."""
     from autotune.cli import build_parser
 
+    users: dict[tuple[ModelRef, Workload], list[str]] = {}
     for check in checks:
-        for ref, workload in check.models:
-            catalog.check(ref, workload)
-            model, inputs = catalog.build(ref, workload)
-            print(f"built {ref.name} ({workload.kind}, {workload.dtype}) for: {check.name}")
-            del model, inputs
+        for pair in check.models:
+            users.setdefault(pair, []).append(check.name)
+    for (ref, workload), names in users.items():  # each model once, however many checks use it
+        catalog.check(ref, workload)
+        model, inputs = catalog.build(ref, workload)
+        print(f"built {ref.name} ({workload.kind}, {workload.dtype}) for: {', '.join(names)}")
+        del model, inputs
     for s in ("full", "regional"):
         Strategy.create(s, "inductor", "reduce-overhead").validate()
+    refused = Strategy.create("full", "inductor", "reduce-overhead", fullgraph=True)
+    if "without CUDA graphs" not in ahead.not_applicable("precompiled", refused, "inference", 0):
+        print("dry run: a precompiled CUDA-graph start would not be refused")
+        return 1
     parser = build_parser()
     parser.parse_args(["search", "--model", "toy-64", "--device", "cuda:1", "--trials", "1"])
     parser.parse_args(["search", "--model", "toy-64", "--workers", "2", "--json"])

@@ -75,6 +75,52 @@ def test_a_float32_gate_is_never_looser_than_the_eager_check() -> None:
     assert not strict.passed and strict.tolerance == 0.1  # the user's tolerance tightens it
 
 
+def test_a_tf32_level_error_passes_with_tf32_matmuls_and_fails_without() -> None:
+    """Float32 studies on a GPU run their matmuls in TF32 (a 10-bit mantissa), and Triton's TF32
+    dot is less accurate than cuBLAS's: judged at float32's precision, a compiled GEMM's
+    TF32-level error is a wrong answer; at TF32's, it passes."""
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(64, 256, generator=g, dtype=torch.float64)
+
+    def rounded(bits: int) -> torch.Tensor:  # a relative error of about 2**-bits per element
+        return (ref * (1 + 2.0**-bits * torch.randn(64, 256, generator=g))).float()
+
+    eager, compiled = rounded(12), rounded(10)  # cuBLAS's TF32, then a worse TF32 dot
+    on = accuracy.judge([eager], [compiled], [ref], "float32", 1.0, "float64", tf32=True)
+    off = accuracy.judge([eager], [compiled], [ref], "float32", 1.0, "float64", tf32=False)
+    assert on.passed, on.detail
+    assert not off.passed and "TF32" in on.rule and "TF32" not in off.rule
+    without = [accuracy.judge([eager], [compiled], None, "float32", tf32=t) for t in (True, False)]
+    assert [v.passed for v in without] == [True, False]  # no reference: eager's check alone
+    assert not accuracy.judge([eager], [compiled * 1.05], [ref], "float32", tf32=True).passed
+    assert accuracy.Gate("bfloat16", tf32=True).eps == accuracy.Gate("bfloat16").eps
+
+
+def test_a_trial_judges_at_tf32_where_its_float32_matmuls_run_in_tf32() -> None:
+    from autotune import device
+    from autotune.trial.measurement import Measurement
+    from autotune.trial.request import Request
+    from autotune.trial.scenarios.base import TrialContext
+
+    def gate(dtype: str, where: str) -> accuracy.Gate:
+        w = Workload(device=where, dtype=dtype)
+        request = Request("trial", Strategy.create("full"), DEEP, w)
+        m = Measurement(*request.base(), "ok")
+        ctx = TrialContext(request, request.strategy, w, DEEP, m, device.PeakMemory("cpu"))
+        return ctx.gate
+
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")  # what device.tf32_for sets on a GPU
+        assert gate("float32", "cuda:0").precision == "tfloat32"
+        assert gate("float32", "cpu").precision == "float32"
+        assert gate("bfloat16", "cuda:0").precision == "bfloat16"
+        torch.set_float32_matmul_precision("highest")
+        assert gate("float32", "cuda:0").precision == "float32"
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
 def test_the_reference_is_float64_where_it_fits_else_float32_else_none() -> None:
     gib = 2**30
     assert choose(10**6, "bfloat16", "inference", 16 * gib) == ("float64", "")

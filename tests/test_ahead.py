@@ -35,6 +35,13 @@ ROOT = str(Path(__file__).resolve().parent.parent)
             "no CUDA graphs",
         ),
         ("precompiled", Strategy.create("full", "cudagraphs"), "inference", 0, "takes backends"),
+        (
+            "precompiled",
+            Strategy.create("full", "inductor", "reduce-overhead"),
+            "inference",
+            0,
+            "without CUDA graphs",
+        ),
         ("aot", Strategy.create("none"), "inference", 0, "eager compiles nothing"),
     ],
 )
@@ -45,6 +52,36 @@ def test_where_a_kind_does_not_apply_it_says_why(kind, strategy, workload, break
 def test_a_full_compile_without_breaks_can_skip_the_compiler() -> None:
     for kind in ("precompiled", "aot"):
         assert not_applicable(kind, Strategy.create("full", fullgraph=True), "inference", 0) == ""
+
+
+def test_a_precompiled_function_loads_with_the_process_s_cuda_graphs_not_the_strategy_s(
+    tmp_path: Path,
+) -> None:
+    """Why a CUDA-graph strategy has no precompiled start: built with its options (CUDA graphs
+    on), the function is loaded with whatever ``triton.cudagraphs`` the loading process has.
+    On a CPU Inductor counts a CUDA-graph fallback only where it considered CUDA graphs."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from autotune.catalog.toy import Toy
+
+    torch.manual_seed(0)
+    model, x = Toy(2).eval(), torch.randn(10, 10)
+    overhead = Strategy.create("full", "inductor", "reduce-overhead")
+    path = str(tmp_path / "f.bin")
+    torch._dynamo.reset()
+    assert "error" not in ahead.build("precompiled", model, (x,), overhead, path)
+    considered = []
+    for cudagraphs in (False, True):  # the loading process's switch, nothing else differs
+        before = counters["inductor"]["cudagraph_skips"]
+        with torch._inductor.config.patch({"triton.cudagraphs": cudagraphs}):
+            fn = ahead.load("precompiled", path, model)
+        considered.append(counters["inductor"]["cudagraph_skips"] - before)
+        with torch.no_grad():
+            assert torch.allclose(fn(x), model(x))
+    assert considered == [0, 1]
+    assert not_applicable("precompiled", overhead, "inference", 0)
+    assert not_applicable("precompiled", Strategy.create("full"), "inference", 0) == ""
 
 
 def test_the_private_torch_reads_still_work() -> None:

@@ -86,3 +86,33 @@ def test_none_and_full() -> None:
     assert count_regions(full) == 1
     with torch.no_grad():
         torch.testing.assert_close(full(x), model(x))
+
+
+def _on_a_gpu(model: torch.nn.Module) -> torch.nn.Module:
+    """The model with its parameters on ``cuda:0`` as torch's fake tensors (no CUDA needed): the
+    CUDA-graph step mark is registered for a model on a CUDA device."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                fake = torch.empty(p.shape, device="cuda:0")
+                module._parameters[name] = torch.nn.Parameter(fake)
+    return model
+
+
+@pytest.mark.parametrize("granularity", ["full", "regional", "nested"])
+def test_the_step_mark_lands_on_the_compiled_model_never_on_the_user_s(granularity: str) -> None:
+    """A regional compile's top is a shallow copy of the user's model: sharing its hook
+    dictionaries put the CUDA-graph step mark on the user's model too (then traced by any
+    later compile of it). The copy's hooks are its own, the user's own hook still runs on it."""
+    import autotune
+
+    model = _on_a_gpu(Toy(3))
+    mine = model.register_forward_pre_hook(lambda *_: None)
+    compiled = autotune.apply(model, Strategy.create(granularity, "inductor", "reduce-overhead"))
+    assert list(model._forward_pre_hooks) == [mine.id]  # nothing new on the user's model
+    marks = [k for k in compiled._forward_pre_hooks if k != mine.id]
+    assert len(marks) == 1  # the mark is there, on the compiled model
+    if granularity == "regional":
+        assert mine.id in compiled._forward_pre_hooks  # the user's hook runs on the copy too

@@ -36,6 +36,8 @@ def two_gpus(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     monkeypatch.setattr(torch._C, "_cuda_setDevice", calls["set"].append, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_resetPeakMemoryStats", calls["reset"].append,
                         raising=False)  # fmt: skip
+    monkeypatch.setattr(torch._C, "_cuda_emptyCache", lambda: calls["reset"].append("empty"),
+                        raising=False)  # fmt: skip
     stats = {"allocated_bytes": {"all": {"peak": 3 * 2**20}},
              "reserved_bytes": {"all": {"peak": 8 * 2**20}}}  # fmt: skip
     monkeypatch.setattr(torch._C, "_cuda_memoryStats", lambda index: stats, raising=False)
@@ -54,14 +56,30 @@ def test_the_default_gpu_is_resolved_to_an_index_before_it_is_made_current(two_g
         device.resolve("cuda:2")
 
 
-def test_cuda_graph_pools_count_in_the_peak(two_gpus) -> None:
-    """A graph's scratch memory sits in its private pool: reserved, not allocated."""
-    graphs = device.PeakMemory("cuda:0", cuda_graphs=True)
-    plain = device.PeakMemory("cuda:0", cuda_graphs=False)
-    graphs.reset()
-    assert two_gpus["reset"] == [0]
-    assert graphs.peak_mb() == 8.0 and graphs.kind == "cuda-max-reserved"
-    assert plain.peak_mb() == 3.0 and plain.kind == "cuda-max-allocated"
+def test_every_strategy_s_peak_is_the_reserved_peak_after_emptying_the_cache(two_gpus) -> None:
+    """One kind of number for every strategy: a CUDA graph's memory sits in its private pool,
+    reserved, not allocated, while it replays; and reserved memory never shrinks by itself, so
+    the cache is emptied before the reset (what eager left cached does not count)."""
+    peak = device.PeakMemory("cuda:0")  # whether or not the strategy replays CUDA graphs
+    peak.reset()
+    assert two_gpus["reset"] == ["empty", 0]  # emptied, then the peak reset
+    assert peak.peak_mb() == 8.0 and peak.kind == "cuda-max-reserved"  # not allocated's 3
+    assert device.PeakMemory("cpu").kind == "cpu-rss-hwm"
+
+
+def test_the_reference_child_makes_its_device_current_first(two_gpus, tmp_path) -> None:
+    """A reference on cuda:1 made no device current: torch's CUDA state (its context, cuBLAS's
+    handles) went to GPU 0. It is made current as a trial's is, before anything else; the
+    stand-in CUDA layer then fails the build, which is the child's failed measurement."""
+    from autotune.catalog import ModelRef
+    from autotune.trial import child
+    from autotune.trial.request import Request
+
+    request = Request("reference", Strategy("none"), ModelRef("toy-64", layers=1),
+                      Workload(device="cuda:1"), reference_out=str(tmp_path / "r.pt"))  # fmt: skip
+    result = child.run(request.to_dict())
+    assert two_gpus["set"][:1] == [1], result["reason"]
+    assert result["status"] == "failed", result  # no real GPU behind the stand-in
 
 
 def test_local_workers_get_one_gpu_each_and_a_share_of_the_cpu(two_gpus, monkeypatch) -> None:
@@ -110,15 +128,88 @@ def test_many_steps_are_timed_with_one_wait(two_gpus, monkeypatch) -> None:
 
 
 def test_cudagraph_skips_are_read_from_inductor() -> None:
-    """Inductor's counter and log line of a CUDA-graph fallback have no public API: if they
-    change, this fails."""
+    """Inductor's log line of a CUDA-graph fallback, and the compile it arose in, have no public
+    API: if they change, this fails. A fallback at run time has no compile."""
+    from torch._guards import CompileContext, CompileId, compile_context
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
     with device.cudagraph_skips() as skips:
-        assert skips() == (0, "")
-        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1)")
-        count, reason = skips()
-    assert count == 1 and "mutated inputs" in reason
+        assert skips() == []
+        with compile_context(CompileContext(CompileId(frame_id=7, frame_compile_id=1))):
+            log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1)")
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to a run-time reason")
+        found = skips()
+    assert found == [("7/1", "skipping cudagraphs due to mutated inputs (1)"),
+                     ("", "skipping cudagraphs due to a run-time reason")]  # fmt: skip
+
+
+def test_a_graph_without_a_cuda_device_is_not_a_cuda_graph_fallback() -> None:
+    """Inductor bumps its CUDA-graph skip counter without a line for a graph with no CUDA device
+    (every graph on a CPU): that counter made strategies NO GRAPHS with an empty reason. Only
+    the logged fallbacks count, each named by the graph (region) it arose in."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+    from torch._guards import CompileContext, CompileId, compile_context
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    from autotune.trial import metrics
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + 1
+
+    torch._dynamo.reset()
+    before = counters["inductor"]["cudagraph_skips"]
+    with device.cudagraph_skips() as skips:
+        torch.compile(block, mode="reduce-overhead")(torch.ones(4))
+        assert counters["inductor"]["cudagraph_skips"] > before  # torch's silent count
+        assert skips() == []
+        ours = next(m.compile_id for m in get_compilation_metrics() if m.co_name == "block")
+        frame, recompile = (int(n) for n in str(ours).split("/"))
+        for _ in range(2):  # one graph, named once
+            with compile_context(
+                CompileContext(CompileId(frame_id=frame, frame_compile_id=recompile))
+            ):
+                log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device")
+        log_cudagraph_skip_and_bump_counter("skipping cudagraph due to a re-record limit")
+        found = metrics.cudagraph_skipped(skips())
+    assert found == [
+        f"graph {ours} block (test_device.py:{block.__code__.co_firstlineno}): skipping "
+        "cudagraphs due to cpu device",
+        "at run time: skipping cudagraph due to a re-record limit",
+    ]
+
+
+def test_one_skipped_region_is_not_a_plain_inductor_compile() -> None:
+    from autotune.cli.report import summary
+    from autotune.trial.measurement import Graphs, Measurement
+
+    skipped = ["graph 1/0 forward (toy.py:25): skipping cudagraphs due to mutated inputs"]
+    strategy = Strategy.create("regional", "inductor", "reduce-overhead")
+
+    def measured(count: int, skips: int) -> Measurement:
+        graphs = Graphs(count=count, cudagraph_skips=skips, cudagraph_skipped=skipped[:skips])
+        return Measurement(strategy.to_dict(), {}, {}, "ok", graphs=graphs)
+
+    part, whole, none = measured(3, 1), measured(1, 1), measured(3, 0)
+    assert (part.without_cuda_graphs, whole.without_cuda_graphs) == ("1 of 3 graphs", "all")
+    assert none.without_cuda_graphs == ""
+    assert "plain Inductor" not in summary(part) and skipped[0] in summary(part)
+    assert "1 of 3 graphs" in summary(part) and "plain Inductor" in summary(whole)
+
+
+def test_a_trial_records_cuda_graph_fallbacks_only_for_cuda_graphs_on_a_gpu() -> None:
+    """On a CPU a reduce-overhead regional compile has graphs with no CUDA device: Inductor
+    counts them as skips, and the trial used to label the strategy NO GRAPHS."""
+    from autotune.catalog import ModelRef
+    from autotune.trial.request import Request
+    from autotune.trial.scenarios import Inference, begin
+
+    strategy = Strategy.create("regional", "inductor", "reduce-overhead")
+    request = Request("trial", strategy, ModelRef("toy-64", layers=2), Workload(), iters=1,
+                      warmup=0)  # fmt: skip
+    torch._dynamo.reset()
+    m = Inference(begin(request)).run()
+    assert m.ok and m.graphs is not None and m.graphs.count >= 2, m.reason
+    assert m.graphs.cudagraph_skips == 0 and m.without_cuda_graphs == ""
 
 
 def test_cuda_graph_steps_are_marked_before_every_call(monkeypatch) -> None:

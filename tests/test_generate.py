@@ -138,6 +138,37 @@ def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
     assert len(set(first.tokens.flatten().tolist())) > 2  # the check compares real variety
 
 
+@pytest.mark.parametrize("granularity", ["full", "regional"])
+def test_the_kv_cache_is_allocated_before_the_first_compiled_call(granularity: str) -> None:
+    """transformers allocates a StaticCache's tensors on its first update and marks them static
+    only outside a trace: first updated inside a compiled prefill, they are the graph's outputs
+    (with CUDA graphs, decode then mutates outputs of the prefill's graph, or runs without
+    graphs). apply_generation's generate (a fresh lazy cache per call) and the confirmation's
+    generation (a lazy cache of new_cache) allocate it before the compiled call."""
+    from autotune.strategy import granularity as compile
+
+    model, (prompt,) = models.tiny_llama()
+    strategy = Strategy.create(granularity, "eager")
+    torch._dynamo.reset()
+    try:
+        gen = autotune.apply_generation(model, strategy)
+        out = gen.generate(prompt, max_new_tokens=3, do_sample=False,
+                           return_dict_in_generate=True)  # fmt: skip
+        lazy = generate.new_cache(model, GEN)  # as the confirmation's child makes it
+        assert not lazy.is_initialized
+        generate.Generation(compile.generator(model, strategy), lazy, prompt, 3, "cpu").run()
+        inside = generate.new_cache(model, GEN)  # first updated inside a compiled call
+        generate.Generation(torch.compile(model, backend="eager"), inside, prompt, 3, "cpu").run()
+    finally:
+        torch._dynamo.reset()
+    for cache in (out.past_key_values, lazy):
+        assert cache.is_initialized
+        assert [getattr(layer.keys, "_dynamo_static_input_type", None)
+                for layer in cache.layers] == ["unguarded"] * len(cache.layers)  # fmt: skip
+    assert inside.is_initialized  # the check bites: traced, the tensors are not marked
+    assert not hasattr(inside.layers[0].keys, "_dynamo_static_input_type")
+
+
 def test_cudagraph_steps_are_marked_only_for_cuda_graph_strategies() -> None:
     overhead = Strategy.create("full", "inductor", "reduce-overhead")
     cuda = Workload(device="cuda:0", kind="generate")

@@ -102,7 +102,7 @@ class Point:
     ttft_ms: float | None = None  # generate: the prefill, on the common scale
     tokens_per_s: float | None = None  # generate: the whole generation, as measured
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
-    no_graphs: bool = False  # a CUDA-graph strategy that Inductor ran without them
+    no_graphs: str = ""  # where a CUDA-graph strategy ran without them: all, or K of N graphs
 
     @classmethod
     def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:

@@ -85,9 +85,11 @@ def summary(m: Measurement) -> str:
         if g.limit_hit:
             lines.append(f"  LIMIT    {g.limit_hit}: the latency is not the compiled latency")
             lines.append(f"  fix      {g.limit_hint}")
-        if g.cudagraph_skips:
-            lines.append(f"  NO GRAPHS Inductor skipped CUDA graphs {g.cudagraph_skips} times, so "
-                         f"it ran as plain Inductor: {g.cudagraph_skip_reason}")  # fmt: skip
+        if where := m.without_cuda_graphs:
+            lines.append("  NO GRAPHS Inductor ran every graph without CUDA graphs, so it ran as "
+                         "plain Inductor:" if where == "all" else
+                         f"  NO GRAPHS Inductor ran {where} without CUDA graphs:")  # fmt: skip
+            lines += [f"    {r}" for r in g.cudagraph_skipped[:5]]
     if m.accuracy:
         a = m.accuracy
         verdict = "pass" if a.passed else "FAIL: WRONG ANSWERS"
@@ -157,7 +159,9 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
         if generate:
             row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
                     "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
-        flags = (" LIMIT" if p.limit_hit else "") + (" NO GRAPHS" if p.no_graphs else "")
+        flags = (" LIMIT" if p.limit_hit else "") + (
+            "" if not p.no_graphs else " NO GRAPHS" if p.no_graphs == "all" else " SOME GRAPHS"
+        )
         row += [speedup + flags,
                 "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
         rows.append(tuple(row))
@@ -169,8 +173,11 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
         "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "
         "so it counts as none"
     )
-    if any(p.no_graphs for p in front):
+    if any(p.no_graphs == "all" for p in front):
         note += ";\nNO GRAPHS: Inductor fell back from CUDA graphs, so it ran as plain Inductor"
+    if any(p.no_graphs not in ("", "all") for p in front):
+        note += (";\nSOME GRAPHS: Inductor fell back from CUDA graphs in some regions (autotune "
+                 "show says which and why)")  # fmt: skip
     if any(p.limit_hit for p in front):
         note += ";\nLIMIT: dynamo hit its recompile limit and ran part of the model eager, so "
         note += "that latency is not the compiled one (autotune measure says which blocks)"
@@ -188,6 +195,9 @@ def trials_table(rows: Sequence[Any], excluded: Sequence[Any]) -> str:
         state = reason or ("eager baseline" if row.key == "none" else "candidate")
         if m.deduced:
             state += f" ({m.deduced})"
+        if (where := m.without_cuda_graphs) and m.graphs:  # which graphs, and the first why
+            state += f" (without CUDA graphs: {where})"
+            detail = detail or next(iter(m.graphs.cudagraph_skipped), "")
         speedup = f"{m.speedup:.2f}x" if m.speedup else "—"
         lines.append((row.key, state, seconds(m.compile_s), speedup, shorten(detail, 120)))
     return table(("strategy", "verdict", "cold compile", "speedup", "why"), lines)

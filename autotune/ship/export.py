@@ -81,9 +81,12 @@ def document(
     chosen, points, front = told.chosen, told.points, told.front
     strategy = Strategy.from_dict(chosen.strategy)
     notes = caveats(strategy, fmt)
-    if chosen.no_graphs:
+    if chosen.no_graphs == "all":
         notes.append("measured without CUDA graphs: Inductor fell back from them (autotune "
                      "show says why), so it ran, and will run, as plain Inductor")  # fmt: skip
+    elif chosen.no_graphs:
+        notes.append(f"measured without CUDA graphs in {chosen.no_graphs}: Inductor fell back "
+                     "from them there (autotune show says which and why)")  # fmt: skip
     baseline = next((p for p in points if p.key == "none"), None)
     block = {
         "strategy": strategy.to_dict(),

@@ -52,6 +52,9 @@ def not_applicable(kind: str, strategy: Strategy, workload_kind: str, breaks: in
         return f"AOTInductor compiles with Inductor: backend {strategy.backend!r} has no package"
     if kind == "aot" and strategy.uses_cuda_graphs():
         return "AOTInductor packages no CUDA graphs: this strategy replays them"
+    if strategy.uses_cuda_graphs():  # torch: aot_autograd_result.deserialize_bundled_cache_entry
+        return ("torch loads a precompiled function with the process's triton.cudagraphs (off), "
+                "not the strategy's: it would run without CUDA graphs")  # fmt: skip
     return ""
 
 

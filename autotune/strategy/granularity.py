@@ -44,12 +44,16 @@ def has_repeated_blocks(module: torch.nn.Module) -> bool:
 
 
 def shallow_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A new module object sharing parameters, buffers and attributes with ``module``."""
+    """A new module object sharing parameters, buffers and attributes with ``module``. Its hook
+    dictionaries are its own (holding the hooks ``module`` has now): a hook registered on the
+    copy, such as a CUDA-graph step mark, never lands on ``module``."""
     new = module.__class__.__new__(module.__class__)
     new.__dict__.update(module.__dict__)
-    for name, value in list(new.__dict__.items()):  # re-bind methods stored on the instance
+    for name, value in list(new.__dict__.items()):
         if getattr(value, "__self__", None) is module and hasattr(value, "__func__"):
-            new.__dict__[name] = types.MethodType(value.__func__, new)
+            new.__dict__[name] = types.MethodType(value.__func__, new)  # a method on the instance
+        elif "_hooks" in name and isinstance(value, dict):  # _forward_pre_hooks, ...
+            new.__dict__[name] = type(value)(value)
     new._modules = dict(module._modules)
     return new
 
@@ -142,6 +146,40 @@ def count_regions(module: torch.nn.Module) -> int:
     return sum(isinstance(m, OptimizedModule) for m in module.modules())
 
 
+def allocate_cache(cache: Any, model: torch.nn.Module, batch: int, device: Any) -> None:
+    """Allocate a static KV cache's tensors now, before a compiled call can: transformers
+    allocates them lazily, on the first update, and inside a compiled prefill that update is
+    traced, so ``mark_static_address`` is skipped and the tensors become the graph's outputs
+    (with CUDA graphs, outputs of the prefill's graph that decode then mutates). The shapes are
+    transformers' own for an early initialisation (``_get_static_cache_init_shape``, what
+    ``generate`` uses before a compiled chunked prefill), the dtype the model's. A cache that
+    is not static, is allocated already, or whose shapes transformers cannot give (layers on
+    several devices, MLA) is left as it is."""
+    if not getattr(cache, "is_compileable", False) or getattr(cache, "is_initialized", True):
+        return
+    shapes = getattr(model, "_get_static_cache_init_shape", None)
+    found = shapes() if callable(shapes) else None
+    if found is not None:
+        cache.early_initialization(batch, *found, model.dtype, device)
+
+
+def _allocating(forward: Callable[..., Any], model: torch.nn.Module) -> Callable[..., Any]:
+    """``forward`` that first allocates the static KV cache it is handed (a fresh one, lazily
+    initialised, for each ``generate`` call): :func:`allocate_cache`."""
+
+    @functools.wraps(model.forward)  # generate reads the forward's signature
+    def call(*args: Any, **kwargs: Any) -> Any:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            ids = kwargs.get("inputs_embeds")
+        if cache is not None and ids is not None:
+            allocate_cache(cache, model, ids.shape[0], ids.device)
+        return forward(*args, **kwargs)
+
+    return call
+
+
 def generator(
     model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
 ) -> torch.nn.Module:
@@ -149,19 +187,20 @@ def generator(
 
     ``generate`` on it runs the compiled forward: a full or nested compile is wrapped in a
     shallow copy whose ``forward`` calls it (``generate`` on a ``torch.compile`` wrapper would run
-    the uncompiled model); a regional compile is already a copy of the model's class.
+    the uncompiled model); a regional compile is already a copy of the model's class. Either
+    way the forward allocates a static KV cache before the compiled call sees it
+    (:func:`allocate_cache`).
     """
     from torch._dynamo.eval_frame import OptimizedModule
 
     compiled = apply(model, strategy, resolve)
-    if not isinstance(compiled, OptimizedModule):
-        return compiled  # eager (the model itself), or regional (a new tree)
+    if compiled is model:
+        return model  # eager: nothing is compiled, the cache may be allocated lazily
+    if not isinstance(compiled, OptimizedModule):  # regional: a new tree of the model's class
+        compiled.forward = _allocating(types.MethodType(type(compiled).forward, compiled), model)
+        return compiled
     gen = shallow_copy(model)
-
-    @functools.wraps(model.forward)  # generate reads the forward's signature
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return compiled(*args, **kwargs)
-
+    forward = _allocating(compiled, model)
     forward.compiled = compiled  # type: ignore[attr-defined]  # for count_regions
     gen.forward = forward
     return gen

@@ -19,6 +19,11 @@ epsilon. A float32 output must also pass today's element-wise check against eage
 (:func:`against_eager`), so a float32 gate is never looser than it was. The user's
 ``tolerance`` scales ``k`` and every floor (2 = twice as lenient). Without a reference (it did
 not fit in memory) the element-wise check against eager is the gate, and the verdict says so.
+
+A float32 study whose matmuls run in TF32 (on a GPU, :func:`autotune.device.tf32_for`) is
+judged at TF32's precision, ``tfloat32`` below: a 10-bit mantissa (eps 2**-10, float16's), with
+float16's bounds against eager and its multiplier (Triton's TF32 dot rounds less accurately
+than cuBLAS's, triton-lang/triton#4574, so a compiled GEMM's error may be a few times eager's).
 """
 
 from __future__ import annotations
@@ -33,9 +38,13 @@ from autotune.trial.measurement import Accuracy
 # |compiled - eager| <= atol + rtol * |eager| + ULPS * eps * rms(eager), as
 # torch.testing.assert_close checks, plus the rounding noise of ULPS units in the last place at
 # the output's typical magnitude (its RMS).
-TOLERANCES = {"float32": (1e-4, 1e-3), "float16": (1e-3, 1e-2), "bfloat16": (1e-2, 5e-2)}
+# Each table is keyed by the precision outputs are computed in: the study's dtype, or
+# ``tfloat32`` for a float32 study with TF32 matmuls.
+TOLERANCES = {"float32": (1e-4, 1e-3), "tfloat32": (1e-3, 1e-2), "float16": (1e-3, 1e-2),
+              "bfloat16": (1e-2, 5e-2)}  # fmt: skip
 ULPS = 16
-MULTIPLIER = {"float32": 2.0, "float16": 3.0, "bfloat16": 3.0}
+MULTIPLIER = {"float32": 2.0, "tfloat32": 3.0, "float16": 3.0, "bfloat16": 3.0}
+EPS = {"float32": 2.0**-23, "tfloat32": 2.0**-10, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 SMALL = 1000  # fewer elements than this: noise dominates, k is 3 (PyTorch's rule)
 SAMPLE = 4096  # elements of each gradient that a train reference keeps (a fixed stride)
 
@@ -46,25 +55,33 @@ class Gate:
 
     dtype: str
     tolerance: float = 1.0
+    tf32: bool = False  # float32 matmuls run in TF32: judged at TF32's precision
+
+    @property
+    def precision(self) -> str:
+        """What the outputs are computed in: the dtype, or ``tfloat32``."""
+        return "tfloat32" if self.dtype == "float32" and self.tf32 else self.dtype
 
     @property
     def eps(self) -> float:
-        return {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}[self.dtype]
+        return EPS[self.precision]
 
     def multiplier(self, numel: int) -> float:
-        k = 3.0 if numel < SMALL else MULTIPLIER[self.dtype]
+        k = 3.0 if numel < SMALL else MULTIPLIER[self.precision]
         return k * self.tolerance
 
     def describe(self, reference: str) -> str:
         """The rule in words, as the measurement and ``best.json`` record it."""
         t = self.tolerance
+        tf32 = " (TF32 matmuls)" if self.precision == "tfloat32" else ""
         if not reference:
-            a, r = TOLERANCES[self.dtype]
-            return f"no reference: element-wise against eager, atol {a * t:g}, rtol {r * t:g}"
-        k = MULTIPLIER[self.dtype] * t
+            a, r = TOLERANCES[self.precision]
+            return (f"no reference: element-wise against eager, atol {a * t:g}, rtol "
+                    f"{r * t:g}{tf32}")  # fmt: skip
+        k = MULTIPLIER[self.precision] * t
         return (f"against a {reference} reference: RMSE <= {k:g} x eager's + {t:g} ulp, largest "
-                f"error <= {k:g} x eager's + {ULPS * t:g} ulp (ulp: {self.dtype}'s at the "
-                "output's RMS)")  # fmt: skip
+                f"error <= {k:g} x eager's + {ULPS * t:g} ulp (ulp: {self.precision}'s at the "
+                f"output's RMS){tf32}")  # fmt: skip
 
 
 def tensors(obj: Any) -> list[Any]:
@@ -91,12 +108,12 @@ def sample(t: Any) -> Any:
 
 
 def against_eager(expected: list[Any], actual: list[Any], dtype: str,
-                  tolerance: float = 1.0) -> Accuracy:  # fmt: skip
-    """Compiled against eager, element by element, under the dtype's bounds (x tolerance)."""
-    import torch
-
-    atol, rtol = (v * tolerance for v in TOLERANCES[dtype])
-    eps = torch.finfo(getattr(torch, dtype)).eps
+                  tolerance: float = 1.0, tf32: bool = False) -> Accuracy:  # fmt: skip
+    """Compiled against eager, element by element, under the bounds (x tolerance) of the dtype,
+    or of TF32 for float32 with ``tf32`` matmuls."""
+    precision = Gate(dtype, tolerance, tf32).precision
+    atol, rtol = (v * tolerance for v in TOLERANCES[precision])
+    eps = EPS[precision]
     if len(expected) != len(actual):
         return Accuracy(math.inf, math.inf, False, atol, rtol, "different number of outputs")
     worst_abs = worst_rel = 0.0
@@ -129,11 +146,13 @@ def against_eager(expected: list[Any], actual: list[Any], dtype: str,
 
 
 def judge(expected: list[Any], actual: list[Any], reference: list[Any] | None, dtype: str,
-          tolerance: float = 1.0, reference_dtype: str = "") -> Accuracy:  # fmt: skip
+          tolerance: float = 1.0, reference_dtype: str = "",
+          tf32: bool = False) -> Accuracy:  # fmt: skip
     """The verdict on compiled outputs ``actual``, given eager's ``expected`` and the
-    higher-precision ``reference`` (None: judged against eager alone)."""
-    gate = Gate(dtype, tolerance)
-    eager_check = against_eager(expected, actual, dtype, tolerance)
+    higher-precision ``reference`` (None: judged against eager alone); ``tf32``: a float32
+    study's matmuls ran in TF32, judged at TF32's precision."""
+    gate = Gate(dtype, tolerance, tf32)
+    eager_check = against_eager(expected, actual, dtype, tolerance, tf32)
     if reference is None:
         eager_check.rule = gate.describe("")
         return eager_check

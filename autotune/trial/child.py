@@ -50,12 +50,15 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
 
 
 def make_reference(request: Request) -> Measurement:
-    """The reference (:mod:`autotune.trial.scenarios.precise`), saved to ``reference_out``; the
+    """The reference (:mod:`autotune.trial.scenarios.precise`), saved to ``reference_out``, on
+    its device made current first, as a trial's is (:func:`autotune.device.use`); the
     measurement says only whether it worked (``reason``: why there is none)."""
+    from autotune import device
     from autotune.trial.accuracy import save_reference
     from autotune.trial.scenarios import precise
 
     assert request.reference_out is not None
+    device.use(request.workload.device)
     data = precise.compute(request.model, request.workload, request.seed)
     save_reference(request.reference_out, data)
     return Measurement(*request.base(), "ok", reason=data["reason"])

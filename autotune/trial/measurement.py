@@ -84,8 +84,9 @@ class Graphs:
     limit_hint: str = ""  # the fix torch's guard hint suggests, e.g. allow_unspec_int_on_nn_module
     eager_blocks: int | None = None  # repeated blocks whose forward ran uncompiled in a probe call
     blocks: int | None = None  # repeated blocks in the model
-    cudagraph_skips: int = 0  # Inductor fell back from CUDA graphs this often (then ran without)
+    cudagraph_skips: int = 0  # graphs (regions) Inductor ran without CUDA graphs (fell back)
     cudagraph_skip_reason: str = ""  # the first fallback's reason, as Inductor logged it
+    cudagraph_skipped: list[str] = field(default_factory=list)  # each such graph: where, why
 
 
 @dataclass
@@ -103,7 +104,9 @@ class TokenCheck:
 
 @dataclass
 class Memory:
-    """Peak memory in MiB: CUDA max allocated on a GPU, resident-set high-water mark on a CPU."""
+    """Peak memory in MiB, of ``kind``: on a GPU the CUDA caching allocator's reserved peak after
+    emptying its cache (``cuda-max-reserved``, for every strategy; older measurements may say
+    ``cuda-max-allocated``), on a CPU the resident set's high-water mark."""
 
     kind: str
     eager_peak_mb: float
@@ -212,10 +215,15 @@ class Measurement:
         return start.compile_s if start is not None and start.status == "ok" else None
 
     @property
-    def without_cuda_graphs(self) -> bool:
-        """A CUDA-graph strategy that ran without them (Inductor fell back): it is plain
-        Inductor in effect, whatever its key says."""
-        return bool(self.graphs and self.graphs.cudagraph_skips)
+    def without_cuda_graphs(self) -> str:
+        """Where a CUDA-graph strategy ran without them (Inductor fell back): ``all`` its graphs
+        (it is plain Inductor in effect, whatever its key says), ``K of N graphs`` (those
+        regions only), or ``""``."""
+        g = self.graphs
+        if not g or not g.cudagraph_skips:
+            return ""
+        skipped = g.cudagraph_skips
+        return "all" if skipped >= g.count else f"{skipped} of {g.count} graphs"
 
     @property
     def limit_hit(self) -> bool:

@@ -3,6 +3,7 @@ recompiles, compile phases, a recompile limit hit, the stage a failure arose in)
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -29,6 +30,29 @@ def graphs() -> Graphs:
         recompiles=len(recompiles),
         recompile_reasons=sorted({_short(r) for r in recompiles}),
     )
+
+
+def cudagraph_skipped(found: list[tuple[str, str]]) -> list[str]:
+    """Each compiled graph (a region) that Inductor ran without CUDA graphs, once, with the
+    first reason it gave: ``graph ID function (file:line): reason``, or ``at run time: reason``
+    for a fallback it decided while running. ``found``: (compile id, reason) pairs, as
+    :func:`autotune.device.cudagraph_skips` reads them."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    names: dict[str, str] = {}
+    for m in get_compilation_metrics():
+        if m.co_name:
+            where = f"{m.co_name} ({os.path.basename(m.co_filename or '?')}:{m.co_firstlineno})"
+            names.setdefault(str(m.compile_id), where)
+    seen: set[str] = set()
+    lines = []
+    for compile_id, reason in found:
+        if (compile_id or reason) in seen:
+            continue
+        seen.add(compile_id or reason)
+        where = f"graph {compile_id} {names.get(compile_id, '?')}" if compile_id else "at run time"
+        lines.append(f"{where}: {_short(reason)}")
+    return lines
 
 
 def phases() -> dict[str, float]:

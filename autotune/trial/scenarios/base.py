@@ -46,13 +46,22 @@ class TrialContext:
     timings: dict[str, float] = field(default_factory=dict)
     reference: dict[str, Any] | None = None  # the study's higher-precision outputs
 
+    @property
+    def gate(self) -> accuracy.Gate:
+        """The accuracy rule of this trial: its dtype's, or TF32's for float32 matmuls that run
+        in TF32 here."""
+        w = self.workload
+        tf32 = device.tf32_matmuls(w.dtype, w.device)
+        return accuracy.Gate(w.dtype, self.request.tolerance, tf32)
+
     def judge(self, expected: list[Any], actual: list[Any], *names: str) -> Accuracy:
         """The verdict on compiled outputs, against eager's and the reference's outputs
-        ``names`` (in that order)."""
+        ``names`` (in that order), under :attr:`gate`."""
         outputs = self.reference["outputs"] if self.reference else {}
         found = [t for n in names for t in outputs[n]] if outputs else None
-        verdict = accuracy.judge(expected, actual, found, self.workload.dtype,
-                                 self.request.tolerance, self.request.reference_dtype)  # fmt: skip
+        gate = self.gate
+        verdict = accuracy.judge(expected, actual, found, gate.dtype, gate.tolerance,
+                                 self.request.reference_dtype, gate.tf32)  # fmt: skip
         if found is None and self.request.reference_reason:
             verdict.rule += f" ({self.request.reference_reason})"
         return verdict
@@ -87,7 +96,7 @@ def begin(request: Request) -> TrialContext:
     torch._dynamo.utils.set_compilation_metrics_limit(1_000_000)
     result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok",
                          environment=fingerprint(workload.device))  # fmt: skip  # with its TF32
-    memory = device.PeakMemory(workload.device, strategy.uses_cuda_graphs())
+    memory = device.PeakMemory(workload.device)
     ctx = TrialContext(request, strategy, workload, ref, result, memory, start)
     ctx.timings["startup_s"] = time.time() - (request.launched or time.time())
     if request.reference and strategy.granularity != "none":
@@ -157,8 +166,12 @@ class Scenario(ABC):
     def run(self) -> Measurement:
         with device.cudagraph_skips() as skips:
             m = self._run()
-        if m.graphs is not None:
-            m.graphs.cudagraph_skips, m.graphs.cudagraph_skip_reason = skips()
+        graphs = device.marks_steps(self.ctx.device, self.ctx.strategy.uses_cuda_graphs())
+        if m.graphs is not None and graphs:  # a strategy that replays CUDA graphs, on a GPU
+            found = skips()
+            m.graphs.cudagraph_skipped = metrics.cudagraph_skipped(found)
+            m.graphs.cudagraph_skips = len(m.graphs.cudagraph_skipped)
+            m.graphs.cudagraph_skip_reason = found[0][1] if found else ""
         return m
 
     def _run(self) -> Measurement:

@@ -29,7 +29,7 @@ from autotune import catalog, device
 from autotune.errors import ConfigError
 from autotune.strategy import granularity as compile
 from autotune.trial import accuracy
-from autotune.trial.accuracy import SMALL, Gate
+from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios.base import Scenario
 from autotune.workload import Workload
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> Any:
     """A static KV cache of ``workload.cache_len`` positions; allocated now if ``like`` (a cache
-    that has run) gives the layers' shapes, else on its first update."""
+    that has run) gives the layers' shapes, else on its first update, or, handed to a compiled
+    forward of :func:`autotune.strategy.granularity.generator`, just before its first call."""
     from transformers import StaticCache
 
     try:
@@ -224,7 +225,7 @@ class Generate(Scenario):
         a = self.ctx.result.accuracy
         if a is None or not a.reference or a.eager_max is None:
             return 0.0
-        return Gate(self.ctx.workload.dtype, a.tolerance).multiplier(2 * SMALL) * a.eager_max
+        return self.ctx.gate.multiplier(2 * SMALL) * a.eager_max
 
     def check(self, run: Run, where: str) -> TokenCheck:
         return check_tokens(self.expected.tokens, run.tokens, where, self.expected.margins,
