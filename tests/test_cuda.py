@@ -50,3 +50,21 @@ def test_regional_reduce_overhead_runs_and_matches_eager() -> None:
                 Settings(iters=5, warmup=2))  # fmt: skip
     assert m.status == "ok" and m.feasible, m.reason
     assert "overwritten" not in m.log_tail and m.timings.get("cuda_graph_recording_s", 0) > 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_apply_generation_replays_cuda_graphs_with_the_cache_allocated_first() -> None:
+    """Issue 30 item 1 on a real GPU: no CUDA-graph fallback, eager's tokens, twice."""
+    import autotune
+    from tests import models
+
+    model, (prompt,) = models.tiny_llama()
+    model, prompt = model.to("cuda:0"), prompt.to("cuda:0")
+    expected = model.generate(prompt, max_new_tokens=6, do_sample=False,
+                              cache_implementation="static")  # fmt: skip
+    gen = autotune.apply_generation(model, Strategy.create("full", "inductor", "reduce-overhead"))
+    with device.cudagraph_skips() as skips:
+        runs = [gen.generate(prompt, max_new_tokens=6, do_sample=False) for _ in range(2)]
+        assert skips() == []
+    assert all(torch.equal(run, expected) for run in runs)

@@ -197,7 +197,7 @@ def generator(
     if compiled is model:
         return model  # eager: nothing is compiled, the cache may be allocated lazily
     if not isinstance(compiled, OptimizedModule):  # regional: a new tree of the model's class
-        compiled.forward = _allocating(types.MethodType(type(compiled).forward, compiled), model)
+        compiled.forward = _allocating(compiled.forward, model)
         return compiled
     gen = shallow_copy(model)
     forward = _allocating(compiled, model)
