@@ -288,3 +288,15 @@ def test_summary_shows_ttft_decode_tokens_and_the_limit_hit() -> None:
     assert "tokens/s   90.0 for the whole generation (eager 45.0)" in text
     assert "6 of 6 greedy tokens as eager's" in text
     assert "LIMIT    recompile limit (8) hit: 8 of 16 blocks ran eager" in text
+
+
+def test_the_cache_shape_comes_from_the_config_s_public_fields() -> None:
+    import transformers
+
+    from autotune.strategy.granularity import cache_shape
+
+    llama = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
+    assert cache_shape(llama) == (2, 16)
+    assert cache_shape(transformers.GPT2Config(n_embd=64, n_head=4)) == (4, 16)
+    mla = transformers.DeepseekV3Config(kv_lora_rank=16, qk_rope_head_dim=8)
+    assert cache_shape(mla) is None and cache_shape(None) is None

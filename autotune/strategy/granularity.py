@@ -151,16 +151,33 @@ def allocate_cache(cache: Any, model: torch.nn.Module, batch: int, device: Any) 
     allocates them lazily, on the first update, and inside a compiled prefill that update is
     traced, so ``mark_static_address`` is skipped and the tensors become the graph's outputs
     (with CUDA graphs, outputs of the prefill's graph that decode then mutates). The shapes are
-    transformers' own for an early initialisation (``_get_static_cache_init_shape``, what
-    ``generate`` uses before a compiled chunked prefill), the dtype the model's. A cache that
-    is not static, is allocated already, or whose shapes transformers cannot give (layers on
-    several devices, MLA) is left as it is."""
+    the config's own (:func:`cache_shape`), the dtype the model's. A cache that is not static,
+    is allocated already, or whose shapes the config does not give plainly (MLA) is left as it
+    is."""
     if not getattr(cache, "is_compileable", False) or getattr(cache, "is_initialized", True):
         return
-    shapes = getattr(model, "_get_static_cache_init_shape", None)
-    found = shapes() if callable(shapes) else None
+    found = cache_shape(getattr(model, "config", None))
     if found is not None:
         cache.early_initialization(batch, *found, model.dtype, device)
+
+
+def cache_shape(config: Any) -> tuple[int, int] | None:
+    """The key/value heads and head size of a decoder's attention, from its config's public
+    fields (``num_key_value_heads``, ``head_dim``, else ``hidden_size / num_attention_heads``);
+    None where they do not say it plainly (MLA's compressed keys, no attention fields)."""
+    if config is None:
+        return None
+    text = (
+        config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    )
+    if getattr(text, "kv_lora_rank", None) or getattr(text, "qk_rope_head_dim", None):
+        return None
+    attention = getattr(text, "num_attention_heads", None)
+    heads = getattr(text, "num_key_value_heads", None) or attention
+    size = getattr(text, "head_dim", None)
+    if not size and attention and getattr(text, "hidden_size", None):
+        size = text.hidden_size // attention
+    return (int(heads), int(size)) if heads and size else None
 
 
 def _allocating(forward: Callable[..., Any], model: torch.nn.Module) -> Callable[..., Any]:
