@@ -56,6 +56,13 @@ def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> A
     return cache
 
 
+def cache_keyword(forward: Callable[..., Any]) -> str:
+    """The keyword ``forward`` takes its KV cache by: ``cache`` where its signature has it
+    (transformers 5.24 on; there ``past_key_values`` is deprecated, to be removed in 5.40),
+    else ``past_key_values`` (transformers 5.0 to 5.23, and models written against them)."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 @dataclass
 class Run:
     """One generation: its tokens ``(batch, N)``, per-forward seconds, the prefill's and the
@@ -85,8 +92,10 @@ class Generation:
         seq = prompt.shape[1]
         self.prefill_positions = torch.arange(seq, device=device)
         self.position = torch.tensor([seq], device=device)  # one tensor, updated in place
-        params = inspect.signature(getattr(forward, "forward", forward)).parameters
+        model_forward = getattr(forward, "forward", forward)
+        params = inspect.signature(model_forward).parameters
         self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.cache_keyword = cache_keyword(model_forward)
         self.token: Any = None
         self.logits: Any = None
 
@@ -94,8 +103,8 @@ class Generation:
         import torch
 
         with torch.no_grad():
-            out = self.forward(input_ids=ids, past_key_values=self.cache,
-                               cache_position=positions, use_cache=True, **self.extra)  # fmt: skip
+            out = self.forward(input_ids=ids, cache_position=positions, use_cache=True,
+                               **{self.cache_keyword: self.cache}, **self.extra)  # fmt: skip
         logits = out.logits if hasattr(out, "logits") else accuracy.tensors(out)[0]
         self.logits = logits[:, -1]
         self.token = self.logits.argmax(-1, keepdim=True)
