@@ -155,6 +155,11 @@ def test_cache_keyword_is_cache_where_the_forward_takes_it() -> None:
     assert generate.cache_keyword(compiled.forward) == expected  # the wrapper keeps its signature
 
 
+def test_early_initialization_gets_one_number_when_every_layer_agrees() -> None:
+    assert generate._per_layer([2, 2, 2]) == 2  # transformers 5.0 takes only a number
+    assert generate._per_layer([2, 4, 2]) == [2, 4, 2]  # per-layer shapes need a list
+
+
 def test_a_generation_passes_the_cache_without_a_deprecation_warning() -> None:
     model, (prompt,) = models.tiny_llama()
     eager = generate.Generation(model, generate.new_cache(model, GEN), prompt, 4, "cpu")

@@ -48,12 +48,18 @@ def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> A
     except (AttributeError, TypeError, ValueError) as exc:
         raise ConfigError(f"no static KV cache for {type(model).__name__}: {exc}") from exc
     if like is not None:
-        layers = like.layers
+        heads = _per_layer([layer.num_heads for layer in like.layers])
+        dims = _per_layer([layer.k_head_dim for layer in like.layers])
         cache.early_initialization(
-            workload.batch_size, [layer.num_heads for layer in layers],
-            [layer.k_head_dim for layer in layers], workload.torch_dtype, workload.device,
-        )  # fmt: skip
+            workload.batch_size, heads, dims, workload.torch_dtype, workload.device
+        )
     return cache
+
+
+def _per_layer(values: list[int]) -> int | list[int]:
+    """One number when every layer has it (``early_initialization`` takes that in every 5.x),
+    else the per-layer list (which it takes in later 5.x: 5.12 does, 5.0 does not)."""
+    return values[0] if len(set(values)) == 1 else values
 
 
 def cache_keyword(forward: Callable[..., Any]) -> str:
