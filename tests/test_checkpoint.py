@@ -113,6 +113,15 @@ def test_the_class_and_causality_come_from_what_the_config_says(
     assert hf.is_causal(config) is causal
 
 
+def test_a_refusal_says_what_the_directory_is() -> None:
+    head = bert_config()
+    head.architectures = ["BertLMHeadModel"]
+    assert hf.describe(head) == "a BertLMHeadModel whose config does not set is_decoder"
+    head.is_decoder = True
+    assert hf.describe(head) == "a BertLMHeadModel"
+    assert hf.describe(transformers.ViTConfig()) == "model_type 'vit'"
+
+
 def test_llama_checkpoint_is_still_causal_and_generates(tmp_path: Path) -> None:
     config = transformers.LlamaConfig(**TINY_LLAMA)
     llama = saved(transformers.LlamaForCausalLM, config, tmp_path)
