@@ -152,7 +152,7 @@ def test_references_are_read_without_running_code(tmp_path) -> None:  # type: ig
             return (print, ("this ran",))
 
     path = tmp_path / "evil.pt"
-    path.write_bytes(pickle.dumps({"dtype": Boom()}))
+    path.write_bytes(pickle.dumps({"dtype": Boom()}, protocol=2))  # torch.save's protocol
     with pytest.raises(pickle.UnpicklingError):
         accuracy.load_reference(str(path))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,47 @@ def test_the_kv_cache_is_allocated_before_the_first_compiled_call(granularity: s
                 for layer in cache.layers] == ["unguarded"] * len(cache.layers)  # fmt: skip
     assert inside.is_initialized  # the check bites: traced, the tensors are not marked
     assert not hasattr(inside.layers[0].keys, "_dynamo_static_input_type")
+
+
+def test_cache_keyword_is_cache_where_the_forward_takes_it() -> None:
+    import transformers
+
+    def current(input_ids: torch.Tensor, cache: object = None, **kwargs: object) -> None: ...
+    def older(input_ids: torch.Tensor, past_key_values: object = None, **kw: object) -> None: ...
+
+    assert generate.cache_keyword(current) == "cache"
+    assert generate.cache_keyword(older) == "past_key_values"  # **kwargs would swallow cache=
+    model, _ = models.tiny_llama()
+    installed = tuple(int(part) for part in transformers.__version__.split(".")[:2])
+    expected = "cache" if installed >= (5, 24) else "past_key_values"  # cache= came in 5.24.0
+    assert generate.cache_keyword(model.forward) == expected
+    compiled = autotune.apply_generation(model, Strategy.create("full", "eager"))
+    assert generate.cache_keyword(compiled.forward) == expected  # the wrapper keeps its signature
+
+
+def test_early_initialization_gets_one_number_when_every_layer_agrees() -> None:
+    assert generate._per_layer([2, 2, 2]) == 2  # transformers 5.0 takes only a number
+    assert generate._per_layer([2, 4, 2]) == [2, 4, 2]  # per-layer shapes need a list
+
+
+def test_a_generation_passes_the_cache_without_a_deprecation_warning() -> None:
+    model, (prompt,) = models.tiny_llama()
+    eager = generate.Generation(model, generate.new_cache(model, GEN), prompt, 4, "cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = eager.run()
+    assert [str(w.message) for w in caught if "deprecated" in str(w.message)] == []
+    seen: list[str] = []
+
+    def older(input_ids: torch.Tensor, past_key_values: object = None, **kwargs: object) -> object:
+        seen.append("past_key_values" if past_key_values is not None else "none")
+        return model(input_ids=input_ids, use_cache=True,
+                     **{generate.cache_keyword(model.forward): past_key_values})  # fmt: skip
+
+    cache = generate.new_cache(model, GEN)
+    again = generate.Generation(older, cache, prompt, 4, "cpu").run()
+    assert seen == ["past_key_values"] * 4  # the prefill and 3 decode steps got the cache
+    assert torch.equal(again.tokens, first.tokens)
 
 
 def test_cudagraph_steps_are_marked_only_for_cuda_graph_strategies() -> None:

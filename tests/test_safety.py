@@ -157,14 +157,25 @@ def test_a_file_from_another_machine_or_torch_says_so_and_still_works(in_tmp: Pa
     data["autotune"]["strategy"] = {**Strategy.create("full", "eager").to_dict(),
                                     "backend": "nonesuch"}  # fmt: skip
     (in_tmp / "b.json").write_text(json.dumps(data))
-    with pytest.warns(autotune.AutotuneWarning, match="backend 'nonesuch', which this torch"):
+    with pytest.warns(autotune.AutotuneWarning) as caught:
         assert autotune.apply(model, in_tmp / "b.json") is model  # uncompiled, but working
+    assert _said(caught, "measured with torch 1.0.0", "backend 'nonesuch', which this torch")
     data["autotune"]["strategy"] = Strategy.create("full", "inductor", "turbo-mode").to_dict()
     data["autotune"]["cache_artifact"] = {"file": "../../etc/passwd", "sha256": 5}
     (in_tmp / "c.json").write_text(json.dumps(data))
-    with pytest.warns(autotune.AutotuneWarning, match="mode 'turbo-mode'"):
+    with pytest.warns(autotune.AutotuneWarning) as caught:
         fitted = autotune.apply(model, in_tmp / "c.json", trust_artifact=True)
     assert fitted is not model  # compiled, with mode default
+    assert _said(caught, "measured with torch 1.0.0", "mode 'turbo-mode'",
+                 "cache_artifact block is malformed")  # fmt: skip
+
+
+def _said(caught: pytest.WarningsRecorder, *needles: str) -> bool:
+    """Every autotune warning caught is one of ``needles``, and each needle was said once."""
+    messages = [str(w.message) for w in caught if issubclass(w.category, autotune.AutotuneWarning)]
+    return len(messages) == len(needles) and all(
+        sum(needle in m for m in messages) == 1 for needle in needles
+    )
 
 
 def test_a_malformed_or_unvouched_artefact_is_one_line(in_tmp: Path) -> None:

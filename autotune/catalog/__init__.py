@@ -91,9 +91,11 @@ CAUSAL_CLASSES = ("ForCausalLM", "LMHeadModel")
 def check_generate(ref: ModelRef) -> None:
     """Raise ConfigError unless ``ref`` is a causal LM that ``--workload generate`` can run.
 
-    Presets and directories qualify by architecture (a transformers causal-LM class); a
+    Presets and directories qualify by architecture (a transformers causal-LM class; for a
+    directory, the class its config names, and a decoder: :func:`autotune.catalog.hf.is_causal`); a
     ``module:function`` model declares it with ``function.supports_generate = True`` and returns a
-    transformers-style causal LM (``past_key_values``, ``cache_position``, ``.logits``).
+    transformers-style causal LM (``cache`` or ``past_key_values``, ``cache_position``,
+    ``.logits``).
     """
     from autotune.catalog import user
 
@@ -103,12 +105,10 @@ def check_generate(ref: ModelRef) -> None:
         causal = entry["kind"] == "hf" and entry["model_class"].endswith(CAUSAL_CLASSES)
         what = entry.get("model_class", "a toy model")
     elif found == "directory":
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        from autotune.catalog import hf
 
-        with open(os.path.join(ref.name, "config.json"), encoding="utf-8") as handle:
-            model_type = json.load(handle).get("model_type")
-        causal = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-        what = f"model_type {model_type!r}"
+        config = hf.load_config(ref.name)
+        causal, what = hf.is_causal(config), hf.describe(config)
     else:
         causal = bool(getattr(user.resolve(ref.name), GENERATE_FLAG, False))
         what = f"a function without {GENERATE_FLAG} = True"

@@ -169,6 +169,8 @@ def random_model(
         else:  # a model class: its config records the dtype, as from_config's does
             config.dtype = dtype
             model = model_class(config)
+            if attention:
+                model.set_attn_implementation(attention)
     materialize(model, seed, workload.device, dtype)
     return model
 
@@ -230,27 +232,87 @@ def build_preset(
     return model.eval(), (input_ids(config, seed, workload),)
 
 
+def load_config(path: str) -> Any:
+    """The transformers config in ``path``/config.json (local files only, no remote code)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot read {path}/config.json: {one_line(exc)}") from exc
+
+
+def named_class(config: Any) -> Any:
+    """The transformers model class that ``config.architectures`` names (the class the
+    checkpoint was saved from), or None when it names none that transformers has."""
+    import transformers
+
+    names = getattr(config, "architectures", None)
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    found = getattr(transformers, name, None) if name else None
+    if isinstance(found, type) and issubclass(found, transformers.PreTrainedModel):
+        return found
+    return None
+
+
+def is_causal(config: Any) -> bool:
+    """Whether ``config`` is a causal LM that ``--workload generate`` can run: its named class
+    (else its ``model_type``'s) is a causal-LM class, and it is a decoder: an encoder family
+    that has a causal head too (BERT, RoBERTa, ...) is one only with ``is_decoder`` set."""
+    causal_class, decoder = _causal(config)
+    return causal_class and decoder
+
+
+def describe(config: Any) -> str:
+    """What a directory's model is, for a message: ``a BertModel``, ``model_type 'vit'``."""
+    named = named_class(config)
+    what = f"a {named.__name__}" if named is not None else f"model_type {config.model_type!r}"
+    causal_class, decoder = _causal(config)
+    return what + (" whose config does not set is_decoder" if causal_class and not decoder else "")
+
+
+def _causal(config: Any) -> tuple[bool, bool]:
+    """(a causal-LM class, a decoder): the two halves of :func:`is_causal`."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    named = named_class(config)
+    if named is not None:
+        causal_class = named.__name__ in set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    else:
+        causal_class = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    encoder_family = config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    return causal_class, bool(getattr(config, "is_decoder", False)) or not encoder_family
+
+
+def directory_class(config: Any) -> Any:
+    """The class a directory's model is built as: the one its config names when transformers
+    has it, else ``AutoModelForCausalLM`` for a causal LM (:func:`is_causal`), else
+    ``AutoModel``."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    named = named_class(config)
+    if named is not None:
+        return named
+    return AutoModelForCausalLM if is_causal(config) else AutoModel
+
+
 def build_directory(
     path: str, layers: int | None, seed: int, weights: str | None, workload: Workload
 ) -> tuple[Any, tuple[Any, ...]]:
-    """A local directory with ``config.json``; real weights from ``weights`` or the directory."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ConfigError(f"cannot read {path}/config.json: {one_line(exc)}") from exc
-    adjust_config(config, layers)
-    causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    auto = AutoModelForCausalLM if causal else AutoModel
+    """A local directory with ``config.json``; real weights from ``weights`` or the directory.
+    The model is of the class the directory names (:func:`directory_class`)."""
+    config = adjust_config(load_config(path), layers)
+    model_class = directory_class(config)
     source = weights or (path if has_weights(path) else None)
     for attention in ("sdpa", "eager"):  # sdpa where the architecture has it
         try:
             if source:
-                model = pretrained_model(auto, source, config, workload, attention)
+                model = pretrained_model(model_class, source, config, workload, attention)
             else:
-                model = random_model(auto, config, seed, workload, attention)
+                model = random_model(model_class, config, seed, workload, attention)
             break
         except (ValueError, ConfigError) as exc:
             if attention == "sdpa" and "scaled_dot_product_attention" in str(exc):

@@ -49,12 +49,25 @@ def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> A
     except (AttributeError, TypeError, ValueError) as exc:
         raise ConfigError(f"no static KV cache for {type(model).__name__}: {exc}") from exc
     if like is not None:
-        layers = like.layers
+        heads = _per_layer([layer.num_heads for layer in like.layers])
+        dims = _per_layer([layer.k_head_dim for layer in like.layers])
         cache.early_initialization(
-            workload.batch_size, [layer.num_heads for layer in layers],
-            [layer.k_head_dim for layer in layers], workload.torch_dtype, workload.device,
-        )  # fmt: skip
+            workload.batch_size, heads, dims, workload.torch_dtype, workload.device
+        )
     return cache
+
+
+def _per_layer(values: list[int]) -> int | list[int]:
+    """One number when every layer has it (``early_initialization`` takes that in every 5.x),
+    else the per-layer list (which it takes in later 5.x: 5.12 does, 5.0 does not)."""
+    return values[0] if len(set(values)) == 1 else values
+
+
+def cache_keyword(forward: Callable[..., Any]) -> str:
+    """The keyword ``forward`` takes its KV cache by: ``cache`` where its signature has it
+    (transformers 5.24 on; there ``past_key_values`` is deprecated, to be removed in 5.40),
+    else ``past_key_values`` (transformers 5.0 to 5.23, and models written against them)."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -86,8 +99,10 @@ class Generation:
         seq = prompt.shape[1]
         self.prefill_positions = torch.arange(seq, device=device)
         self.position = torch.tensor([seq], device=device)  # one tensor, updated in place
-        params = inspect.signature(getattr(forward, "forward", forward)).parameters
+        model_forward = getattr(forward, "forward", forward)
+        params = inspect.signature(model_forward).parameters
         self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.cache_keyword = cache_keyword(model_forward)
         self.token: Any = None
         self.logits: Any = None
 
@@ -95,8 +110,8 @@ class Generation:
         import torch
 
         with torch.no_grad():
-            out = self.forward(input_ids=ids, past_key_values=self.cache,
-                               cache_position=positions, use_cache=True, **self.extra)  # fmt: skip
+            out = self.forward(input_ids=ids, cache_position=positions, use_cache=True,
+                               **{self.cache_keyword: self.cache}, **self.extra)  # fmt: skip
         logits = out.logits if hasattr(out, "logits") else accuracy.tensors(out)[0]
         self.logits = logits[:, -1]
         self.token = self.logits.argmax(-1, keepdim=True)
