@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from autotune.errors import AutotuneError, NotApplicable
+from autotune.errors import AutotuneError, NotApplicable, where
 from autotune.trial import metrics
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
@@ -49,6 +49,19 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
     return m
 
 
+def describe(exc: BaseException) -> str:
+    """A failure in one line: ``Type: message (at file:line in function; ...)``, the frames
+    where it arose outside autotune and the standard library; an ``AutotuneError`` is its
+    message alone. Dynamo's advice on how to see more is dropped (``--debug`` shows it)."""
+    message = " ".join(
+        line for line in str(exc).splitlines() if not line.startswith(DYNAMO_ADVICE)
+    ).strip() or repr(exc)
+    if isinstance(exc, AutotuneError):
+        return message
+    at = where(exc)
+    return f"{type(exc).__name__}: {message}" + (f" (at {at})" if at else "")
+
+
 def make_reference(request: Request) -> Measurement:
     """The reference (:mod:`autotune.trial.scenarios.precise`), saved to ``reference_out``; the
     measurement says only whether it worked (``reason``: why there is none)."""
@@ -67,15 +80,9 @@ def run(spec: dict[str, Any], keep: Callable[[Measurement], None] | None = None)
         return measure(Request.from_dict(spec), keep).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
-        message = " ".join(
-            line for line in str(exc).splitlines() if not line.startswith(DYNAMO_ADVICE)
-        ).strip() or repr(exc)
-        reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
-        if not isinstance(exc, AutotuneError) and (at := metrics.where(exc)):
-            reason += f" (at {at})"
         return Measurement(
             spec.get("strategy", {}), spec.get("model", {}), spec.get("workload", {}), status,
-            reason=reason,
+            reason=describe(exc),
             stage=metrics.failure_stage(exc),
             log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
             traceback="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-50_000:],
