@@ -12,12 +12,15 @@ import pytest
 import tests.models
 from autotune.catalog import ModelRef
 from autotune.cli import main
+from autotune.cli.report import summary
 from autotune.dashboard.page import folded
 from autotune.errors import shorten, where
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure
+from autotune.trial.process import unbuilt
+from autotune.trial.request import Request
 from autotune.workload import Settings, Workload
 
 QUICK = Settings(iters=3, warmup=1, starts=("cold",))
@@ -121,13 +124,41 @@ def test_a_backend_computing_in_lower_precision_fails_the_gate() -> None:
 
 @pytest.mark.slow
 def test_a_build_past_the_timeout_keeps_the_cold_measurement() -> None:
-    """The AOTInductor build runs after the cold measurement; one that outlasts the trial's
-    timeout costs only the aot start, with its reason (a build within it still gives the start:
-    tests/test_ahead.py)."""
-    settings = Settings(iters=3, warmup=1, timeout_s=45, starts=("cold", "aot"))
+    """The builds run after the cold measurement, in its process: the AOTInductor build of a
+    model whose export lasts an hour outlasts the trial's timeout and costs only the aot start,
+    with why; the cold measurement stands, and so does the precompiled build that finished
+    before it (a build within the timeout still gives its start)."""
+    settings = Settings(iters=3, warmup=1, timeout_s=40, starts=("cold", "precompiled", "aot"))
     m = measure(ModelRef("tests.models:slow_to_export"), Workload(device="cpu"),
                 Strategy.create("full", "inductor"), settings)  # fmt: skip
     assert m.status == "ok", m.reason
     assert m.compile_s is not None and m.latency is not None and m.feasible
+    assert m.wall_s is not None and m.wall_s >= 40  # it did run into the timeout
     aot = m.starts["aot"]
-    assert aot.status == "failed" and "within the trial's 45 s" in aot.note, aot.note
+    assert aot.status == "timeout", aot
+    assert aot.note.startswith("the aot build did not finish within the trial's 40 s"), aot.note
+    assert "error" in m.ahead["aot"] and "error" not in m.ahead["precompiled"]
+    done = m.starts["precompiled"]
+    assert done.status == "ok" and done.measured and done.compile_s is not None, done
+    assert done.latency is not None and m.ahead["precompiled"]["bytes"] > 0
+    shown = summary(m)
+    assert "aot timeout" in shown and "precompiled " in shown.split("starts", 1)[1]
+
+
+def test_a_build_in_progress_and_those_after_it_are_marked_unbuilt() -> None:
+    """What the parent marks when the cold process ends inside a build: the build it was in
+    says it did not finish, one it never began says why not, one it finished keeps its
+    result."""
+    strategy = Strategy.create("full", "inductor")
+    request = Request.trial(ModelRef("toy-64"), Workload(device="cpu"), strategy, Settings())
+    request = request.but(build_ahead={"precompiled": "/x/a.bin", "aot": "/x/b.pt2"})
+    m = Measurement(strategy, None, None, "ok")
+    unbuilt(m, request, "crashed", "(child died of signal SIGSEGV)")
+    assert m.ahead["precompiled"] == {"status": "crashed", "error": "the precompiled build did "
+                                      "not finish (child died of signal SIGSEGV); the cold "
+                                      "measurement stands"}  # fmt: skip
+    assert m.ahead["aot"]["error"].startswith("not built: the precompiled build before it")
+    m = Measurement(strategy, None, None, "ok", ahead={"precompiled": {"bytes": 1}})
+    unbuilt(m, request, "timeout", "within the trial's 5 s")
+    assert m.ahead["precompiled"] == {"bytes": 1} and m.ahead["aot"]["status"] == "timeout"
+    assert m.ahead["aot"]["error"].startswith("the aot build did not finish within")

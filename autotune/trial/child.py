@@ -31,8 +31,8 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
     """Do what ``request`` asks, by its kind: measure one strategy with the scenario of its
     workload; compute the study's higher-precision reference; or time a confirmation's
     strategies against eager in one process. A trial that builds artefacts hands its
-    measurement to ``keep`` first, so that a build that fails or outlasts the timeout costs
-    only its own start."""
+    measurement to ``keep`` before each build (with the builds before it), so that a build
+    that fails, crashes or outlasts the timeout costs only its own start."""
     if request.kind == "reference":
         return make_reference(request)
     ctx = begin(request)
@@ -42,11 +42,20 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
         return rounds.run(ctx)
     scenario = SCENARIOS[ctx.workload.kind](ctx)
     m = scenario.run()
-    if request.build_ahead:
-        if keep is not None:
+    for kind, path in request.build_ahead.items() if m.ok else ():
+        if keep is not None:  # what is measured and built so far is safe before each build
             keep(m)
-        scenario.build(m)
+        m.ahead[kind] = _build(scenario, kind, path)
     return m
+
+
+def _build(scenario: Scenario, kind: str, path: str) -> dict[str, Any]:
+    """One artefact of a start that skips the compiler, or its ``error``: a build's own
+    failure costs only its start."""
+    try:
+        return scenario.build(kind, path)
+    except Exception as exc:
+        return {"error": f"{kind} build failed: {describe(exc)}"}
 
 
 def describe(exc: BaseException) -> str:
