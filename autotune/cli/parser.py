@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--policy", help="the policy whose choice is highlighted (default: the last "
                    "export's)")  # fmt: skip
     d.add_argument("-o", "--out", help="output file (default dashboards/<study>.html)")
+    for command in sub.choices.values():  # after the command too: autotune measure --debug
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=argparse.SUPPRESS)  # fmt: skip
     return parser
 
 

@@ -125,7 +125,8 @@ def starts_lines(m: Measurement) -> list[str]:
     later = [m.starts[k] for k in LATER if k in m.starts]
     if not later:
         return []
-    measured = [s for s in later if s.measured]
+    measured = [s for s in later  # and a build that failed: its start did not happen
+                if s.measured or s.status not in ("ok", "not-applicable", "skipped")]  # fmt: skip
     if not measured:
         names = " = ".join(s.kind for s in later)
         return [f"starts     {names} = cold: {later[0].note}"]

@@ -20,7 +20,7 @@ from autotune.dashboard.data import (
     phases_info,
     speedup_info,
 )
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, shorten
 from autotune.storage import Store
 
 _CSS = """
@@ -44,7 +44,7 @@ def folded(reason: str) -> str:
     ``<details>`` below it."""
     text = reason.strip()
     first = text.splitlines()[0] if text else ""
-    short = first if len(first) <= 200 else first[:199] + "…"
+    short = shorten(first, 200)
     if text == short:
         return f"<div>{html.escape(short)}</div>"
     return (f"<details><summary>{html.escape(short)}</summary>"

@@ -120,7 +120,7 @@ def tell(search: Search, trial: optuna.trial.Trial, m: Measurement, repeat_of: i
         if m.deduced:
             trial.set_user_attr("deduced", m.deduced)
         if not m.ok:
-            trial.set_user_attr("reason", m.reason[:2000])
+            trial.set_user_attr("reason", shorten(m.reason, 2000))
             trial.set_user_attr("autotune", details)
             return search.optuna.tell(trial, state=optuna.trial.TrialState.FAIL,
                                       skip_if_finished=True)  # fmt: skip

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from starlette.exceptions import HTTPException
 
-from autotune.errors import AutotuneError, StorageError
+from autotune.errors import AutotuneError, StorageError, shorten
 from autotune.storage import mask, scrub
 
 RETRY_AFTER_S = 5
@@ -34,7 +34,7 @@ class Refused(HTTPException):
 def one_line(text: Any, url: str) -> str:
     """Text as one line, at most 500 characters, with the storage password removed."""
     line = " ".join(str(text).split())
-    return scrub(line, url)[:500]
+    return shorten(scrub(line, url), 500)
 
 
 def answer(status: int, message: str, url: str, headers: dict[str, str] | None = None

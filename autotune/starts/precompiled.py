@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import shorten
+from autotune.errors import shorten, where
 from autotune.starts.kinds import AHEAD, BY_NAME
 from autotune.strategy.strategy import Strategy
 
@@ -83,7 +83,9 @@ def build(kind: str, model: Any, inputs: tuple, strategy: Strategy, path: str) -
             text += (" (the model's guards cannot be saved; a guard_filter_fn such as "
                      "torch.compiler.keep_portable_guards_unsafe drops them, with their "
                      "checks)")  # fmt: skip
-        return {"error": f"{kind} build failed: {type(exc).__name__}: {text}"}
+        at = where(exc)  # the frames it arose in: torch's export, a model's forward
+        return {"error": f"{kind} build failed: {type(exc).__name__}: {text}"
+                + (f" (at {at})" if at else "")}  # fmt: skip
     first = next(model.parameters(), None)
     device = str(first.device) if first is not None else "cpu"
     return {"bytes": Path(path).stat().st_size, "build_s": time.perf_counter() - start,

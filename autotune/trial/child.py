@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from autotune.errors import AutotuneError, NotApplicable
+from autotune.errors import AutotuneError, NotApplicable, where
 from autotune.trial import metrics
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
@@ -31,8 +31,8 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
     """Do what ``request`` asks, by its kind: measure one strategy with the scenario of its
     workload; compute the study's higher-precision reference; or time a confirmation's
     strategies against eager in one process. A trial that builds artefacts hands its
-    measurement to ``keep`` first, so that a build that fails or outlasts the timeout costs
-    only its own start."""
+    measurement to ``keep`` before each build (with the builds before it), so that a build
+    that fails, crashes or outlasts the timeout costs only its own start."""
     if request.kind == "reference":
         return make_reference(request)
     ctx = begin(request)
@@ -42,11 +42,33 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
         return rounds.run(ctx)
     scenario = SCENARIOS[ctx.workload.kind](ctx)
     m = scenario.run()
-    if request.build_ahead:
-        if keep is not None:
+    for kind, path in request.build_ahead.items() if m.ok else ():
+        if keep is not None:  # what is measured and built so far is safe before each build
             keep(m)
-        scenario.build(m)
+        m.ahead[kind] = _build(scenario, kind, path)
     return m
+
+
+def _build(scenario: Scenario, kind: str, path: str) -> dict[str, Any]:
+    """One artefact of a start that skips the compiler, or its ``error``: a build's own
+    failure costs only its start."""
+    try:
+        return scenario.build(kind, path)
+    except Exception as exc:
+        return {"error": f"{kind} build failed: {describe(exc)}"}
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in one line: ``Type: message (at file:line in function; ...)``, the frames
+    where it arose outside autotune and the standard library; an ``AutotuneError`` is its
+    message alone. Dynamo's advice on how to see more is dropped (``--debug`` shows it)."""
+    message = " ".join(
+        line for line in str(exc).splitlines() if not line.startswith(DYNAMO_ADVICE)
+    ).strip() or repr(exc)
+    if isinstance(exc, AutotuneError):
+        return message
+    at = where(exc)
+    return f"{type(exc).__name__}: {message}" + (f" (at {at})" if at else "")
 
 
 def make_reference(request: Request) -> Measurement:
@@ -70,15 +92,9 @@ def run(spec: dict[str, Any], keep: Callable[[Measurement], None] | None = None)
         return measure(Request.from_dict(spec), keep).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
-        message = " ".join(
-            line for line in str(exc).splitlines() if not line.startswith(DYNAMO_ADVICE)
-        ).strip() or repr(exc)
-        reason = message if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {message}"
-        if not isinstance(exc, AutotuneError) and (at := metrics.where(exc)):
-            reason += f" (at {at})"
         return Measurement(
             spec.get("strategy", {}), spec.get("model", {}), spec.get("workload", {}), status,
-            reason=reason,
+            reason=describe(exc),
             stage=metrics.failure_stage(exc),
             log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
             traceback="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-50_000:],

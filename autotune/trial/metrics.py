@@ -99,41 +99,6 @@ def failure_stage(exc: BaseException) -> str:
     return "dynamo" if isinstance(exc, _dynamo_failures()) else ""
 
 
-def where(exc: BaseException, frames: int = 2) -> str:
-    """Where a failure arose: the innermost ``frames`` frames of its innermost cause that are
-    neither autotune's nor the standard library's (a backend's, a model's, torch's own), as
-    ``file:line in function``, innermost first; "" when there are none."""
-    import os
-    import sysconfig
-    import traceback
-
-    import autotune
-
-    inner = exc
-    while (cause := inner.__cause__ or inner.__context__) is not None and cause is not inner:
-        if cause.__traceback__ is None:
-            break
-        inner = cause
-    ours = os.path.dirname(os.path.abspath(autotune.__file__)) + os.sep
-    stdlib = {os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
-    sites = sorted({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["purelib"],
-                    sysconfig.get_paths()["platlib"])}, key=len, reverse=True)  # fmt: skip
-    found = []
-    for frame in reversed(traceback.extract_tb(inner.__traceback__)):
-        path = os.path.abspath(frame.filename)
-        own = path.startswith(ours)
-        std = any(path.startswith(s) for s in stdlib) and not any(
-            path.startswith(s) for s in sites
-        )
-        if own or std or path.startswith("<"):
-            continue
-        shown = next((path[len(s) :] for s in sites if path.startswith(s)), path)
-        found.append(f"{shown}:{frame.lineno} in {frame.name}")
-        if len(found) == frames:
-            break
-    return "; ".join(found)
-
-
 def failure_stage_of(reason: str) -> str:
     """:func:`failure_stage` from a stored reason (``TypeName: message``), for measurements
     recorded before the stage was."""

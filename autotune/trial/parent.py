@@ -177,9 +177,11 @@ def later_starts(
         breaks = cold.graphs.breaks if cold.graphs else 0
         work = cold.workload.kind if cold.workload else "inference"
         why = ahead.not_applicable(kind, strategy, work, breaks)
-        broken = "" if why else (cold.ahead.get(kind) or {}).get("error", "")
+        built = cold.ahead.get(kind) or {}
+        broken = "" if why else built.get("error", "")
         if why or broken or not needed:  # a build that failed costs only its own start
-            status = "not-applicable" if why else "failed" if broken else "skipped"
+            failed = built.get("status", "failed")  # or timeout, crashed: process.unbuilt
+            status = "not-applicable" if why else failed if broken else "skipped"
             found[kind] = Start(kind, status, measured=False, note=why or broken or SKIPPED)
         else:
             found[kind] = start_of(kind, run(kind), cold)

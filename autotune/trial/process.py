@@ -120,16 +120,11 @@ def run_child(
     wall_s = time.perf_counter() - start
     cold = result_path + child.COLD
     if not os.path.exists(result_path) and os.path.exists(cold):  # it died building
-        why = (
-            f"the build did not finish within the trial's {settings.timeout_s:g} s"
-            if timed_out
-            else f"the build did not finish: {_ended(proc.exitcode)}"
-        )
-        with open(cold) as f:
+        with open(cold) as f:  # the measurement and the builds that finished before
             result = Measurement.from_dict(json.load(f))
-        for kind in request.build_ahead:
-            result.ahead.setdefault(kind, {"error": f"{kind} build failed: {why}; the cold "
-                                                    "measurement stands"})  # fmt: skip
+        unbuilt(result, request, "timeout" if timed_out else "crashed",
+                f"within the trial's {settings.timeout_s:g} s" if timed_out
+                else f"({_ended(proc.exitcode)})")  # fmt: skip
     elif timed_out:
         return Measurement(
             *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",
@@ -145,3 +140,13 @@ def run_child(
             result = Measurement.from_dict(json.load(f))
     result.wall_s, result.workload = wall_s, request.workload  # the study's device, as asked
     return result
+
+
+def unbuilt(result: Measurement, request: Request, status: str, how: str) -> None:
+    """Mark the builds a child did not finish (the one it was in, and those after it) with
+    ``status`` and why: each costs only its own start; the cold measurement stands."""
+    pending = [k for k in request.build_ahead if k not in result.ahead]
+    for kind in pending:
+        why = (f"the {kind} build did not finish {how}" if kind == pending[0] else
+               f"not built: the {pending[0]} build before it did not finish {how}")  # fmt: skip
+        result.ahead[kind] = {"error": f"{why}; the cold measurement stands", "status": status}

@@ -158,10 +158,11 @@ class Scenario(ABC):
         """Calls that a recompile-limit probe runs once each, to count blocks left eager."""
         return {"call": self.calls()["compiled"]}
 
-    def build(self, m: Measurement) -> None:
-        """After the measurement is safe with the parent: build the artefacts the request asks
-        for (a start that skips the compiler); a workload without any builds none."""
-        return None
+    def build(self, kind: str, path: str) -> dict[str, Any]:
+        """After the measurement is safe with the parent: build the ``kind`` artefact (a start
+        that skips the compiler) at ``path``; its size, build time and fingerprint, or
+        ``error``. A workload without such artefacts builds none."""
+        return {"error": f"the {self.ctx.workload.kind} workload builds no {kind} artefact"}
 
     def run(self) -> Measurement:
         with device.cudagraph_skips() as skips:

@@ -68,9 +68,8 @@ class Inference(Scenario):
         if ctx.request.load_ahead:
             ctx.timings["frames_compiled"] = float(ahead.frames_compiled())
 
-    def build(self, m: Any) -> None:
-        for kind, path in self.ctx.request.build_ahead.items():
-            m.ahead[kind] = ahead.build(kind, self.model, self.inputs, self.ctx.strategy, path)
+    def build(self, kind: str, path: str) -> dict[str, Any]:
+        return ahead.build(kind, self.model, self.inputs, self.ctx.strategy, path)
 
     def calls(self) -> dict[str, Callable[[], Any]]:
         return {"eager": self.eager_step, "compiled": self.compiled_step}
