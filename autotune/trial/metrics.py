@@ -43,7 +43,7 @@ def cudagraph_skipped(found: list[tuple[str, str]]) -> list[str]:
     for m in get_compilation_metrics():
         if m.co_name:
             where = f"{m.co_name} ({os.path.basename(m.co_filename or '?')}:{m.co_firstlineno})"
-            names.setdefault(str(m.compile_id), where)
+            names[str(m.compile_id)] = where  # the latest: ids start again after a reset
     seen: set[str] = set()
     lines = []
     for compile_id, reason in found:
