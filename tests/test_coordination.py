@@ -175,3 +175,18 @@ def test_failing_a_trial_its_worker_ends_at_that_moment_never_raises(store: Stor
     if store.url.startswith("postgresql"):
         fresh = optuna.load_study(study_name=name, storage=optuna_storage(store.url))
         assert said == {t.number: t.state.name for t in fresh.get_trials(deepcopy=False)}
+
+
+def test_a_finished_study_leaves_no_trial_running(store) -> None:
+    """An ask whose answer an outage swallowed leaves a RUNNING trial that nothing will claim;
+    the worker that stops with the study done fails it at once (no grace period to wait out),
+    and never a trial that holds a claim."""
+    w1, _, name = _pair(store)
+    study = optuna.create_study(study_name=name, storage=optuna_storage(store.url),
+                                directions=["minimize"])  # fmt: skip
+    claimed, orphan = study.ask(), study.ask()
+    assert w1.claim("a", claimed.number, 10, KEYS) == "claimed"
+    tally = w1.tally(KEYS)
+    assert w1.finish(study, set(tally.numbers)) == 1
+    states = {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
+    assert states == {claimed.number: "RUNNING", orphan.number: "FAIL"}

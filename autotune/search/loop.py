@@ -67,6 +67,9 @@ def run(
                     listener.measured(key, len(search.measured()))
     except KeyboardInterrupt:
         stopped = "interrupted"
+    if stopped in ("budget", "exhausted"):  # the study is done: no trial is left to claim
+        tally = search.coord.tally(search.keys)
+        step.db(search, lambda: search.coord.finish(search.optuna, set(tally.numbers)), "finish")
     return outcome(search, measured, repeats, stopped)
 
 
