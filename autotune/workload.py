@@ -4,10 +4,12 @@ and how each trial times it (``Settings``)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from autotune import fields as config
+from autotune import traffic as traffics
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
 from autotune.starts.kinds import DEFAULT as START_KINDS
@@ -22,17 +24,33 @@ DEVICE_HELP = "auto (default: cuda where there is one, else cpu), cpu, cuda or c
 class Workload:
     """The input shape, precision, device and step that every trial of a study measures."""
 
-    batch_size: int = option(1, "inputs per call", read=whole(1), cli_type=int)
-    seq_len: int = option(32, "tokens per input", read=whole(1), cli_type=int)
+    batch_size: int = option(1, "inputs per call, or a spread of them (1..8, 1,4,8): a traffic",
+                             read=traffics.whole_or_spread(1))  # fmt: skip
+    seq_len: int = option(
+        32,
+        "tokens per input, or a spread of them: 16..512 (log-uniform, "
+        "seeded) or 32,128,512 (a traffic)",
+        read=traffics.whole_or_spread(1),
+    )
     dtype: str = option("float32", "float32, bfloat16 or float16", read=text())
     device: str = option("cpu", DEVICE_HELP, read=text())  # the command line's: auto
     kind: str = option("inference", "inference, train, or generate (causal LMs)",
                        flag="--workload", read=text())  # fmt: skip
     new_tokens: int = option(32, "generate: new tokens per generation (the prefill's, then one "
                              "per decode step)", read=whole(), cli_type=int)  # fmt: skip
+    traffic: tuple[tuple[int, int], ...] = option(
+        (),
+        "FILE: the requests a deployment serves, in order (JSON lines or CSV with batch_size "
+        "and seq_len); each strategy is measured over them",
+        read=traffics.read,
+    )
+    requests: int | None = option(None, "the traffic's requests played in a trial (default "
+                                  f"{traffics.DEFAULT_REQUESTS} for a spread, a file's all)",
+                                  read=whole(1), cli_type=int)  # fmt: skip
 
     def __post_init__(self) -> None:
         config.validate(self)
+        self._draw_traffic()
         if self.dtype not in DTYPES:
             raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
         if self.kind not in KINDS:
@@ -44,6 +62,38 @@ class Workload:
                               "decode steps the rest")  # fmt: skip
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"bad device {self.device!r}: use auto, cpu, cuda or cuda:N")
+
+    def _draw_traffic(self) -> None:
+        """Spreads become requests; a traffic's most frequent shape becomes the workload's
+        shape (what one-shape readers of it see)."""
+        requests = self.traffic
+        if traffics.is_spread(self.batch_size) or traffics.is_spread(self.seq_len):
+            if requests:
+                raise ConfigError("give a traffic file or spreads of --seq-len/--batch-size, "
+                                  "not both")  # fmt: skip
+            requests = traffics.draw(self.batch_size, self.seq_len, self.requests)
+        elif requests and self.requests:
+            requests = requests[: self.requests]
+        if not requests:
+            return
+        if self.kind != "inference":
+            raise ConfigError(f"a traffic is measured for the inference workload; the {self.kind} "
+                              "workload measures one shape")  # fmt: skip
+        shape = traffics.distinct(requests)[0][0]
+        for name, value in zip(("batch_size", "seq_len", "traffic", "requests"),
+                               (*shape, tuple(requests), None), strict=True):  # fmt: skip
+            object.__setattr__(self, name, value)
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The distinct ``(batch_size, seq_len)`` shapes served: the traffic's, or the one."""
+        if not self.traffic:
+            return [(self.batch_size, self.seq_len)]
+        return [shape for shape, _ in traffics.distinct(self.traffic)]
+
+    def at(self, shape: tuple[int, int]) -> Workload:
+        """This workload at one shape, without its traffic (to build inputs of that shape)."""
+        return dataclasses.replace(self, batch_size=shape[0], seq_len=shape[1], traffic=())
 
     @classmethod
     def create(cls, device: str = "auto", **fields: Any) -> Workload:
@@ -66,6 +116,11 @@ class Workload:
         data = dataclasses.asdict(self)
         if self.kind != "generate":  # other workloads' stored dicts stay as they were
             del data["new_tokens"]
+        del data["requests"]  # spent: the traffic holds the requests played
+        if self.traffic:
+            data["traffic"] = [list(shape) for shape in self.traffic]
+        else:
+            del data["traffic"]
         return data
 
     @classmethod
@@ -81,6 +136,11 @@ class Workload:
         """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``"""
         device = self.device.replace(":", "")
         tokens = f"-n{self.new_tokens}" if self.kind == "generate" else ""
+        if self.traffic:
+            import hashlib
+
+            digest = hashlib.sha256(json.dumps(self.traffic).encode()).hexdigest()[:6]
+            return f"{self.kind}-traffic{len(self.traffic)}-{digest}-{self.dtype}-{device}"
         return f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}-{self.dtype}-{device}"
 
 
@@ -114,4 +174,7 @@ def describe(workload: dict[str, Any]) -> str:
             f"seq {workload.get('seq_len')} · {workload.get('dtype')}")  # fmt: skip
     if workload.get("kind") == "generate":
         line += f" · {workload.get('new_tokens')} new tokens"
+    if workload.get("traffic"):
+        line = (f"{workload.get('kind', 'inference')} · traffic of "
+                f"{traffics.describe(workload['traffic'])} · {workload.get('dtype')}")  # fmt: skip
     return line

@@ -122,6 +122,9 @@ def tiny_llama() -> tuple[torch.nn.Module, tuple]:
 
 
 tiny_llama.supports_generate = True  # type: ignore[attr-defined]
+tiny_llama.make_inputs = lambda batch, seq: (  # type: ignore[attr-defined]  # for a traffic
+    torch.randint(0, TINY_LLAMA["vocab_size"], (batch, seq)),
+)
 
 
 def decode_perturbing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
@@ -300,3 +303,24 @@ class SlowToExport(torch.nn.Module):
 def slow_to_export() -> tuple[torch.nn.Module, tuple]:
     torch.manual_seed(0)
     return SlowToExport(), (torch.randn(4, 8),)
+
+
+class Mixer(torch.nn.Module):
+    """Every position reads the mean over the whole sequence (no attention mask): padding a
+    request changes every output, so padding buckets must fail the accuracy gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.out = torch.nn.Embedding(64, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        return self.out(x + x.mean(dim=1, keepdim=True))
+
+
+def mixing() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Mixer(), (torch.randint(1, 64, (1, 8)),)
+
+
+mixing.make_inputs = lambda batch, seq: (torch.randint(1, 64, (batch, seq)),)  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from autotune.storage import Store
         (["--model", "gemma-2b", "--weights", "/nonexistent"], "/nonexistent"),
         (["--model", "toy-64", "--granularity", "partial"], "bad granularity"),
         (["--model", "toy-64", "--workload", "serve"], "bad workload 'serve'"),
-        (["--model", "toy-64", "--batch-size", "x"], "invalid int value: 'x'"),
+        (["--model", "toy-64", "--batch-size", "x"], "batch_size = 'x': expected a whole number"),
         (["--model", "nomod:fn"], "no module named 'nomod'"),
     ],
 )

@@ -62,7 +62,16 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 
 STAGES = ("strategy", "starts", "trial", "choice", "search", "ship")  # the flow, in order
-BASICS = ("workload", "device", "environment", "errors", "fields", "usercode", "variables")
+BASICS = (
+    "workload",
+    "traffic",
+    "device",
+    "environment",
+    "errors",
+    "fields",
+    "usercode",
+    "variables",
+)
 
 
 def test_imports_point_down_the_flow() -> None:

@@ -82,6 +82,50 @@ def check(ref: ModelRef, workload: Workload | None = None) -> None:
     _check(ref)
     if workload is not None and workload.kind == "generate":
         check_generate(ref)
+    if workload is not None and workload.traffic:
+        check_traffic(ref, workload)
+
+
+SHAPED = "make_inputs"  # a function model's maker of inputs at a shape, for a traffic
+
+
+def check_traffic(ref: ModelRef, workload: Workload) -> None:
+    """Raise ConfigError unless ``ref`` takes inputs of every shape of the traffic: a
+    transformers model (token ids, within its positions), or a function model with a
+    ``make_inputs(batch_size, seq_len)`` attribute."""
+    from autotune.catalog import hf, user
+
+    found = kind(ref.name)
+    if found == "function":
+        if not callable(getattr(user.resolve(ref.name), SHAPED, None)):
+            raise ConfigError(f"a traffic needs inputs of many shapes: give {ref.name} a "
+                              f"{SHAPED}(batch_size, seq_len) attribute")  # fmt: skip
+        return
+    if found == "preset" and PRESETS[ref.name]["kind"] == "toy":
+        raise ConfigError(f"{ref.name}'s input is always one 10x10 tensor: a traffic of shapes "
+                          "does not apply")  # fmt: skip
+    config = hf.make_config(PRESETS[ref.name], None) if found == "preset" else (
+        hf.load_config(ref.name))  # fmt: skip
+    limit = hf.positions(config)
+    for n, (_, seq) in enumerate(workload.traffic, 1):
+        if limit is not None and seq > limit:
+            raise ConfigError(f"traffic request {n}: seq_len {seq} exceeds {ref.name}'s "
+                              f"{limit} positions")  # fmt: skip
+
+
+def inputs_at(ref: ModelRef, model: Any, workload: Workload, shape: tuple[int, int]) -> tuple:
+    """The inputs of one traffic shape, drawn as a trial's are (same seed)."""
+    import torch
+
+    from autotune.catalog import hf, user
+
+    at = workload.at(shape)
+    if kind(ref.name) == "function":
+        with torch.random.fork_rng(devices=[]):  # the same inputs in every process
+            torch.manual_seed(ref.seed)
+            made = getattr(user.resolve(ref.name), SHAPED)(*shape)
+        return user.move(made if isinstance(made, tuple) else (made,), at)
+    return (hf.input_ids(model.config, ref.seed, at),)
 
 
 GENERATE_FLAG = "supports_generate"

@@ -201,12 +201,18 @@ def pretrained_model(
     return model.to(workload.device)
 
 
+def positions(config: Any) -> int | None:
+    """The longest input a text model takes (its position embeddings), if it says."""
+    text = config.get_text_config()
+    return getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+
+
 def input_ids(config: Any, seed: int, workload: Workload) -> Any:
     """Random token ids ``(batch_size, seq_len)`` drawn on the CPU from ``seed``."""
     import torch
 
     text = config.get_text_config()
-    limit = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+    limit = positions(config)
     if limit is not None and workload.seq_len > limit:
         raise ConfigError(f"--seq-len {workload.seq_len} exceeds this model's {limit} positions")
     vocab = getattr(text, "vocab_size", None)

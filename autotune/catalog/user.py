@@ -50,7 +50,12 @@ def build_user(name: str, seed: int, workload: Workload) -> tuple[Any, tuple[Any
             f"got {type(inputs).__name__}"
         )
     model = model.to(device=workload.device, dtype=workload.torch_dtype).eval()
-    return model, tuple(_move(item, workload) for item in inputs)
+    return model, move(inputs, workload)
+
+
+def move(inputs: tuple[Any, ...], workload: Workload) -> tuple[Any, ...]:
+    """Inputs on the workload's device; floating tensors in its dtype."""
+    return tuple(_move(item, workload) for item in inputs)
 
 
 def _move(value: Any, workload: Workload) -> Any:

@@ -91,6 +91,18 @@ def value(point: Any, objective: str) -> float | None:
     return getattr(point, ATTRIBUTE[objective])
 
 
+# The lifetime a study is judged over when no --calls says it: a serving process restarts after
+# thousands to millions of calls; 10,000 is the low end, so a compile is chosen only when it
+# pays back within a short-lived process (and the answer never rests on a tie rule).
+DEFAULT_CALLS = 10_000
+
+
+def lifetime(calls: int | None) -> str:
+    """The default policy: the lowest time to ready + ``calls`` x latency (``DEFAULT_CALLS``
+    where ``calls`` is not given)."""
+    return f"amortized:{calls or DEFAULT_CALLS}"
+
+
 def parse_policy(policy: Any) -> tuple[str, tuple[float, ...]]:
     """``knee`` -> ("knee", ()); ``amortized:1000`` -> ("amortized", (1000.0,));
     ``restarts:50:1000`` -> ("restarts", (50.0, 1000.0)). Numbers are finite and positive;

@@ -97,9 +97,50 @@ def excluded_line(summary: dict[str, Any]) -> str:
     return ", ".join(parts) or "none"
 
 
+def break_even(p: Point, eager: Point) -> float | None:
+    """After how many calls compiling ``p`` pays against eager (None: it never does)."""
+    saved_s = (eager.latency_ms - p.latency_ms) / 1e3
+    return p.compile_s / saved_s if saved_s > 0 else None
+
+
+def lifetime_line(chosen: Point, points: list[Point], calls: float) -> str:
+    """Over a lifetime of ``calls`` calls: what the pick saves over eager and over the
+    runner-up, and after how many calls compiling pays."""
+    eager = next((p for p in points if p.key == "none"), None)
+    ranked = sorted(points, key=lambda p: (p.total_s(calls), p.latency_ms))
+    words = [f"over {calls:,.0f} calls the pick costs {chosen.total_s(calls):.1f} s"]
+    if eager is not None and chosen.key != "none":
+        words.append(f"{eager.total_s(calls) - chosen.total_s(calls):.1f} s less than eager")
+    runner = next((p for p in ranked if p.key != chosen.key), None)
+    if runner is not None:
+        words.append(f"{runner.total_s(calls) - chosen.total_s(calls):.1f} s less than the "
+                     f"runner-up, {runner.key}")  # fmt: skip
+    fastest = min((p for p in points if p.key != "none"), key=lambda p: p.latency_ms,
+                  default=None)  # fmt: skip
+    shown = chosen if chosen.key != "none" else fastest
+    if eager is not None and shown is not None:
+        calls_to_pay = break_even(shown, eager)
+        words.append(
+            f"compiling {shown.key} pays after {calls_to_pay:,.0f} calls"
+            if calls_to_pay is not None
+            else f"compiling {shown.key} never pays: it is not faster"
+        )
+    return "; ".join(words)
+
+
 def verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:
     """The answer in one sentence; when it is eager, whether that is because nothing compiled
-    passed or because compiling did not pay."""
+    passed or because compiling did not pay. Under a lifetime (``amortized:CALLS``), what the
+    pick saves and after how many calls compiling pays."""
+    from autotune.choice.objectives import parse_policy
+
+    name, args = parse_policy(policy)
+    sentence = _verdict(chosen, points, summary, policy)
+    return f"{sentence}; {lifetime_line(chosen, points, args[0])}" if name == "amortized" else (
+        sentence)  # fmt: skip
+
+
+def _verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:
     if chosen.key != "none":
         return (f"compile with {chosen.key}: {chosen.speedup:.2f}x eager after a "
                 f"{chosen.compile_s:.1f} s cold compile ({policy})")  # fmt: skip

@@ -100,20 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dynamic", default="none", help="true, false or none")
     s.add_argument("--fullgraph", action="store_true", help="fail on any graph break")
     s.add_argument("--options", help="inductor option switches, e.g. freezing,cpp_wrapper")
+    s.add_argument(
+        "--buckets",
+        default="none",
+        help="under a traffic: none, or pow2 (pad each "
+        "request to the power of two above it, compile each bucket static)",
+    )
+    s.add_argument("--marks", default="none", help="under a traffic: the inputs' dimensions "
+                   "marked dynamic: none, batch, seq or both")  # fmt: skip
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
     r = sub.add_parser("search", help="search compile strategies; export the Pareto-best one")
     _add_model_args(r)
     sp = r.add_argument_group("space (comma lists narrow the default space)")
-    for name in ("granularity", "backend", "mode", "dynamic", "fullgraph"):
+    for name in ("granularity", "backend", "mode", "dynamic", "fullgraph", "buckets", "marks"):
         sp.add_argument(f"--{name}", metavar="LIST")
     sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
                     "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip
     sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")
     se = r.add_argument_group("search")
     _add_fields(se, StudySpec, ("trials", "time_budget", "sampler", "objectives", "max_memory",
-                                "policy", "equivalence"))  # fmt: skip
+                                "policy", "calls", "equivalence"))  # fmt: skip
     se.add_argument("--force", action="store_true", help="join a study made on other hardware")
     se.add_argument("--no-progress", action="store_true", help="no live progress bar")
     se.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)

@@ -25,6 +25,26 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def traffic_lines(m: Measurement) -> list[str]:
+    """A traffic's first pass and steady state in a few lines (none at one shape)."""
+    t = m.traffic
+    if not t:
+        return []
+    ready, eager = seconds(t["ready_s"]), seconds(t["eager_ready_s"])
+    lines = [f"traffic    ready after {ready} (eager {eager}); "
+             f"{t['stalls']} of {t['requests']} requests compiled, worst stall "
+             f"{t['worst_stall_ms'] / 1e3:.2f} s; {sum(t['compiles'])} graphs"]  # fmt: skip
+    if t["eager_after_limit"]:
+        shown = ", ".join(map(str, t["eager_after_limit"][:8]))
+        more = "…" if len(t["eager_after_limit"]) > 8 else ""
+        lines.append(f"           past the recompile limit, requests {shown}{more} ran eager")
+    for row in t.get("steady", []):
+        lines.append(f"  shape    batch {row['batch_size']} seq {row['seq_len']} "
+                     f"({row['weight']:.0%}): {row['compiled_ms']:.3f} ms, eager "
+                     f"{row['eager_ms']:.3f} ms")  # fmt: skip
+    return lines
+
+
 def summary(m: Measurement) -> str:
     """A few lines a person reads at a glance."""
     s, w = m.strategy, m.workload
@@ -32,6 +52,10 @@ def summary(m: Measurement) -> str:
     name = m.model.name if m.model else "?"
     head = name if w is None else (f"{name} · {w.kind} batch {w.batch_size} seq {w.seq_len} "
                                    f"{w.dtype} on {w.device}")  # fmt: skip
+    if w is not None and w.traffic:
+        from autotune.traffic import describe
+
+        head = f"{name} · {w.kind} over a traffic of {describe(w.traffic)} {w.dtype} on {w.device}"
     if env:
         head += f" · torch {env.get('torch')} · {env.get('device_name')}"
     regions = f"   ({m.regions} compiled regions)" if m.regions else ""
@@ -49,6 +73,7 @@ def summary(m: Measurement) -> str:
         + (f"; {phases}" if phases else "")
     )
     lines += starts_lines(m)
+    lines += traffic_lines(m)
     if m.ttft and m.eager_ttft:
         lines.append(
             f"TTFT       {m.ttft.median_ms:.3f} ms median prefill (eager "

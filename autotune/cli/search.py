@@ -21,7 +21,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
     ref, workload = model_and_workload(args)
     options = [o.strip() for o in (args.options or "").split(",") if o.strip() not in ("", "none")]
     strategy = Strategy.create(
-        args.granularity, args.backend, args.mode, args.dynamic, args.fullgraph, options
+        args.granularity,
+        args.backend,
+        args.mode,
+        args.dynamic,
+        args.fullgraph,
+        options,
+        args.buckets,
+        args.marks,
     )
     strategy.validate()
     given = {k: getattr(args, dest, None) for k, dest in flag_dests(Settings).items()}

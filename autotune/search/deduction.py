@@ -83,12 +83,16 @@ def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strate
     if s.granularity == "none":
         return []
     if m.ok and m.graphs is not None and m.graphs.breaks and not s.fullgraph:
-        same = (s.granularity, s.dynamic, True)
+        same = (s.granularity, s.dynamic, True, s.buckets, s.marks)
     elif not m.ok and m.stage == "dynamo":
-        same = (s.granularity, s.dynamic, s.fullgraph)
+        same = (s.granularity, s.dynamic, s.fullgraph, s.buckets, s.marks)
     else:
         return []
-    return [t for t in members if (t.granularity, t.dynamic, t.fullgraph) == same and t != s]
+    return [
+        t
+        for t in members
+        if (t.granularity, t.dynamic, t.fullgraph, t.buckets, t.marks) == same and t != s
+    ]
 
 
 def equivalents(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:

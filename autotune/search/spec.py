@@ -20,6 +20,7 @@ from typing import Any
 from autotune import fields as config
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
+from autotune.choice.objectives import DEFAULT_CALLS
 from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
 from autotune.starts.kinds import parse as parse_starts
@@ -140,8 +141,12 @@ class StudySpec:
         toml="max_memory",
         read=parse_memory,
     )
-    policy: str = option("knee", "knee, fastest, quickest, amortized:CALLS, "
-                         "restarts:STARTS:CALLS or latency-budget:MS", read=_policy)  # fmt: skip
+    policy: str = option(None, "knee, fastest, quickest, amortized:CALLS, restarts:STARTS:CALLS "
+                         "or latency-budget:MS (default: amortized over --calls, else over "
+                         f"{DEFAULT_CALLS:,} calls)", read=_policy)  # fmt: skip
+    calls: int | None = option(None, "the calls one process serves between starts (its "
+                               "lifetime): the pick minimises time to ready + calls x latency",
+                               read=whole(1), cli_type=int)  # fmt: skip
     settings: Settings = field(default_factory=Settings)
     study: str | None = option(None, "study name (default: a slug of model, workload, hardware "
                                "and torch)", read=check_name)  # fmt: skip
@@ -151,6 +156,8 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         config.validate(self)
+        if self.policy is None:
+            object.__setattr__(self, "policy", objectives.lifetime(self.calls))
         if self.objectives is None:
             object.__setattr__(self, "objectives", objectives.default(self.workload.kind))
         unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
@@ -192,7 +199,8 @@ class StudySpec:
         model = ModelRef(**config.read(ModelRef, tables["model"], "[model] "))
         fields = config.read(Workload, tables["workload"], "[workload] ")
         workload = Workload.create(**fields) if resolve_device else Workload(**fields)
-        space = Space.default(workload.device, workload.kind).narrow(**tables["space"])
+        space = Space.default(workload.device, workload.kind).for_traffic(workload.traffic)
+        space = space.narrow(**tables["space"])
         settings = Settings(**config.read(Settings, {"seed": model.seed, **search}, "[search] "))
         chosen = config.read(cls, search, "[search] ")
         return cls(model=model, workload=workload, space=space, settings=settings, **chosen)

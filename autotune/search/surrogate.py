@@ -43,6 +43,7 @@ def factors(s: Strategy) -> list[str]:
     fields = [f"g={s.granularity}", f"b={s.backend}", f"d={s.dynamic}", f"f={s.fullgraph}"]
     if s.backend == "inductor":
         fields.append(f"m={s.mode}")
+    fields += [f"{n}={getattr(s, n)}" for n in ("buckets", "marks") if getattr(s, n) != "none"]
     return fields + [f"o={o}" for o in s.options]
 
 

@@ -44,6 +44,11 @@ MARK_STEPS = ("it replays CUDA graphs: with a regional or nested compile, or gra
 def caveats(strategy: Strategy, fmt: str) -> list[str]:
     """What the chosen format cannot say about the strategy."""
     notes = [MARK_STEPS] if strategy.uses_cuda_graphs() else []
+    if strategy.shaped and fmt in ("torch", "transformers"):
+        notes.append(
+            f"{fmt} has no setting to pad to buckets or mark dimensions "
+            f"({strategy.key}); autotune.apply(model, file) serves it as measured"
+        )
     if fmt == "transformers":
         return notes + transformers_caveats(strategy)
     if fmt != "torch" and (caveat := strategy.accelerate_caveat()):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import device
 from autotune import usercode as code
 from autotune.errors import NotApplicable
+from autotune.strategy import shapes
 from autotune.strategy.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -106,12 +107,19 @@ def apply(
     model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
 ) -> torch.nn.Module:
     """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be.
-    A ``package.module:function`` backend is found by ``resolve`` (see autotune.usercode)."""
-    import torch
-
+    A ``package.module:function`` backend is found by ``resolve`` (see autotune.usercode).
+    A strategy for a traffic pads to buckets or marks dimensions (:mod:`.shapes`)."""
     s = strategy
     if s.granularity == "none":
         return model
+    return shapes.wrap(_compiled(model, s, resolve), model, s.buckets, s.marks)
+
+
+def _compiled(
+    model: torch.nn.Module, s: Strategy, resolve: Callable[[str, str], Any]
+) -> torch.nn.Module:
+    import torch
+
     kwargs = s.compile_kwargs(resolve)
     if s.granularity == "full":
         return _marked(torch.compile(model, **kwargs), model, s)

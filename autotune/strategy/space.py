@@ -22,13 +22,16 @@ from autotune.strategy.inductor import (
     inductor_modes,
     inductor_options,
 )
+from autotune.strategy.shapes import BUCKETS, MARKS
 from autotune.strategy.strategy import GRANULARITIES, Strategy, parse_dynamic, registered_backends
 
 if TYPE_CHECKING:
     import optuna
 
 DIMENSIONS = ("granularity", "backend", "mode", "dynamic", "fullgraph")
-KEYS = (*DIMENSIONS, "options")  # the space's lists: the fields, and the option switches
+SHAPED = ("buckets", "marks")  # dimensions a traffic opens (one shape: "none" only)
+KEYS = (*DIMENSIONS, "options", *SHAPED)  # the space's lists: the fields, the switches
+SHAPED_VALUES = {"buckets": BUCKETS, "marks": MARKS}
 # Backends whose compiler lives in another package: in the default space only when importable.
 _BACKEND_PACKAGES = {"tvm": "tvm", "openxla": "torch_xla", "openxla_eval": "torch_xla"}
 
@@ -67,6 +70,24 @@ class Space:
     dynamic: tuple[bool | None, ...] = (None, True, False)
     fullgraph: tuple[bool, ...] = (False, True)
     options: tuple[str, ...] = ()  # Inductor option switches, each tried off and on
+    buckets: tuple[str, ...] = ("none",)
+    marks: tuple[str, ...] = ("none",)
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        """The fields each trial suggests: the five, and buckets and marks under a traffic."""
+        return DIMENSIONS + tuple(n for n in SHAPED if getattr(self, n) != ("none",))
+
+    def for_traffic(self, requests: tuple[tuple[int, int], ...]) -> Space:
+        """The space over a traffic: padding buckets, and marks on each dimension that varies
+        (at one shape they are moot, and no trial is spent on them)."""
+        if len(set(requests)) < 2:
+            return self
+        batch = len({b for b, _ in requests}) > 1
+        seq = len({s for _, s in requests}) > 1
+        marks = ("none", *(("seq",) if seq else ()), *(("batch",) if batch else ()),
+                 *(("both",) if batch and seq else ()))  # fmt: skip
+        return dataclasses.replace(self, buckets=("none", "pow2"), marks=marks)
 
     @classmethod
     def default(cls, device: str, kind: str = "inference") -> Space:
@@ -96,6 +117,10 @@ class Space:
             if not isinstance(values, (list, tuple)):
                 values = [values]
             parse = {"dynamic": parse_dynamic, "fullgraph": _parse_bool}.get(name, str)
+            if name in SHAPED and not set(map(str, values)) <= set(SHAPED_VALUES[name]):
+                raise ConfigError(
+                    f"bad {name} {list(values)}: use {', '.join(SHAPED_VALUES[name])}"
+                )
             changes[name] = tuple(dict.fromkeys(parse(v) for v in values))
         return dataclasses.replace(self, **changes)
 
@@ -132,8 +157,10 @@ class Space:
                     for o in self.switch_sets(m) if b == "inductor" else ((),):
                         for d in self.dynamic:
                             for f in self.fullgraph:
-                                s = Strategy.create(g, b, m, d, f, o)
-                                seen.setdefault(s.key, s)
+                                for k in self.buckets:
+                                    for mk in self.marks:
+                                        s = Strategy.create(g, b, m, d, f, o, k, mk)
+                                        seen.setdefault(s.key, s)
         return list(seen.values())
 
     def switch_sets(self, mode: str | None) -> list[tuple[str, ...]]:
@@ -147,12 +174,12 @@ class Space:
         """Optuna's distribution of each field and switch: every trial suggests all of them."""
         from optuna.distributions import CategoricalDistribution
 
-        fields = {n: CategoricalDistribution(list(getattr(self, n))) for n in DIMENSIONS}
+        fields = {n: CategoricalDistribution(list(getattr(self, n))) for n in self.dimensions}
         return {**fields, **{n: CategoricalDistribution([False, True]) for n in self.options}}
 
     def suggest(self, trial: optuna.trial.Trial) -> Strategy:
         """Ask the trial for every field and switch; those that do not apply are ignored."""
-        values = {n: trial.suggest_categorical(n, list(getattr(self, n))) for n in DIMENSIONS}
+        values = {n: trial.suggest_categorical(n, list(getattr(self, n))) for n in self.dimensions}
         on = [n for n in self.options if trial.suggest_categorical(n, [False, True])]
         return Strategy.create(**values, options=on)
 
@@ -161,20 +188,25 @@ class Space:
         inductor, everything but granularity for eager) takes the space's first value, and
         each switch is on exactly when the strategy has it."""
         s = strategy
-        fixed = {name: getattr(self, name)[0] for name in DIMENSIONS}
+        fixed = {name: getattr(self, name)[0] for name in self.dimensions}
         switches = {n: n in s.options for n in self.options}
         if s.granularity == "none":
             return {**fixed, "granularity": "none", **switches}
         mode = s.mode if s.backend == "inductor" else fixed["mode"]
+        shaped = {n: getattr(s, n) for n in self.dimensions if n in SHAPED}
         return {"granularity": s.granularity, "backend": s.backend, "mode": mode,
-                "dynamic": s.dynamic, "fullgraph": s.fullgraph, **switches}  # fmt: skip
+                "dynamic": s.dynamic, "fullgraph": s.fullgraph, **shaped, **switches}  # fmt: skip
 
     def contains(self, other: Space) -> bool:
         """Whether every value of ``other`` is one of this space's."""
         return all(set(getattr(other, n)) <= set(getattr(self, n)) for n in KEYS)
 
     def to_dict(self) -> dict[str, list]:
-        return {name: list(getattr(self, name)) for name in KEYS}
+        data = {name: list(getattr(self, name)) for name in KEYS}
+        for name in SHAPED:  # a one-shape study's stored space stays as it was
+            if data[name] == ["none"]:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Space:

@@ -27,6 +27,7 @@ from autotune.strategy.inductor import (
     spell,
     torch_version,
 )
+from autotune.strategy.shapes import BUCKETS, MARKS
 
 GRANULARITIES = ("none", "full", "regional", "nested")
 EAGER_BACKEND = "none"
@@ -67,6 +68,8 @@ class Strategy:
     dynamic: bool | None = None
     fullgraph: bool = False
     options: tuple[str, ...] = ()  # Inductor option switches (see SWITCHES)
+    buckets: str = "none"  # under traffic: pad to buckets (autotune.strategy.shapes)
+    marks: str = "none"  # under traffic: the dimensions marked dynamic
     key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +79,10 @@ class Strategy:
             )
         if self.dynamic not in (None, True, False):
             raise ConfigError(f"bad dynamic value {self.dynamic!r}: use true, false or none")
+        if self.buckets not in BUCKETS:
+            raise ConfigError(f"bad buckets {self.buckets!r}: use one of {', '.join(BUCKETS)}")
+        if self.marks not in MARKS:
+            raise ConfigError(f"bad marks {self.marks!r}: use one of {', '.join(MARKS)}")
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "key", _key(self))
@@ -89,10 +96,17 @@ class Strategy:
         dynamic: bool | str | None = None,
         fullgraph: bool = False,
         options: tuple[str, ...] | list[str] | None = (),
+        buckets: str | None = "none",
+        marks: str | None = "none",
     ) -> Strategy:
         """Build a strategy from loose values (``dynamic`` as text, options as a list)."""
         return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
-                   tuple(options or ()))  # fmt: skip
+                   tuple(options or ()), buckets or "none", marks or "none")  # fmt: skip
+
+    @property
+    def shaped(self) -> bool:
+        """Whether it pads to buckets or marks dimensions (strategies for a traffic)."""
+        return self.buckets != "none" or self.marks != "none"
 
     def without_options(self) -> Strategy:
         """The same strategy with no Inductor option switches (what Accelerate's config file
@@ -172,6 +186,9 @@ class Strategy:
             )
         if self.granularity != "none" and self.backend not in ACCELERATE_BACKENDS:
             return f"Accelerate's DynamoBackend has no backend {self.backend!r}"
+        if self.shaped:
+            return (f"Accelerate cannot pad to buckets or mark dimensions ({self.key}); use "
+                    "autotune.apply(model, file) to serve it as measured")  # fmt: skip
         return None
 
     def to_accelerate(self, *, approximate: bool = False) -> dict[str, Any]:
@@ -181,7 +198,7 @@ class Strategy:
         (one full compile); callers must show :meth:`accelerate_caveat` beside it.
         """
         caveat = self.accelerate_caveat()
-        if caveat and not (approximate and self.granularity == "nested"):
+        if caveat and not (approximate and (self.granularity == "nested" or self.shaped)):
             raise NotApplicable(caveat)
         if self.granularity == "none":
             return {
@@ -231,6 +248,9 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _FIELDS}
         data["options"] = list(self.options)
+        for name in ("buckets", "marks"):  # one-shape strategies' stored dicts stay as they were
+            if data[name] == "none":
+                del data[name]
         return data
 
     @classmethod
@@ -238,17 +258,22 @@ class Strategy:
         return cls.create(**data)
 
 
-_FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options")
+_FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks")
 
 
 def _normalised(s: Strategy) -> tuple[Any, ...]:
     """The canonical field values: eager has none; only inductor has a mode and options (the
     mode whose bundle covers the most of them absorbs them)."""
     if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
-        return "none", EAGER_BACKEND, None, None, False, ()
+        return "none", EAGER_BACKEND, None, None, False, (), "none", "none"
     fullgraph = bool(s.fullgraph)
+    dynamic, marks = s.dynamic, s.marks
+    if s.buckets != "none":  # each bucket compiles static
+        dynamic, marks = False, "none"
+    if dynamic is True or s.granularity == "regional":  # all dynamic, or inputs dynamo never sees
+        marks = "none"
     if s.backend != "inductor":
-        return s.granularity, s.backend, None, s.dynamic, fullgraph, ()
+        return s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks
     mode = s.mode or "default"
     names = tuple(s.options or ())
     check_switches(names)
@@ -256,8 +281,8 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
     if names and mode in inductor_modes():
         mode, names = spell(merged(mode, names), mode)
     order = list(SWITCHES)
-    return (s.granularity, s.backend, mode, s.dynamic, fullgraph,
-            tuple(sorted(set(names), key=order.index)))  # fmt: skip
+    return (s.granularity, s.backend, mode, dynamic, fullgraph,
+            tuple(sorted(set(names), key=order.index)), s.buckets, marks)  # fmt: skip
 
 
 def _key(s: Strategy) -> str:
@@ -267,4 +292,6 @@ def _key(s: Strategy) -> str:
     dyn = {None: "auto", True: "true", False: "false"}[s.dynamic]
     fg = "fullgraph" if s.fullgraph else "breaks-ok"
     key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
-    return key + (f"/{'+'.join(s.options)}" if s.options else "")
+    key += f"/{'+'.join(s.options)}" if s.options else ""
+    key += f"/buckets={s.buckets}" if s.buckets != "none" else ""
+    return key + (f"/marks={s.marks}" if s.marks != "none" else "")

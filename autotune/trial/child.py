@@ -20,11 +20,11 @@ from autotune.errors import AutotuneError, NotApplicable, where
 from autotune.trial import metrics
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
-from autotune.trial.scenarios import Generate, Inference, Scenario, Train, begin
+from autotune.trial.scenarios import Generate, Inference, Scenario, Served, Train, begin
 
 DYNAMO_ADVICE = ("Set TORCHDYNAMO_VERBOSE=1", "For even more developer context")  # not a reason
 SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
-                                        "generate": Generate}  # fmt: skip
+                                        "generate": Generate, "traffic": Served}  # fmt: skip
 
 
 def measure(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
@@ -40,7 +40,7 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
         from autotune.trial.scenarios import rounds
 
         return rounds.run(ctx)
-    scenario = SCENARIOS[ctx.workload.kind](ctx)
+    scenario = SCENARIOS["traffic" if ctx.workload.traffic else ctx.workload.kind](ctx)
     m = scenario.run()
     for kind, path in request.build_ahead.items() if m.ok else ():
         if keep is not None:  # what is measured and built so far is safe before each build

@@ -191,6 +191,7 @@ class Measurement:
     starts: dict[str, Start] = field(default_factory=dict)  # cold, warm, portable
     rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
     ahead: dict[str, dict[str, Any]] = field(default_factory=dict)  # built zero-compile artefacts
+    traffic: dict[str, Any] | None = None  # a traffic's first pass and steady state (served.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.strategy, dict):

@@ -108,6 +108,18 @@ def failure_stage_of(reason: str) -> str:
 LIMIT_FAILURE = "Dynamo recompile limit exceeded"
 
 
+def compile_counts() -> tuple[int, int, list[str]]:
+    """So far in this process: graphs compiled, recompile-limit failures, and the recompile
+    reasons, from the same private records as :func:`limit_hits` (the same test guards them).
+    A traffic's first pass reads them around each request."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    records = list(get_compilation_metrics())
+    compiled = sum(1 for m in records if m.fail_type is None and m.co_name)
+    limits = sum(1 for m in records if (m.fail_reason or "").startswith(LIMIT_FAILURE))
+    return compiled, limits, [_short(m.recompile_reason) for m in records if m.recompile_reason]
+
+
 def limit_hits() -> list[dict[str, Any]]:
     """Code objects on which dynamo hit a recompile limit (and then ran them eager).
 

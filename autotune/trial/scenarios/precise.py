@@ -73,7 +73,16 @@ def compute(ref: ModelRef, workload: Workload, seed: int = 0) -> dict[str, Any]:
     high = getattr(torch, dtype)
     model = model.to(high)  # parameter by parameter: the study's copy is freed as it goes
     inputs = _upcast(inputs, high)
-    if workload.kind == "inference":
+    if workload.traffic:  # each judged shape's outputs (autotune.trial.scenarios.served)
+        from autotune.traffic import judged
+        from autotune.trial.scenarios.served import reference_name
+
+        for shape in judged(workload.traffic):
+            at = _upcast(catalog.inputs_at(ref, model, workload, shape), high)
+            with torch.no_grad():
+                out = accuracy.tensors(model(*at))
+            data["outputs"][reference_name(shape)] = [t.detach().cpu() for t in out]
+    elif workload.kind == "inference":
         with torch.no_grad():
             out = accuracy.tensors(model(*inputs))
         data["outputs"]["forward"] = [t.detach().cpu() for t in out]

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from autotune import catalog, device
+from autotune import catalog, device, traffic
 from autotune.strategy import granularity as compile
 from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
@@ -22,6 +22,7 @@ from autotune.trial.measurement import Measurement
 from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.base import TrialContext
 from autotune.trial.scenarios.generate import Generation, new_cache
+from autotune.trial.scenarios.served import weighted_call
 
 
 def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> Callable[[], Any]:
@@ -29,6 +30,14 @@ def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> C
     w = ctx.workload
     compiled = compile.apply(model, strategy) if w.kind != "generate" else (
         compile.generator(model, strategy))  # fmt: skip
+    if w.traffic:  # the traffic's weighted steady call, as its trial times it
+        weights = traffic.steady(w.traffic)
+        step = {s: steps.make_step(compiled, catalog.inputs_at(ctx.ref, model, w, s), w.kind)
+                for s in weights}  # fmt: skip
+        call = weighted_call(step, weights, ctx.device)
+        for shape_step in step.values():  # its first call of every shape: the compiles
+            shape_step()
+        return call
     if w.kind != "generate":
         step = steps.make_step(compiled, inputs, w.kind)
         return lambda: device.timed(step, ctx.device)

@@ -1,0 +1,107 @@
+"""The strategies that only matter under traffic: padding buckets and marked dimensions.
+
+- ``buckets="pow2"``: every request is padded up to the next power of two in its batch and
+  sequence dimensions (zeros, with an ``attention_mask`` that hides the padding where the
+  forward takes one) and the compiled model meets only those shapes, each compiled static, as
+  serving engines do. Outputs are cut back to the request's own rows and positions; the padding
+  is in the latency, and the accuracy gate judges the unpadded part.
+- ``marks="batch"|"seq"|"both"``: the inputs' batch and/or sequence dimension is marked dynamic
+  (``torch._dynamo.maybe_mark_dynamic``) before each call, so that the first compile is already
+  dynamic there instead of static first and dynamic on the second shape.
+
+:func:`wrap` puts either around a compiled model; ``autotune.apply`` does the same, so a
+user's process does what was measured.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from autotune.errors import NotApplicable
+
+BUCKETS = ("none", "pow2")
+MARKS = ("none", "batch", "seq", "both")
+_DIMS = {"batch": (0,), "seq": (1,), "both": (0, 1), "none": ()}
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n``."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _shaped(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.dim() >= 2
+
+
+def pad(value: Any, size: tuple[int, int]) -> Any:
+    """A tensor grown with zeros to ``size`` in its first two dimensions."""
+    import torch
+
+    grow = (0, 0) * (value.dim() - 2) + (0, size[1] - value.shape[1], 0, size[0] - value.shape[0])
+    return torch.nn.functional.pad(value, grow) if any(grow) else value
+
+
+def cut(value: Any, padded: tuple[int, int], size: tuple[int, int]) -> Any:
+    """Outputs cut back from the padded shape to the request's: every tensor whose first two
+    dimensions are the padded ones (containers keep their type)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.dim() >= 2 and tuple(value.shape[:2]) == padded:
+            return value[: size[0], : size[1]]
+        return value
+    if isinstance(value, dict):  # transformers' ModelOutput is a dict too
+        return type(value)(**{k: cut(v, padded, size) for k, v in value.items()})
+    if isinstance(value, (tuple, list)):
+        return type(value)(cut(v, padded, size) for v in value)
+    return value
+
+
+class Shaped:
+    """A callable module stand-in: pads to buckets and/or marks dimensions, then calls the
+    compiled model (its ``module`` attribute)."""
+
+    def __init__(self, compiled: Any, buckets: str, marks: str, takes_mask: bool) -> None:
+        self.module, self.buckets, self.dims = compiled, buckets, _DIMS[marks]
+        self.takes_mask = takes_mask
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.module, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        first = next((a for a in args if _shaped(a)), None)
+        if first is None:
+            raise NotApplicable("padding buckets and marked dimensions need an input of at "
+                                "least two dimensions (batch, sequence)")  # fmt: skip
+        size = (first.shape[0], first.shape[1])
+        if self.buckets == "pow2":  # every call alike: padded (perhaps by nothing), masked
+            padded = (bucket(size[0]), bucket(size[1]))
+            same = [_shaped(a) and tuple(a.shape[:2]) == size for a in args]
+            args = tuple(pad(a, padded) if s else a for a, s in zip(args, same, strict=True))
+            mask = kwargs.get("attention_mask")
+            if mask is None and self.takes_mask:
+                mask = torch.ones(size, dtype=torch.long, device=first.device)
+            if mask is not None:
+                kwargs["attention_mask"] = pad(mask, padded)
+            return cut(self.module(*args, **kwargs), padded, size)
+        for a in args if self.dims else ():
+            if _shaped(a) and tuple(a.shape[:2]) == size:
+                for dim in self.dims:
+                    torch._dynamo.maybe_mark_dynamic(a, dim)
+        return self.module(*args, **kwargs)
+
+
+def wrap(compiled: Any, model: Any, buckets: str, marks: str) -> Any:
+    """``compiled`` behind padding buckets and/or marks (the model itself when neither)."""
+    if buckets == "none" and marks == "none":
+        return compiled
+    try:
+        takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        takes_mask = False
+    return Shaped(compiled, buckets, marks, takes_mask)

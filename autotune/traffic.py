@@ -1,0 +1,201 @@
+"""Traffic: the requests a deployment serves, in arrival order, each a ``(batch_size, seq_len)``
+shape. A study measures one shape unless it is given a traffic.
+
+A traffic comes from a file (``--traffic FILE``: JSON lines or CSV with ``batch_size`` and
+``seq_len`` columns; a real request log works as it is) or from short forms: ``--seq-len
+16..512`` draws lengths log-uniformly (seeded, so the same command plays the same requests),
+``--seq-len 32,128,512`` draws from a list, the same for ``--batch-size``, and ``--requests N``
+says how many requests to play. Bad traffic is refused in one line that names its line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ConfigError
+
+Shape = tuple[int, int]  # (batch_size, seq_len)
+COLUMNS = ("batch_size", "seq_len")
+DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
+MAX_REQUESTS = 10_000  # a file's requests played in a trial's first pass, at most
+STEADY_SHAPES = 8  # the distinct shapes timed in the steady state, at most (the most frequent)
+JUDGED_SHAPES = 4  # the distinct shapes judged for accuracy, at most
+
+
+def is_spread(value: Any) -> bool:
+    """Whether a ``--seq-len``/``--batch-size`` value is a range or a list, not one number."""
+    return isinstance(value, str) and (".." in value or "," in value)
+
+
+def whole_or_spread(minimum: int) -> Any:
+    """A config reader: a whole number, or a spread (``16..512``, ``32,128``) kept as text."""
+
+    def reader(value: Any, key: str) -> int | str:
+        if isinstance(value, str) and not is_spread(value):
+            value = int(value) if value.strip().isdigit() else value
+        if is_spread(value):
+            spread(value, key)  # checked now, drawn by the workload
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(
+                f"{key} = {value!r}: expected a whole number of at least "
+                f"{minimum}, a range such as 16..512 or a list such as 32,128"
+            )
+        return value
+
+    return reader
+
+
+def spread(text: str, key: str) -> tuple[str, list[int]]:
+    """``16..512`` -> ("range", [16, 512]); ``32,128`` -> ("list", [32, 128])."""
+    kind, parts = ("range", text.split("..")) if ".." in text else ("list", text.split(","))
+    try:
+        numbers = [int(p.strip()) for p in parts if p.strip()]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < 1 or (kind == "range" and len(numbers) != 2):
+        raise ConfigError(f"{key} = {text!r}: expected LOW..HIGH or a comma list of whole "
+                          "numbers of at least 1")  # fmt: skip
+    if kind == "range" and numbers[0] > numbers[1]:
+        raise ConfigError(f"{key} = {text!r}: the range's low end is above its high end")
+    return kind, numbers
+
+
+def draw(
+    batch: int | str, seq: int | str, requests: int | None, seed: int = 0
+) -> tuple[Shape, ...]:
+    """Requests drawn from short forms: a range log-uniformly, a list uniformly (seeded)."""
+    rng = random.Random(seed)
+
+    def one(value: int | str, key: str) -> Any:
+        if not is_spread(value):
+            return lambda: value
+        kind, numbers = spread(str(value), key)
+        if kind == "list":
+            return lambda: rng.choice(numbers)
+        lo, hi = math.log(numbers[0]), math.log(numbers[1] + 1)
+        return lambda: min(numbers[1], int(math.exp(rng.uniform(lo, hi))))
+
+    b, s = one(batch, "--batch-size"), one(seq, "--seq-len")
+    return tuple((b(), s()) for _ in range(requests or DEFAULT_REQUESTS))
+
+
+def read_file(path: str, requests: int | None = None) -> tuple[Shape, ...]:
+    """A traffic file's requests in order (the first ``requests`` of them); ``ConfigError``
+    naming the line for an empty file, a malformed line or a bad value."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--traffic {path}: no such file")
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--traffic {path}: cannot read it ({exc})") from None
+    first = next((line for line in lines if line.strip()), "")
+    if not first:
+        raise ConfigError(f"--traffic {path}: the file holds no requests")
+    if first.lstrip().startswith("{"):
+        rows = [(n, _json_line(path, n, line)) for n, line in enumerate(lines, 1) if line.strip()]
+    else:
+        rows = _csv_rows(path, lines)
+    if not rows:
+        raise ConfigError(f"--traffic {path}: the file holds no requests")
+    found = tuple(_shape(path, n, row) for n, row in rows[: requests or MAX_REQUESTS])
+    return found
+
+
+def _json_line(path: str, n: int, line: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise ConfigError(f"--traffic {path} line {n}: not JSON ({exc.args[0]})") from None
+    if not isinstance(row, dict):
+        raise ConfigError(f"--traffic {path} line {n}: a request is a JSON object with "
+                          f"{' and '.join(COLUMNS)}")  # fmt: skip
+    return row
+
+
+def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
+    reader = csv.DictReader(lines)
+    header = [h.strip() for h in reader.fieldnames or []]
+    if "seq_len" not in header:
+        raise ConfigError(f"--traffic {path} line 1: a CSV traffic needs a header with seq_len "
+                          "(and batch_size); JSON lines start with {")  # fmt: skip
+    return [
+        (reader.line_num, {k.strip(): v for k, v in row.items() if k})
+        for row in reader
+        if any((v or "").strip() for v in row.values() if isinstance(v, str))
+    ]
+
+
+def _shape(path: str, n: int, row: dict[str, Any]) -> Shape:
+    if "seq_len" not in row:
+        raise ConfigError(f"--traffic {path} line {n}: no seq_len")
+    values = []
+    for key in COLUMNS:
+        value = row.get(key, 1)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"--traffic {path} line {n}: {key} = {value!r}, expected a "
+                              "whole number of at least 1")  # fmt: skip
+        values.append(value)
+    return values[0], values[1]
+
+
+def read(value: Any, key: str) -> tuple[Shape, ...]:
+    """A config reader for the workload's traffic: a file's path, or the requests themselves
+    (a stored study's list of ``[batch_size, seq_len]`` pairs)."""
+    if isinstance(value, str):
+        return read_file(value)
+    if isinstance(value, (list, tuple)):
+        shapes = []
+        for n, item in enumerate(value, 1):
+            pair = tuple(item.get(c, 1) for c in COLUMNS) if isinstance(item, dict) else item
+            if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                               for v in pair)):  # fmt: skip
+                raise ConfigError(f"{key} request {n}: expected [batch_size, seq_len], whole "
+                                  f"numbers of at least 1, got {item!r}")  # fmt: skip
+            shapes.append((pair[0], pair[1]))
+        return tuple(shapes)
+    raise ConfigError(f"{key} = {value!r}: expected a traffic file's path")
+
+
+def distinct(requests: tuple[Shape, ...]) -> list[tuple[Shape, int]]:
+    """Each distinct shape and how many requests hold it, most frequent first (ties: in the
+    order of their first arrival)."""
+    counts = Counter(requests)
+    first = {shape: i for i, shape in reversed(list(enumerate(requests)))}
+    return sorted(counts.items(), key=lambda item: (-item[1], first[item[0]]))
+
+
+def steady(requests: tuple[Shape, ...]) -> dict[Shape, float]:
+    """The shapes the steady state times, with weights summing to 1: the most frequent
+    :data:`STEADY_SHAPES`, each standing for its own requests."""
+    chosen = distinct(requests)[:STEADY_SHAPES]
+    total = sum(n for _, n in chosen)
+    return {shape: n / total for shape, n in chosen}
+
+
+def judged(requests: tuple[Shape, ...]) -> list[Shape]:
+    """The shapes judged for accuracy: the most frequent, the smallest and the largest, then
+    the next most frequent, up to :data:`JUDGED_SHAPES`."""
+    order = [shape for shape, _ in distinct(requests)]
+    by_size = sorted(order, key=lambda s: (s[0] * s[1], s))
+    picks = [order[0], by_size[0], by_size[-1], *order[1:]]
+    return list(dict.fromkeys(picks))[:JUDGED_SHAPES]
+
+
+def describe(requests: list[Any] | tuple[Any, ...]) -> str:
+    """A traffic in a few words: requests, distinct shapes, the ranges."""
+    shapes = [tuple(r) for r in requests]
+    batches, seqs = [s[0] for s in shapes], [s[1] for s in shapes]
+    span = lambda v: f"{min(v)}" if min(v) == max(v) else f"{min(v)}..{max(v)}"  # noqa: E731
+    return (f"{len(shapes)} requests, {len(set(shapes))} shapes (batch {span(batches)}, "
+            f"seq {span(seqs)})")  # fmt: skip

@@ -1,0 +1,181 @@
+"""Traffic: many shapes, measured as a server meets them (autotune/traffic.py, served.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import autotune
+from autotune.catalog import ModelRef
+from autotune.choice.selection import Point
+from autotune.cli import main
+from autotune.errors import ConfigError
+from autotune.search.deduction import equivalents
+from autotune.ship.export import export
+from autotune.storage import Store
+from autotune.strategy.space import Space
+from autotune.strategy.strategy import Strategy
+from autotune.trial import metrics
+from autotune.trial.parent import measure
+from autotune.workload import Settings, Workload
+from tests import models
+from tests.helpers import point
+
+LLAMA = ModelRef("tests.models:tiny_llama")
+# 12 lengths, past torch's recompile limit (8) for a static compile of each
+LENGTHS = "8,12,16,20,24,28,32,40,48,56,64,72"
+QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
+
+
+def test_a_traffic_file_reads_as_json_lines_or_csv(tmp_path: Path) -> None:
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"seq_len": 16}\n{"batch_size": 2, "seq_len": 33, "user": "x"}\n')
+    csv = tmp_path / "t.csv"
+    csv.write_text("batch_size,seq_len\n1,16\n2,33\n")
+    assert Workload(traffic=str(jsonl)).traffic == Workload(traffic=str(csv)).traffic == (
+        (1, 16), (2, 33))  # fmt: skip
+    w = Workload(traffic=str(jsonl))
+    assert (w.batch_size, w.seq_len) == (1, 16)  # its most frequent shape, first come first
+    assert Workload.from_dict(w.to_dict()) == w
+    assert "traffic" not in Workload().to_dict()  # a one-shape study's identity is as it was
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"seq_len": 16}\n{"seq_len": -3}\n', "line 2: seq_len = -3"),
+    ('{"seq_len": 16}\n\n{"seq_len": 8\n', "line 3: not JSON"),
+    ('{"batch_size": 2}\n', "line 1: no seq_len"),
+    ("batch_size,seq_len\n1,16\n2,x\n", "line 3: seq_len = 'x'"),
+    ("", "holds no requests"),
+])  # fmt: skip
+def test_bad_traffic_is_refused_naming_its_line(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=needle):
+        Workload(traffic=str(path))
+
+
+def test_short_forms_draw_the_same_requests_every_time() -> None:
+    a, b = Workload(seq_len="16..512", requests=200), Workload(seq_len="16..512", requests=200)
+    assert a.traffic == b.traffic and len(a.traffic) == 200
+    lengths = [s for _, s in a.traffic]
+    assert min(lengths) >= 16 and max(lengths) <= 512
+    assert sum(s < 90 for s in lengths) > sum(s > 90 for s in lengths) / 2  # log-uniform
+    listed = Workload(seq_len="32,128", batch_size="1,4")
+    assert {s for _, s in listed.traffic} == {32, 128} and {b for b, _ in listed.traffic} == {1, 4}
+    with pytest.raises(ConfigError, match="low end is above"):
+        Workload(seq_len="512..16")
+
+
+def test_a_malformed_traffic_file_is_one_line_and_stores_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "traffic.jsonl"
+    bad.write_text('{"seq_len": 16}\n{"seq_len": 24}\n{"seq_len": "long"}\n')
+    db = tmp_path / "s.db"
+    code = main(["search", "--model", "tests.models:tiny_llama", "--traffic", str(bad),
+                 "--storage", f"sqlite:///{db}", "--trials", "2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "line 3" in err, err
+    assert "Traceback" not in err and not db.exists()
+
+
+def test_a_traffic_beyond_the_models_positions_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["search", "--model", "gpt2", "--layers", "1", "--seq-len", "16,2048",
+                 "--storage", f"sqlite:///{tmp_path}/s.db"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "exceeds gpt2's 1024 positions" in err and "traffic request" in err
+    assert main(["search", "--model", "toy-64", "--seq-len", "16,32"]) == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
+def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
+    one = Space().for_traffic(())
+    assert one.dimensions == Space().dimensions and "buckets" not in one.to_dict()
+    many = Space().for_traffic(Workload(seq_len=LENGTHS).traffic)
+    assert many.buckets == ("none", "pow2") and many.marks == ("none", "seq")
+    keys = {s.key for s in many.strategies()}
+    assert "full/inductor/default/dynamic=false/breaks-ok/buckets=pow2" in keys
+    assert not any("marks" in k for k in keys if k.startswith("regional"))  # never seen there
+
+
+@pytest.fixture(scope="module")
+def dynamic_trials() -> dict[str, object]:
+    """dynamic=False at one shape; dynamic=False and None over a traffic of 12 lengths."""
+    one, many = Workload(seq_len=16), Workload(seq_len=LENGTHS, requests=24)
+    static, auto = (Strategy.create("full", "aot_eager", dynamic=d) for d in (False, None))
+    return {"one": measure(LLAMA, one, static, QUICK),
+            "false": measure(LLAMA, many, static, QUICK),
+            "none": measure(LLAMA, many, auto, QUICK)}  # fmt: skip
+
+
+def test_dynamic_false_hits_the_recompile_limit_only_under_traffic(dynamic_trials: dict) -> None:
+    one, false, auto = dynamic_trials["one"], dynamic_trials["false"], dynamic_trials["none"]
+    assert one.ok and not one.limit_hit and one.graphs.count == 1
+    # at one shape, dynamic=None compiles exactly as False: the study cannot tell them apart
+    auto_key = Strategy.create("full", "aot_eager", dynamic=None).key
+    assert auto_key in {
+        s.key for s in equivalents(one, Space(backend=("aot_eager",)).strategies())
+    }
+    assert false.ok and false.limit_hit and false.traffic["eager_after_limit"]
+    assert auto.ok and not auto.limit_hit and not auto.traffic["eager_after_limit"]
+    assert false.graphs.count > auto.graphs.count
+    assert false.compile_s > auto.compile_s  # time to ready: every recompile of the first pass
+    points = [Point.of(m, None, None) for m in (false, auto)]
+    ranked = sorted(points, key=lambda p: p.total_s(10))  # a short life: time to ready rules
+    shown = [(p.key, p.compile_s, p.latency_ms) for p in ranked]
+    assert ranked[0].key == auto.strategy.key and ranked[1].limit_hit, shown
+
+
+def test_first_pass_counts_agree_with_torchs_own_counters(dynamic_trials: dict) -> None:
+    for m in (dynamic_trials["false"], dynamic_trials["none"]):
+        t = m.traffic
+        assert sum(t["compiles"]) == m.graphs.count  # dynamo's counters["stats"]["unique_graphs"]
+        assert len(t["reasons"]) == m.graphs.recompiles  # its compilation metrics' reasons
+        assert t["stalls"] == sum(1 for c in t["compiles"] if c) and t["compiles"][0] >= 1
+        assert len(t["first_ms"]) == t["requests"] == 24
+        assert t["worst_stall_ms"] >= max(t["first_ms"][0] - t["eager_first_ms"][0], 0)
+        assert abs(sum(r["weight"] for r in t["steady"]) - 1) < 1e-9
+
+
+def test_padding_buckets_pass_the_gate_where_padding_is_safe_and_fail_where_not() -> None:
+    many = Workload(seq_len="5,12,20,33", requests=12)  # seeded: all four appear
+    bucketed = Strategy.create("full", "aot_eager", buckets="pow2")
+    m = measure(LLAMA, many, bucketed, QUICK)  # causal: right padding never reaches a token
+    assert m.ok and m.accuracy.passed, m.accuracy
+    assert "4 of 4 shapes judged" in m.accuracy.detail
+    mixed = measure(ModelRef("tests.models:mixing"), many, bucketed, QUICK)
+    assert mixed.ok and not mixed.accuracy.passed, mixed.accuracy  # the mean reads the padding
+    plain = measure(ModelRef("tests.models:mixing"), many,
+                    Strategy.create("full", "aot_eager"), QUICK)  # fmt: skip
+    assert plain.accuracy.passed
+
+
+def test_apply_of_a_bucketed_export_pads_and_compiles_nothing_new_in_a_bucket(
+    tmp_path: Path,
+) -> None:
+    store = Store(f"sqlite:///{tmp_path}/b.db")
+    store.add_study("b", {}, {})
+    s = Strategy.create("full", "aot_eager", buckets="pow2")
+    store.add_measurement("b", s.key, 0, point(s, 0.0, 1.0))
+    path, _, notes = export(store, "b", "fastest", "accelerate", str(tmp_path / "b.json"))
+    assert json.loads(path.read_text())["autotune"]["strategy"]["buckets"] == "pow2"
+    assert any("buckets" in n for n in notes)  # Accelerate cannot say it
+    torch._dynamo.reset()
+    model, _ = models.tiny_llama()
+    served = autotune.apply(model, path)
+    ids = [torch.randint(0, 64, (1, n)) for n in (17, 20, 31, 32)]
+    with torch.no_grad():
+        first = served(ids[0])
+        compiled_once = metrics.compile_counts()[0]
+        outs = [served(x) for x in ids[1:]]
+        assert metrics.compile_counts()[0] == compiled_once  # 17..32 share the bucket of 32
+        assert first.logits.shape[:2] == (1, 17)
+        for x, out in zip(ids[1:], outs, strict=True):
+            torch.testing.assert_close(out.logits, model(x).logits, atol=1e-4, rtol=1e-4)
+        served(torch.randint(0, 64, (1, 33)))  # the next bucket compiles once more
+    assert metrics.compile_counts()[0] == compiled_once + 1
