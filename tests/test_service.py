@@ -213,6 +213,8 @@ def test_every_refusal_is_4xx_one_line_and_changes_nothing(site: Site) -> None:
         (AUTH, spec(search={"study": "real"}), 409, "exists already"),
         (AUTH, spec(search={"trials": 2.7}), 400, "whole number"),
         (AUTH, spec(workload={"device": "auto"}), 400, "name the workers'"),
+        (AUTH, spec(workload={"traffic": "/etc/passwd"}), 400, "not a file on the server"),
+        (AUTH, spec(workload={"traffic": [[1, 8], [1, -2]]}), 400, "request 2"),
         (AUTH, spec(space={"backend": [{"a": 1}]}), 400, "expected a value"),
         (AUTH, {**spec(), "server": {"x": 1}}, 422, "server"),
         (AUTH, [1, 2], 422, "bad request"),
@@ -236,6 +238,10 @@ def test_every_refusal_is_4xx_one_line_and_changes_nothing(site: Site) -> None:
                              "api": "/api/studies/accepted"}  # fmt: skip
         local = spec(model={"name": "tiny-gpt2"}, search={"study": "local"})
         assert http.post("/api/studies", json=local, headers=AUTH).status_code == 201
+        served = spec(model={"name": "tiny-gpt2"}, workload={"traffic": [[1, 8], [2, 16]]},
+                      search={"study": "served"})  # fmt: skip
+        assert http.post("/api/studies", json=served, headers=AUTH).status_code == 201
+    assert Store(site.url).study("served").spec["workload"]["traffic"] == [[1, 8], [2, 16]]
     stored = Store(site.url).study("local")
     assert stored is not None and stored.spec["model"]["name"] == str(root / "tiny-gpt2")
     assert {"accepted", "local"} <= set(optuna.get_all_study_names(site.url))

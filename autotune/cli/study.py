@@ -147,13 +147,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
-    objectives.parse_policy(args.policy)
+    if args.policy is not None:
+        objectives.parse_policy(args.policy)
     name = check_name(args.study)
     store = Store(args.storage, create=False)
+    study = store.study(name)
+    policy = args.policy or (study.spec.get("policy") if study else None) or (
+        objectives.lifetime(None))  # fmt: skip
     path, chosen, notes = export.export(
-        store, name, args.policy, args.format, args.out, parse_memory(args.max_memory)
+        store, name, policy, args.format, args.out, parse_memory(args.max_memory)
     )
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"chosen ({args.policy}): {chosen.key}\nwrote {path}")
+    print(f"chosen ({policy}): {chosen.key}\nwrote {path}")
     return 0

@@ -78,6 +78,9 @@ def spec_from_request(data: Any, model_root: Path | None) -> StudySpec:
     if isinstance(model.get("weights"), str):
         model["weights"] = under_root(model["weights"], model_root, "weights")
     workload = tables.get("workload", {})
+    if isinstance(workload.get("traffic"), str):  # a path would read the server's files
+        raise ConfigError("[workload] traffic: submit the requests themselves, a list of "
+                          "[batch_size, seq_len] pairs, not a file on the server")  # fmt: skip
     if workload.get("device") == "auto":
         raise ConfigError("[workload] device 'auto' means the server's device: name the "
                           "workers' (cpu, cuda or cuda:N)")  # fmt: skip

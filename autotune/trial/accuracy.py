@@ -99,12 +99,13 @@ def tensors(obj: Any) -> list[Any]:
     return []
 
 
-def sample(t: Any) -> Any:
-    """At most :data:`SAMPLE` elements of a (large) tensor, at a fixed stride: what a train
-    reference keeps of each gradient (a model's gradients in float64 do not fit anywhere)."""
+def sample(t: Any, size: int = SAMPLE) -> Any:
+    """At most ``size`` elements of a (large) tensor, at a fixed stride: what a train
+    reference keeps of each gradient (a model's gradients in float64 do not fit anywhere), and
+    a traffic's reference of each shape's outputs."""
     flat = t.detach().reshape(-1)
-    stride = max(1, flat.numel() // SAMPLE)
-    return flat[::stride][:SAMPLE].clone()
+    stride = max(1, flat.numel() // size)
+    return flat[::stride][:size].clone()
 
 
 def against_eager(expected: list[Any], actual: list[Any], dtype: str,

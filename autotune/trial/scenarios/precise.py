@@ -75,13 +75,13 @@ def compute(ref: ModelRef, workload: Workload, seed: int = 0) -> dict[str, Any]:
     inputs = _upcast(inputs, high)
     if workload.traffic:  # each judged shape's outputs (autotune.trial.scenarios.served)
         from autotune.traffic import judged
-        from autotune.trial.scenarios.served import reference_name
+        from autotune.trial.scenarios.served import judged_outputs, reference_name
 
         for shape in judged(workload.traffic):
             at = _upcast(catalog.inputs_at(ref, model, workload, shape), high)
             with torch.no_grad():
-                out = accuracy.tensors(model(*at))
-            data["outputs"][reference_name(shape)] = [t.detach().cpu() for t in out]
+                out = judged_outputs(model(*at))
+            data["outputs"][reference_name(shape)] = [t.cpu() for t in out]
     elif workload.kind == "inference":
         with torch.no_grad():
             out = accuracy.tensors(model(*inputs))
