@@ -68,7 +68,7 @@ def main() -> None:
         point = Point.of(m, None, base)
         if m.strategy.key == "none":
             m.speedup = 1.0  # the baseline
-        eager_after = len(t.get("eager_after_limit", []))
+        eager_after = len(t.get("ran_eager", []))
         print(f"| {m.strategy.key} | {wall:.0f} | {t['ready_s']:.1f} (+{m.compile_s:.1f}) | "
               f"{t['stalls']} of {t['requests']} | {t['worst_stall_ms'] / 1e3:.1f} | "
               f"{eager_after or 'none'} | {point.latency_ms:.1f} ({m.speedup:.3f}"

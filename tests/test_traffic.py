@@ -97,7 +97,8 @@ def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
     one = Space().for_traffic(())
     assert one.dimensions == Space().dimensions and "buckets" not in one.to_dict()
     many = Space().for_traffic(Workload(seq_len=LENGTHS).traffic)
-    assert many.buckets == ("none", "pow2") and many.marks == ("none", "seq")
+    assert many.buckets == ("none", "pow2") and many.marks == ("none", "seq", "seq-unbacked")
+    assert many.stance == ("default", "eager_on_recompile", "eager_then_compile")
     keys = {s.key for s in many.strategies()}
     assert "full/inductor/default/dynamic=false/breaks-ok/buckets=pow2" in keys
     assert not any("marks" in k for k in keys if k.startswith("regional"))  # never seen there
@@ -105,12 +106,15 @@ def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
 
 @pytest.fixture(scope="module")
 def dynamic_trials() -> dict[str, object]:
-    """dynamic=False at one shape; dynamic=False and None over a traffic of 12 lengths."""
+    """dynamic=False at one shape; dynamic=False, None, and False under the stance
+    eager_on_recompile over a traffic of 12 lengths."""
     one, many = Workload(seq_len=16), Workload(seq_len=LENGTHS, requests=24)
     static, auto = (Strategy.create("full", "aot_eager", dynamic=d) for d in (False, None))
+    guarded = Strategy.create("full", "aot_eager", dynamic=False, stance="eager_on_recompile")
     return {"one": measure(LLAMA, one, static, QUICK),
             "false": measure(LLAMA, many, static, QUICK),
-            "none": measure(LLAMA, many, auto, QUICK)}  # fmt: skip
+            "none": measure(LLAMA, many, auto, QUICK),
+            "stance": measure(LLAMA, many, guarded, QUICK)}  # fmt: skip
 
 
 def test_dynamic_false_hits_the_recompile_limit_only_under_traffic(dynamic_trials: dict) -> None:
@@ -121,8 +125,8 @@ def test_dynamic_false_hits_the_recompile_limit_only_under_traffic(dynamic_trial
     assert auto_key in {
         s.key for s in equivalents(one, Space(backend=("aot_eager",)).strategies())
     }
-    assert false.ok and false.limit_hit and false.traffic["eager_after_limit"]
-    assert auto.ok and not auto.limit_hit and not auto.traffic["eager_after_limit"]
+    assert false.ok and false.limit_hit and false.traffic["ran_eager"]
+    assert auto.ok and not auto.limit_hit and not auto.traffic["ran_eager"]
     assert false.graphs.count > auto.graphs.count
     assert false.compile_s > auto.compile_s  # time to ready: every recompile of the first pass
     points = [Point.of(m, None, None) for m in (false, auto)]
@@ -140,6 +144,45 @@ def test_first_pass_counts_agree_with_torchs_own_counters(dynamic_trials: dict) 
         assert len(t["first_ms"]) == t["requests"] == 24
         assert t["worst_stall_ms"] >= max(t["first_ms"][0] - t["eager_first_ms"][0], 0)
         assert abs(sum(r["weight"] for r in t["steady"]) - 1) < 1e-9
+
+
+def test_eager_on_recompile_compiles_once_and_serves_new_shapes_eager(
+    dynamic_trials: dict,
+) -> None:
+    guarded, false = dynamic_trials["stance"], dynamic_trials["false"]
+    assert guarded.ok and guarded.graphs.count == 1 and not guarded.limit_hit
+    assert guarded.traffic["stalls"] == 1 and guarded.compile_s < false.compile_s
+    new_shapes = {n for n, s in enumerate(guarded.workload.traffic, 1)
+                  if s not in guarded.workload.traffic[: n - 1]} - {1}  # fmt: skip
+    assert set(guarded.traffic["ran_eager"]) == new_shapes  # every new shape after the first
+
+
+def test_unbacked_marks_are_found_where_this_torch_keeps_them() -> None:
+    # torch does not export mark_unbacked from torch._dynamo: this fails loudly when it moves
+    from autotune.strategy.shapes import unbacked_marker
+
+    assert unbacked_marker() is not None and unbacked_marker().__name__ == "mark_unbacked"
+
+
+def test_a_traffic_studys_dashboard_draws_the_first_pass(dynamic_trials: dict,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    from autotune import dashboard
+
+    store = Store(f"sqlite:///{tmp_path}/t.db")
+    w = dynamic_trials["false"].workload
+    store.add_study("t", {"workload": w.to_dict(), "policy": "amortized:1000"}, {})
+    for n, m in enumerate((dynamic_trials["false"], dynamic_trials["none"])):
+        store.add_measurement("t", m.strategy.key, n, m.to_dict())
+    eager = point(Strategy.create("none"), 0.0, 1.0)
+    store.add_measurement("t", "none", 2, {**eager, "workload": w.to_dict(),
+                                           "traffic": dynamic_trials["none"].traffic})  # fmt: skip
+    text = dashboard.write(store, "t", str(tmp_path / "t.html")).read_text()
+    assert "First pass over the traffic" in text and "Steady latency per shape" in text
+    assert "recompiled: " in text and "ran eager" in text  # the hover of dynamic=False's spikes
+    one = Store(f"sqlite:///{tmp_path}/o.db")
+    one.add_study("o", {}, {})
+    one.add_measurement("o", "none", 0, point(Strategy.create("none"), 0.0, 1.0))
+    assert "First pass" not in dashboard.write(one, "o", str(tmp_path / "o.html")).read_text()
 
 
 def test_padding_buckets_pass_the_gate_where_padding_is_safe_and_fail_where_not() -> None:

@@ -107,14 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
         "request to the power of two above it, compile each bucket static)",
     )
     s.add_argument("--marks", default="none", help="under a traffic: the inputs' dimensions "
-                   "marked dynamic: none, batch, seq or both")  # fmt: skip
+                   "marked dynamic: none, batch, seq or both, each also -unbacked")  # fmt: skip
+    s.add_argument(
+        "--stance",
+        default="default",
+        help="under a traffic: default, "
+        "eager_on_recompile or eager_then_compile (torch.compiler.set_stance)",
+    )
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
     r = sub.add_parser("search", help="search compile strategies; export the Pareto-best one")
     _add_model_args(r)
     sp = r.add_argument_group("space (comma lists narrow the default space)")
-    for name in ("granularity", "backend", "mode", "dynamic", "fullgraph", "buckets", "marks"):
+    for name in ("granularity", "backend", "mode", "dynamic", "fullgraph", "buckets", "marks",
+                 "stance"):  # fmt: skip
         sp.add_argument(f"--{name}", metavar="LIST")
     sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
                     "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip

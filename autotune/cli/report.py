@@ -34,10 +34,11 @@ def traffic_lines(m: Measurement) -> list[str]:
     lines = [f"traffic    ready after {ready} (eager {eager}); "
              f"{t['stalls']} of {t['requests']} requests compiled, worst stall "
              f"{t['worst_stall_ms'] / 1e3:.2f} s; {sum(t['compiles'])} graphs"]  # fmt: skip
-    if t["eager_after_limit"]:
-        shown = ", ".join(map(str, t["eager_after_limit"][:8]))
-        more = "…" if len(t["eager_after_limit"]) > 8 else ""
-        lines.append(f"           past the recompile limit, requests {shown}{more} ran eager")
+    if t["ran_eager"]:
+        shown = ", ".join(map(str, t["ran_eager"][:8]))
+        more = "…" if len(t["ran_eager"]) > 8 else ""
+        lines.append(f"           requests {shown}{more} ran eager (a new shape past the "
+                     "recompile limit, or under eager_on_recompile)")  # fmt: skip
     for row in t.get("steady", []):
         lines.append(f"  shape    batch {row['batch_size']} seq {row['seq_len']} "
                      f"({row['weight']:.0%}): {row['compiled_ms']:.3f} ms, eager "

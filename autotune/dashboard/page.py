@@ -20,6 +20,7 @@ from autotune.dashboard.data import (
     phases_info,
     speedup_info,
 )
+from autotune.dashboard.timeline import steady_figure, timeline_figure, timeline_info
 from autotune.errors import ConfigError, shorten
 from autotune.storage import Store
 
@@ -83,6 +84,8 @@ def render(d: StudyData, importances: dict[str, float], plotly_src: str | None =
         figures.importance_figure(importances),
         figures.phases_figure(phases_info(d)),
     ]
+    if (d.spec.get("workload") or {}).get("traffic") and (passes := timeline_info(d)):
+        drawn[1:1] = [timeline_figure(passes), steady_figure(passes)]
     plots = "".join(
         '<div class="plot">'
         + f.to_html(

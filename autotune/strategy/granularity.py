@@ -112,7 +112,7 @@ def apply(
     s = strategy
     if s.granularity == "none":
         return model
-    return shapes.wrap(_compiled(model, s, resolve), model, s.buckets, s.marks)
+    return shapes.wrap(_compiled(model, s, resolve), model, s.buckets, s.marks, s.stance)
 
 
 def _compiled(

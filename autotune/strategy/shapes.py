@@ -7,7 +7,13 @@
   is in the latency, and the accuracy gate judges the unpadded part.
 - ``marks="batch"|"seq"|"both"``: the inputs' batch and/or sequence dimension is marked dynamic
   (``torch._dynamo.maybe_mark_dynamic``) before each call, so that the first compile is already
-  dynamic there instead of static first and dynamic on the second shape.
+  dynamic there instead of static first and dynamic on the second shape; ``…-unbacked``
+  marks them unbacked (``mark_unbacked``: no guard on the size at all, and no 0/1
+  specialisation), where this torch has it and the model traces with it.
+- ``stance="eager_on_recompile"|"eager_then_compile"``: calls run under
+  ``torch.compiler.set_stance``: after the first call's compile, a shape that would recompile
+  runs eager instead (no stall after the first compile); or the first call runs eager and the
+  compile infers its dynamic dimensions from the first two calls.
 
 :func:`wrap` puts either around a compiled model; ``autotune.apply`` does the same, so a
 user's process does what was measured.
@@ -21,8 +27,17 @@ from typing import Any
 from autotune.errors import NotApplicable
 
 BUCKETS = ("none", "pow2")
-MARKS = ("none", "batch", "seq", "both")
-_DIMS = {"batch": (0,), "seq": (1,), "both": (0, 1), "none": ()}
+_DIMS = {"none": (), "batch": (0,), "seq": (1,), "both": (0, 1)}
+MARKS = (*_DIMS, *(f"{m}-unbacked" for m in _DIMS if m != "none"))
+STANCES = ("default", "eager_on_recompile", "eager_then_compile")
+
+
+def unbacked_marker() -> Any:
+    """torch's ``mark_unbacked`` (None where this torch has none). It is not exported from
+    ``torch._dynamo``; a test fails loudly when it moves."""
+    from torch._dynamo import decorators
+
+    return getattr(decorators, "mark_unbacked", None)
 
 
 def bucket(n: int) -> int:
@@ -64,14 +79,31 @@ class Shaped:
     """A callable module stand-in: pads to buckets and/or marks dimensions, then calls the
     compiled model (its ``module`` attribute)."""
 
-    def __init__(self, compiled: Any, buckets: str, marks: str, takes_mask: bool) -> None:
-        self.module, self.buckets, self.dims = compiled, buckets, _DIMS[marks]
-        self.takes_mask = takes_mask
+    def __init__(self, compiled: Any, buckets: str, marks: str, stance: str,
+                 takes_mask: bool) -> None:  # fmt: skip
+        import torch
+
+        self.module, self.buckets, self.stance = compiled, buckets, stance
+        self.dims = _DIMS[marks.removesuffix("-unbacked")]
+        self.mark = unbacked_marker() if marks.endswith("-unbacked") else (
+            torch._dynamo.maybe_mark_dynamic)  # fmt: skip
+        if self.mark is None:
+            raise NotApplicable(f"marks {marks!r}: this torch has no mark_unbacked")
+        self.takes_mask, self.called = takes_mask, False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.module, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        first, self.called = not self.called, True
+        if self.stance == "default" or (first and self.stance == "eager_on_recompile"):
+            return self._call(*args, **kwargs)  # eager_on_recompile: after the first compile
+        with torch.compiler.set_stance(self.stance):
+            return self._call(*args, **kwargs)
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
         import torch
 
         first = next((a for a in args if _shaped(a)), None)
@@ -92,16 +124,16 @@ class Shaped:
         for a in args if self.dims else ():
             if _shaped(a) and tuple(a.shape[:2]) == size:
                 for dim in self.dims:
-                    torch._dynamo.maybe_mark_dynamic(a, dim)
+                    self.mark(a, dim)
         return self.module(*args, **kwargs)
 
 
-def wrap(compiled: Any, model: Any, buckets: str, marks: str) -> Any:
-    """``compiled`` behind padding buckets and/or marks (the model itself when neither)."""
-    if buckets == "none" and marks == "none":
+def wrap(compiled: Any, model: Any, buckets: str, marks: str, stance: str) -> Any:
+    """``compiled`` behind padding buckets, marks and a stance (itself when none of them)."""
+    if buckets == "none" and marks == "none" and stance == "default":
         return compiled
     try:
         takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         takes_mask = False
-    return Shaped(compiled, buckets, marks, takes_mask)
+    return Shaped(compiled, buckets, marks, stance, takes_mask)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +23,22 @@ from autotune.strategy.inductor import (
     inductor_modes,
     inductor_options,
 )
-from autotune.strategy.shapes import BUCKETS, MARKS
-from autotune.strategy.strategy import GRANULARITIES, Strategy, parse_dynamic, registered_backends
+from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
+from autotune.strategy.strategy import (
+    GRANULARITIES,
+    SHAPED_DEFAULTS,
+    Strategy,
+    parse_dynamic,
+    registered_backends,
+)
 
 if TYPE_CHECKING:
     import optuna
 
 DIMENSIONS = ("granularity", "backend", "mode", "dynamic", "fullgraph")
-SHAPED = ("buckets", "marks")  # dimensions a traffic opens (one shape: "none" only)
+SHAPED = ("buckets", "marks", "stance")  # dimensions a traffic opens (one shape: moot)
 KEYS = (*DIMENSIONS, "options", *SHAPED)  # the space's lists: the fields, the switches
-SHAPED_VALUES = {"buckets": BUCKETS, "marks": MARKS}
+SHAPED_VALUES = {"buckets": BUCKETS, "marks": MARKS, "stance": STANCES}
 # Backends whose compiler lives in another package: in the default space only when importable.
 _BACKEND_PACKAGES = {"tvm": "tvm", "openxla": "torch_xla", "openxla_eval": "torch_xla"}
 
@@ -72,22 +79,25 @@ class Space:
     options: tuple[str, ...] = ()  # Inductor option switches, each tried off and on
     buckets: tuple[str, ...] = ("none",)
     marks: tuple[str, ...] = ("none",)
+    stance: tuple[str, ...] = ("default",)
 
     @property
     def dimensions(self) -> tuple[str, ...]:
-        """The fields each trial suggests: the five, and buckets and marks under a traffic."""
-        return DIMENSIONS + tuple(n for n in SHAPED if getattr(self, n) != ("none",))
+        """The fields each trial suggests: the five, and buckets, marks and stance under a
+        traffic."""
+        return DIMENSIONS + tuple(n for n in SHAPED if len(getattr(self, n)) > 1
+                                  or getattr(self, n)[0] != SHAPED_DEFAULTS[n])  # fmt: skip
 
     def for_traffic(self, requests: tuple[tuple[int, int], ...]) -> Space:
-        """The space over a traffic: padding buckets, and marks on each dimension that varies
-        (at one shape they are moot, and no trial is spent on them)."""
+        """The space over a traffic: padding buckets, a stance, and marks (backed and unbacked)
+        on each dimension that varies (at one shape they are moot: no trial is spent there)."""
         if len(set(requests)) < 2:
             return self
         batch = len({b for b, _ in requests}) > 1
         seq = len({s for _, s in requests}) > 1
-        marks = ("none", *(("seq",) if seq else ()), *(("batch",) if batch else ()),
-                 *(("both",) if batch and seq else ()))  # fmt: skip
-        return dataclasses.replace(self, buckets=("none", "pow2"), marks=marks)
+        dims = ("both",) if batch and seq else ("batch",) if batch else ("seq",)
+        marks = ("none", *dims, *(f"{d}-unbacked" for d in dims))
+        return dataclasses.replace(self, buckets=BUCKETS, marks=marks, stance=STANCES)
 
     @classmethod
     def default(cls, device: str, kind: str = "inference") -> Space:
@@ -157,10 +167,11 @@ class Space:
                     for o in self.switch_sets(m) if b == "inductor" else ((),):
                         for d in self.dynamic:
                             for f in self.fullgraph:
-                                for k in self.buckets:
-                                    for mk in self.marks:
-                                        s = Strategy.create(g, b, m, d, f, o, k, mk)
-                                        seen.setdefault(s.key, s)
+                                for k, mk, st in itertools.product(
+                                    self.buckets, self.marks, self.stance
+                                ):
+                                    s = Strategy.create(g, b, m, d, f, o, k, mk, st)
+                                    seen.setdefault(s.key, s)
         return list(seen.values())
 
     def switch_sets(self, mode: str | None) -> list[tuple[str, ...]]:
@@ -204,7 +215,7 @@ class Space:
     def to_dict(self) -> dict[str, list]:
         data = {name: list(getattr(self, name)) for name in KEYS}
         for name in SHAPED:  # a one-shape study's stored space stays as it was
-            if data[name] == ["none"]:
+            if data[name] == [SHAPED_DEFAULTS[name]]:
                 del data[name]
         return data
 

@@ -27,7 +27,7 @@ from autotune.strategy.inductor import (
     spell,
     torch_version,
 )
-from autotune.strategy.shapes import BUCKETS, MARKS
+from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
 
 GRANULARITIES = ("none", "full", "regional", "nested")
 EAGER_BACKEND = "none"
@@ -70,6 +70,7 @@ class Strategy:
     options: tuple[str, ...] = ()  # Inductor option switches (see SWITCHES)
     buckets: str = "none"  # under traffic: pad to buckets (autotune.strategy.shapes)
     marks: str = "none"  # under traffic: the dimensions marked dynamic
+    stance: str = "default"  # under traffic: torch.compiler.set_stance around every call
     key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +84,8 @@ class Strategy:
             raise ConfigError(f"bad buckets {self.buckets!r}: use one of {', '.join(BUCKETS)}")
         if self.marks not in MARKS:
             raise ConfigError(f"bad marks {self.marks!r}: use one of {', '.join(MARKS)}")
+        if self.stance not in STANCES:
+            raise ConfigError(f"bad stance {self.stance!r}: use one of {', '.join(STANCES)}")
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "key", _key(self))
@@ -98,15 +101,17 @@ class Strategy:
         options: tuple[str, ...] | list[str] | None = (),
         buckets: str | None = "none",
         marks: str | None = "none",
+        stance: str | None = "default",
     ) -> Strategy:
         """Build a strategy from loose values (``dynamic`` as text, options as a list)."""
         return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
-                   tuple(options or ()), buckets or "none", marks or "none")  # fmt: skip
+                   tuple(options or ()), buckets or "none", marks or "none",
+                   stance or "default")  # fmt: skip
 
     @property
     def shaped(self) -> bool:
-        """Whether it pads to buckets or marks dimensions (strategies for a traffic)."""
-        return self.buckets != "none" or self.marks != "none"
+        """Whether it pads to buckets, marks dimensions or sets a stance (for a traffic)."""
+        return self.buckets != "none" or self.marks != "none" or self.stance != "default"
 
     def without_options(self) -> Strategy:
         """The same strategy with no Inductor option switches (what Accelerate's config file
@@ -187,8 +192,10 @@ class Strategy:
         if self.granularity != "none" and self.backend not in ACCELERATE_BACKENDS:
             return f"Accelerate's DynamoBackend has no backend {self.backend!r}"
         if self.shaped:
-            return (f"Accelerate cannot pad to buckets or mark dimensions ({self.key}); use "
-                    "autotune.apply(model, file) to serve it as measured")  # fmt: skip
+            return (
+                f"Accelerate cannot pad to buckets, mark dimensions or set a stance "
+                f"({self.key}); use autotune.apply(model, file) to serve it as measured"
+            )
         return None
 
     def to_accelerate(self, *, approximate: bool = False) -> dict[str, Any]:
@@ -248,8 +255,11 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _FIELDS}
         data["options"] = list(self.options)
-        for name in ("buckets", "marks"):  # one-shape strategies' stored dicts stay as they were
-            if data[name] == "none":
+        for (
+            name,
+            default,
+        ) in SHAPED_DEFAULTS.items():  # one-shape strategies' dicts stay as they were
+            if data[name] == default:
                 del data[name]
         return data
 
@@ -258,22 +268,24 @@ class Strategy:
         return cls.create(**data)
 
 
-_FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks")
+_FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks",
+           "stance")  # fmt: skip
+SHAPED_DEFAULTS = {"buckets": "none", "marks": "none", "stance": "default"}
 
 
 def _normalised(s: Strategy) -> tuple[Any, ...]:
     """The canonical field values: eager has none; only inductor has a mode and options (the
     mode whose bundle covers the most of them absorbs them)."""
     if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
-        return "none", EAGER_BACKEND, None, None, False, (), "none", "none"
+        return "none", EAGER_BACKEND, None, None, False, (), "none", "none", "default"
     fullgraph = bool(s.fullgraph)
     dynamic, marks = s.dynamic, s.marks
     if s.buckets != "none":  # each bucket compiles static
         dynamic, marks = False, "none"
-    if dynamic is True or s.granularity == "regional":  # all dynamic, or inputs dynamo never sees
-        marks = "none"
+    if s.granularity == "regional" or (dynamic is True and not marks.endswith("-unbacked")):
+        marks = "none"  # inputs dynamo never sees; all dynamic (backed) already
     if s.backend != "inductor":
-        return s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks
+        return s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks, s.stance
     mode = s.mode or "default"
     names = tuple(s.options or ())
     check_switches(names)
@@ -282,7 +294,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
         mode, names = spell(merged(mode, names), mode)
     order = list(SWITCHES)
     return (s.granularity, s.backend, mode, dynamic, fullgraph,
-            tuple(sorted(set(names), key=order.index)), s.buckets, marks)  # fmt: skip
+            tuple(sorted(set(names), key=order.index)), s.buckets, marks, s.stance)  # fmt: skip
 
 
 def _key(s: Strategy) -> str:
@@ -294,4 +306,5 @@ def _key(s: Strategy) -> str:
     key = f"{s.granularity}/{s.backend}/{s.mode or '-'}/dynamic={dyn}/{fg}"
     key += f"/{'+'.join(s.options)}" if s.options else ""
     key += f"/buckets={s.buckets}" if s.buckets != "none" else ""
-    return key + (f"/marks={s.marks}" if s.marks != "none" else "")
+    key += f"/marks={s.marks}" if s.marks != "none" else ""
+    return key + (f"/stance={s.stance}" if s.stance != "default" else "")

@@ -64,6 +64,17 @@ def weighted_call(
     return call
 
 
+def ran_eager(before: tuple, after: tuple, new: bool, blocks_eager: set[int] | None) -> bool:
+    """Whether a request ran eager: it hit the recompile limit, or it was a shape that could
+    (``new``) and its repeated blocks ran as Python (without blocks to watch: the limit had
+    been hit and nothing compiled). ``before``/``after``: :func:`metrics.compile_counts`."""
+    if after[1] > before[1]:
+        return True
+    if not new:
+        return False
+    return bool(blocks_eager) if blocks_eager is not None else before[1] > 0 and after == before
+
+
 class Served(Inference):
     """``--workload inference`` over a traffic (see the module's docstring)."""
 
@@ -80,7 +91,8 @@ class Served(Inference):
 
     def play(self, side: str) -> dict[str, Any]:
         """The first pass of one side: each request's milliseconds, and for the compiled side
-        the graphs it compiled, its recompile reasons and whether it ran eager past the limit."""
+        the graphs it compiled, its recompile reasons and whether it ran eager (past the
+        recompile limit, or as the stance ``eager_on_recompile`` says)."""
         ctx, requests = self.ctx, self.ctx.workload.traffic
         blocks = recompiles.blocks_of(self.model)
         found: dict[str, Any] = {"ms": [], "compiles": [], "reasons": [], "eager": []}
@@ -89,7 +101,9 @@ class Served(Inference):
         start = time.perf_counter()
         for n, shape in enumerate(requests, 1):
             before = metrics.compile_counts() if side == "compiled" else (0, 0, [])
-            limited = before[1] > 0 and shape not in seen  # past a limit: may run eager
+            # past a recompile limit, or under eager_on_recompile, a new shape may run eager
+            limited = side == "compiled" and shape not in seen and (before[1] > 0 or (
+                ctx.strategy.stance == "eager_on_recompile" and n > 1))  # fmt: skip
             if limited and blocks:
                 with recompiles.eager_blocks(blocks) as eager:
                     seconds, _ = device.wall(self.steps[side][shape], ctx.device)
@@ -104,9 +118,7 @@ class Served(Inference):
                 after = metrics.compile_counts()
                 found["compiles"].append(after[0] - before[0])
                 found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
-                hit = after[1] > before[1] or (limited and (bool(eager) if blocks else
-                                                            after[0] == before[0]))  # fmt: skip
-                if hit:
+                if ran_eager(before, after, limited, eager if blocks else None):
                     found["eager"].append(n)
         found["ready_s"] = ready
         return found
@@ -128,7 +140,7 @@ class Served(Inference):
             "compiles": compiled.get("compiles") or [0] * len(requests),
             "stalls": sum(1 for c in compiled.get("compiles") or [] if c),
             "worst_stall_ms": max(stalls), "reasons": compiled.get("reasons", []),
-            "eager_after_limit": compiled.get("eager", []),
+            "ran_eager": compiled.get("eager", []),
         }  # fmt: skip
         m.accuracy = self.judge_shapes()
 
