@@ -27,6 +27,7 @@ from tests.helpers import point
 LLAMA = ModelRef("tests.models:tiny_llama")
 # 12 lengths, past torch's recompile limit (8) for a static compile of each
 LENGTHS = "8,12,16,20,24,28,32,40,48,56,64,72"
+pytestmark = pytest.mark.xdist_group("traffic")  # one worker: the trials fixture runs once
 QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
 
 

@@ -30,10 +30,13 @@ SCALARS = (str, int, float, bool, type(None))
 
 
 def _check_values(tables: dict[str, dict[str, Any]]) -> None:
-    """Every value is a JSON scalar or a list of scalars (no objects, no nested lists)."""
+    """Every value is a JSON scalar or a list of scalars (no objects, no nested lists; a
+    traffic is a list of ``[batch_size, seq_len]`` pairs of scalars)."""
     for table, values in tables.items():
         for key, value in values.items():
             items = value if isinstance(value, list) else [value]
+            if (table, key) == ("workload", "traffic") and isinstance(value, list):
+                items = [v for pair in value for v in (pair if isinstance(pair, list) else [pair])]
             if not all(isinstance(v, SCALARS) for v in items):
                 raise ConfigError(f"[{table}] {key}: expected a value or a list of values")
 
