@@ -27,7 +27,10 @@ CHOICES = (
     {"dynamic": None},
     {"dynamic": True},
     {"dynamic": None, "marks": "seq"},
+    {"dynamic": None, "marks": "seq-unbacked"},
     {"buckets": "pow2"},
+    {"buckets": "quantiles"},
+    {"dynamic": False, "stance": "eager_on_recompile"},
 )
 
 

@@ -98,7 +98,8 @@ def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
     one = Space().for_traffic(())
     assert one.dimensions == Space().dimensions and "buckets" not in one.to_dict()
     many = Space().for_traffic(Workload(seq_len=LENGTHS).traffic)
-    assert many.buckets == ("none", "pow2") and many.marks == ("none", "seq", "seq-unbacked")
+    assert many.buckets == ("none", "pow2", "quantiles")
+    assert many.marks == ("none", "seq", "seq-unbacked")
     assert many.stance == ("default", "eager_on_recompile", "eager_then_compile")
     keys = {s.key for s in many.strategies()}
     assert "full/inductor/default/dynamic=false/breaks-ok/buckets=pow2" in keys
@@ -192,6 +193,9 @@ def test_padding_buckets_pass_the_gate_where_padding_is_safe_and_fail_where_not(
     m = measure(LLAMA, many, bucketed, QUICK)  # causal: right padding never reaches a token
     assert m.ok and m.accuracy.passed, m.accuracy
     assert "4 of 4 shapes judged" in m.accuracy.detail
+    quartiles = Strategy.create("full", "aot_eager", buckets="quantiles")
+    q = measure(LLAMA, many, quartiles, QUICK)
+    assert q.ok and q.accuracy.passed, q.accuracy
     mixed = measure(ModelRef("tests.models:mixing"), many, bucketed, QUICK)
     assert mixed.ok and not mixed.accuracy.passed, mixed.accuracy  # the mean reads the padding
     plain = measure(ModelRef("tests.models:mixing"), many,
@@ -223,3 +227,25 @@ def test_apply_of_a_bucketed_export_pads_and_compiles_nothing_new_in_a_bucket(
             torch.testing.assert_close(out.logits, model(x).logits, atol=1e-4, rtol=1e-4)
         served(torch.randint(0, 64, (1, 33)))  # the next bucket compiles once more
     assert metrics.compile_counts()[0] == compiled_once + 1
+
+
+def test_quantile_buckets_take_their_edges_from_the_exported_traffic(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/q.db")
+    w = Workload(seq_len="10,20,30,40", requests=12)  # quartile edges 10, 20, 30, 40
+    store.add_study("q", {"workload": w.to_dict()}, {})
+    s = Strategy.create("full", "aot_eager", buckets="quantiles")
+    store.add_measurement("q", s.key, 0, point(s, 0.0, 1.0))
+    path, _, _ = export(store, "q", "fastest", "accelerate", str(tmp_path / "q.json"))
+    torch._dynamo.reset()
+    model, _ = models.tiny_llama()
+    served = autotune.apply(model, path)
+    with torch.no_grad():
+        out = served(torch.randint(0, 64, (1, 21)))  # bucket 30
+        assert out.logits.shape[:2] == (1, 21)
+        compiled_once = metrics.compile_counts()[0]
+        served(torch.randint(0, 64, (1, 29)))  # bucket 30 too
+        assert metrics.compile_counts()[0] == compiled_once
+        served(torch.randint(0, 64, (1, 31)))  # bucket 40 (pow2 would put 21..31 in one)
+        assert metrics.compile_counts()[0] == compiled_once + 1
+    with pytest.raises(autotune.NotApplicable, match="need the traffic"):
+        autotune.apply(model, s)  # a bare strategy carries no traffic

@@ -64,7 +64,8 @@ def _apply_file(
     if started is not None:
         return started  # a precompiled function or an AOTInductor package: no compile at all
     loaded = artifact.prepare(data, how, trust_artifact)
-    compiled = granularity.apply(model, fitted, resolve)
+    workload = (data.get("autotune") or {}).get("workload") or {}
+    compiled = granularity.apply(model, fitted, resolve, workload.get("traffic") or ())
     if failed or loaded is None:  # a load that failed: what it wrote stays out of the compile
         return artifact.isolate(compiled)
     return use.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled

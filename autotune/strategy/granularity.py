@@ -104,15 +104,17 @@ def _mark_nested(block: torch.nn.Module, marked: dict[type, type]) -> torch.nn.M
 
 
 def apply(
-    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
-) -> torch.nn.Module:
+    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve,
+    traffic: Any = (),
+) -> torch.nn.Module:  # fmt: skip
     """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be.
     A ``package.module:function`` backend is found by ``resolve`` (see autotune.usercode).
-    A strategy for a traffic pads to buckets or marks dimensions (:mod:`.shapes`)."""
+    A strategy for a traffic pads to buckets or marks dimensions (:mod:`.shapes`); quantile
+    buckets take their edges from ``traffic`` (the requests it was measured on)."""
     s = strategy
     if s.granularity == "none":
         return model
-    return shapes.wrap(_compiled(model, s, resolve), model, s.buckets, s.marks, s.stance)
+    return shapes.wrap(_compiled(model, s, resolve), model, s.buckets, s.marks, s.stance, traffic)
 
 
 def _compiled(

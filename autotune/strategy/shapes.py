@@ -1,10 +1,12 @@
-"""The strategies that only matter under traffic: padding buckets and marked dimensions.
+"""The strategies that only matter under traffic: padding buckets, marked dimensions and a
+stance.
 
 - ``buckets="pow2"``: every request is padded up to the next power of two in its batch and
-  sequence dimensions (zeros, with an ``attention_mask`` that hides the padding where the
-  forward takes one) and the compiled model meets only those shapes, each compiled static, as
-  serving engines do. Outputs are cut back to the request's own rows and positions; the padding
-  is in the latency, and the accuracy gate judges the unpadded part.
+  sequence dimensions (``"quantiles"``: up to the next of the traffic's quartiles, its largest
+  the last: four buckets whatever the range), with zeros and an ``attention_mask`` that hides
+  them where the forward takes one, and the compiled model meets only those shapes, each
+  compiled static, as serving engines do. Outputs are cut back to the request's own rows and
+  positions; the padding is in the latency, and the accuracy gate judges the unpadded part.
 - ``marks="batch"|"seq"|"both"``: the inputs' batch and/or sequence dimension is marked dynamic
   (``torch._dynamo.maybe_mark_dynamic``) before each call, so that the first compile is already
   dynamic there instead of static first and dynamic on the second shape; ``…-unbacked``
@@ -26,7 +28,8 @@ from typing import Any
 
 from autotune.errors import NotApplicable
 
-BUCKETS = ("none", "pow2")
+BUCKETS = ("none", "pow2", "quantiles")
+QUANTILES = (0.25, 0.5, 0.75, 1.0)  # the edges of quantile buckets, in each dimension
 _DIMS = {"none": (), "batch": (0,), "seq": (1,), "both": (0, 1)}
 MARKS = (*_DIMS, *(f"{m}-unbacked" for m in _DIMS if m != "none"))
 STANCES = ("default", "eager_on_recompile", "eager_then_compile")
@@ -43,6 +46,23 @@ def unbacked_marker() -> Any:
 def bucket(n: int) -> int:
     """The power of two at or above ``n``."""
     return 1 << max(0, n - 1).bit_length()
+
+
+def edges(traffic: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Quantile buckets' edges in batch and sequence: the traffic's quartiles (nearest rank),
+    the largest size last."""
+
+    def quartiles(values: list[int]) -> tuple[int, ...]:
+        ordered = sorted(values)
+        ranks = [max(0, min(len(ordered) - 1, int(q * len(ordered) + 0.5) - 1)) for q in QUANTILES]
+        return tuple(sorted({ordered[r] for r in ranks}))
+
+    return quartiles([b for b, _ in traffic]), quartiles([s for _, s in traffic])
+
+
+def up_to(n: int, found: tuple[int, ...]) -> int:
+    """The smallest edge at or above ``n`` (``n`` itself past the largest)."""
+    return next((e for e in found if e >= n), n)
 
 
 def _shaped(value: Any) -> bool:
@@ -80,10 +100,14 @@ class Shaped:
     compiled model (its ``module`` attribute)."""
 
     def __init__(self, compiled: Any, buckets: str, marks: str, stance: str,
-                 takes_mask: bool) -> None:  # fmt: skip
+                 takes_mask: bool, traffic: Any = ()) -> None:  # fmt: skip
         import torch
 
         self.module, self.buckets, self.stance = compiled, buckets, stance
+        if buckets == "quantiles" and not traffic:
+            raise NotApplicable("quantile buckets need the traffic they were measured on: "
+                                "apply the exported file, which carries it")  # fmt: skip
+        self.edges = edges(traffic) if buckets == "quantiles" else None
         self.dims = _DIMS[marks.removesuffix("-unbacked")]
         self.mark = unbacked_marker() if marks.endswith("-unbacked") else (
             torch._dynamo.maybe_mark_dynamic)  # fmt: skip
@@ -111,8 +135,9 @@ class Shaped:
             raise NotApplicable("padding buckets and marked dimensions need an input of at "
                                 "least two dimensions (batch, sequence)")  # fmt: skip
         size = (first.shape[0], first.shape[1])
-        if self.buckets == "pow2":  # every call alike: padded (perhaps by nothing), masked
-            padded = (bucket(size[0]), bucket(size[1]))
+        if self.buckets != "none":  # every call alike: padded (perhaps by nothing), masked
+            padded = (bucket(size[0]), bucket(size[1])) if self.edges is None else (
+                up_to(size[0], self.edges[0]), up_to(size[1], self.edges[1]))  # fmt: skip
             same = [_shaped(a) and tuple(a.shape[:2]) == size for a in args]
             args = tuple(pad(a, padded) if s else a for a, s in zip(args, same, strict=True))
             mask = kwargs.get("attention_mask")
@@ -128,12 +153,14 @@ class Shaped:
         return self.module(*args, **kwargs)
 
 
-def wrap(compiled: Any, model: Any, buckets: str, marks: str, stance: str) -> Any:
-    """``compiled`` behind padding buckets, marks and a stance (itself when none of them)."""
+def wrap(compiled: Any, model: Any, buckets: str, marks: str, stance: str,
+         traffic: Any = ()) -> Any:  # fmt: skip
+    """``compiled`` behind padding buckets, marks and a stance (itself when none of them);
+    quantile buckets from ``traffic``."""
     if buckets == "none" and marks == "none" and stance == "default":
         return compiled
     try:
         takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         takes_mask = False
-    return Shaped(compiled, buckets, marks, stance, takes_mask)
+    return Shaped(compiled, buckets, marks, stance, takes_mask, traffic)

@@ -44,7 +44,7 @@ class Inference(Scenario):
             self.compiled = ahead.load(*load, model)
             ctx.result.load_s = time.perf_counter() - t
         else:
-            self.compiled = compile.apply(model, ctx.strategy)
+            self.compiled = compile.apply(model, ctx.strategy, traffic=ctx.workload.traffic)
             ctx.result.regions = compile.count_regions(self.compiled)
         self.graphs = ctx.strategy.uses_cuda_graphs()
         kind = ctx.workload.kind

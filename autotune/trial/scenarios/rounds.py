@@ -28,7 +28,7 @@ from autotune.trial.scenarios.served import weighted_call
 def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> Callable[[], Any]:
     """One timed call of ``strategy``: a step, or one generation's median decode step."""
     w = ctx.workload
-    compiled = compile.apply(model, strategy) if w.kind != "generate" else (
+    compiled = compile.apply(model, strategy, traffic=w.traffic) if w.kind != "generate" else (
         compile.generator(model, strategy))  # fmt: skip
     if w.traffic:  # the traffic's weighted steady call, as its trial times it
         weights = traffic.steady(w.traffic)
