@@ -29,6 +29,10 @@ from autotune.trial.timing import ALPHA, sign_test
 
 RIVALS = 2
 PASSES = 3  # confirmations at most, each after the policy moved to an untimed strategy
+# Rounds a confirmation times at least, whatever --iters says: at 6 rounds one lost round
+# leaves a true 1.03x "not shown" (5 of 6: p = 0.22), and the binary answer of the same command
+# flipped between runs; at 12, 10 wins of 12 still show it (p = 0.039).
+MIN_ROUNDS = 12
 Rounds = tuple[dict[str, list[float]] | None, float | str]
 
 
@@ -203,7 +207,8 @@ def confirm(spec: Any, chosen: Point, points: list[Point], front: list[Point],
         strategies = [Strategy.from_dict(by_key[k].strategy) for k in keys]
         caches = [runner.cache_folder(kept, k) for k in keys] if kept else []
         start = time.perf_counter()
-        m = runner.confirm(spec.model, spec.workload, strategies, spec.settings, caches)
+        settings = dataclasses.replace(spec.settings, iters=max(spec.settings.iters, MIN_ROUNDS))
+        m = runner.confirm(spec.model, spec.workload, strategies, settings, caches)
         if not m.ok or not m.rounds:
             return None, f"{m.status}: {m.reason}"
         return m.rounds, time.perf_counter() - start
