@@ -24,7 +24,7 @@ Shape = tuple[int, int]  # (batch_size, seq_len)
 COLUMNS = ("batch_size", "seq_len")
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
 MAX_REQUESTS = 10_000  # a file's requests played in a trial's first pass, at most
-STEADY_SHAPES = 8  # the distinct shapes timed in the steady state, at most (the most frequent)
+STEADY_SHAPES = 8  # the distinct shapes timed in the steady state, at most (see steady())
 JUDGED_SHAPES = 4  # the distinct shapes judged for accuracy, at most
 
 
@@ -176,11 +176,16 @@ def distinct(requests: tuple[Shape, ...]) -> list[tuple[Shape, int]]:
 
 
 def steady(requests: tuple[Shape, ...]) -> dict[Shape, float]:
-    """The shapes the steady state times, with weights summing to 1: the most frequent
-    :data:`STEADY_SHAPES`, each standing for its own requests."""
-    chosen = distinct(requests)[:STEADY_SHAPES]
-    total = sum(n for _, n in chosen)
-    return {shape: n / total for shape, n in chosen}
+    """The shapes the steady state times, with weights summing to 1: every distinct shape at
+    its share of the requests, or, past :data:`STEADY_SHAPES` of them, the shapes at evenly
+    spaced quantiles of the requests ordered by size, each standing for an equal share (never
+    the first to arrive: a static compile serves exactly those before its recompile limit)."""
+    found = distinct(requests)
+    if len(found) <= STEADY_SHAPES:
+        return {shape: n / len(requests) for shape, n in found}
+    ordered = sorted(requests, key=lambda s: (s[0] * s[1], s))
+    picks = [ordered[int((i + 0.5) * len(ordered) / STEADY_SHAPES)] for i in range(STEADY_SHAPES)]
+    return {shape: n / STEADY_SHAPES for shape, n in Counter(picks).items()}
 
 
 def judged(requests: tuple[Shape, ...]) -> list[Shape]:

@@ -60,7 +60,7 @@ def main() -> None:
     points = [Point.of(m, None, base) for m, _ in measured if m.ok and m.accuracy.passed]
     print(
         "| strategy | trial s | time to ready s (+ over eager) | requests that compiled | "
-        "worst stall s | ran eager past the limit | weighted latency ms (x eager) | accuracy |"
+        "worst stall s | requests that ran eager | weighted latency ms (x eager) | accuracy |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for m, wall in measured:

@@ -6,8 +6,8 @@ requests a deployment serves, in the trial's fresh cold process.
    compiled and why, the requests that ran eager past the recompile limit, and **time to
    ready** (until every distinct shape has run once). The start objective is what compiling
    adds to eager's own first pass (``compile_s``).
-2. **Steady state**: the most frequent shapes (:func:`autotune.traffic.steady`), one call of
-   each per round, interleaved with eager; a round's sample is the latency weighted by how
+2. **Steady state**: shapes that stand for the traffic (:func:`autotune.traffic.steady`), one
+   call of each per round, interleaved with eager; a round's sample is the latency weighted by how
    often the traffic holds each shape, so the sign test runs over the whole traffic.
 3. **Accuracy**: a few shapes (:func:`autotune.traffic.judged`), each against eager and the
    study's reference at that shape, on a fixed-stride sample of each output (:data:`SAMPLE`
