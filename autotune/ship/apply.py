@@ -35,7 +35,9 @@ def apply(
 ) -> torch.nn.Module:  # fmt: skip
     """Compile ``model`` as a :class:`Strategy` or an exported file (``best.json``) says.
 
-    Every granularity is honoured, ``nested`` included, which Accelerate cannot express.
+    Every granularity is honoured, ``nested`` included, which Accelerate cannot express, and a
+    strategy measured over a traffic is served as measured: padded to its buckets (quantile
+    buckets from the file's traffic), its dimensions marked, under its stance.
     A ``package.module:function`` backend the file names is used only when you pass it
     (``backends={name: fn}``) or allow its import by name (``backends=[name]``). Its
     artefacts are loaded only when you trust them (``trust_artifact=True``, or
