@@ -172,6 +172,17 @@ def test_equivalents_need_their_proof(graphs: Graphs | None, expected: set[str])
     assert {s.key for s in deduction.equivalents(_measured(source, graphs), members)} == expected
 
 
+def test_a_dynamo_failure_implies_nothing_for_another_buckets_marks_or_stance() -> None:
+    stances = ("default", "eager_then_compile")
+    members = [Strategy.create("nested", b, dynamic=True, marks="seq-unbacked", stance=st)
+               for b in ("eager", "aot_eager") for st in stances]  # fmt: skip
+    failed = _measured(members[1], None, "failed")  # eager_then_compile failed in Dynamo
+    failed.stage = "dynamo"
+    assert {s.key for s in deduction.implied_failures(failed, members)} == {
+        "nested/aot_eager/-/dynamic=true/breaks-ok/marks=seq-unbacked/stance=eager_then_compile"
+    }  # the same stance with another backend; never the default stance
+
+
 def test_dynamic_true_and_failures_have_no_equivalents() -> None:
     members = [Strategy.create("full", "eager", None, d, f)
                for d in (None, True, False) for f in (False, True)]  # fmt: skip

@@ -103,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--buckets",
         default="none",
-        help="under a traffic: none, or pow2 (pad each "
-        "request to the power of two above it, compile each bucket static)",
+        help="under a traffic: none, pow2 or quantiles (pad each request to the power of two, "
+        "or the traffic's quartile, above it; compile each bucket static)",
     )
     s.add_argument("--marks", default="none", help="under a traffic: the inputs' dimensions "
                    "marked dynamic: none, batch, seq or both, each also -unbacked")  # fmt: skip

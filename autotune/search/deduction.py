@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
@@ -83,16 +84,18 @@ def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strate
     if s.granularity == "none":
         return []
     if m.ok and m.graphs is not None and m.graphs.breaks and not s.fullgraph:
-        same = (s.granularity, s.dynamic, True, s.buckets, s.marks)
+        same = _traced(dataclasses.replace(s, fullgraph=True))
     elif not m.ok and m.stage == "dynamo":
-        same = (s.granularity, s.dynamic, s.fullgraph, s.buckets, s.marks)
+        same = _traced(s)
     else:
         return []
-    return [
-        t
-        for t in members
-        if (t.granularity, t.dynamic, t.fullgraph, t.buckets, t.marks) == same and t != s
-    ]
+    return [t for t in members if _traced(t) == same and t != s]
+
+
+def _traced(s: Strategy) -> tuple[Any, ...]:
+    """What Dynamo's tracing depends on, whatever the backend, mode and options: the
+    granularity, ``dynamic``, ``fullgraph``, and a traffic's buckets, marks and stance."""
+    return (s.granularity, s.dynamic, s.fullgraph, s.buckets, s.marks, s.stance)
 
 
 def equivalents(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:

@@ -255,10 +255,7 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _FIELDS}
         data["options"] = list(self.options)
-        for (
-            name,
-            default,
-        ) in SHAPED_DEFAULTS.items():  # one-shape strategies' dicts stay as they were
+        for name, default in SHAPED_DEFAULTS.items():  # one-shape dicts stay as they were
             if data[name] == default:
                 del data[name]
         return data
