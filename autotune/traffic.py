@@ -25,7 +25,9 @@ COLUMNS = ("batch_size", "seq_len")
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
 MAX_REQUESTS = 10_000  # a file's requests played in a trial's first pass, at most
 STEADY_SHAPES = 8  # the distinct shapes timed in the steady state, at most (see steady())
-JUDGED_SHAPES = 4  # the distinct shapes judged for accuracy, at most
+STATIC_COMPILES = 8  # torch's recompile limit: a static compile's graphs per code object
+QUANTILES = (0.25, 0.5, 0.75, 1.0)  # the edges of quantile buckets, in each dimension
+REFERENCE_SHAPES = 64  # the distinct shapes the study's reference covers, at most
 
 
 def is_spread(value: Any) -> bool:
@@ -175,26 +177,80 @@ def distinct(requests: tuple[Shape, ...]) -> list[tuple[Shape, int]]:
     return sorted(counts.items(), key=lambda item: (-item[1], first[item[0]]))
 
 
-def steady(requests: tuple[Shape, ...]) -> dict[Shape, float]:
+def steady(requests: tuple[Shape, ...], eager: set[Shape] | frozenset[Shape] = frozenset()
+           ) -> dict[Shape, float]:  # fmt: skip
     """The shapes the steady state times, with weights summing to 1: every distinct shape at
-    its share of the requests, or, past :data:`STEADY_SHAPES` of them, the shapes at evenly
-    spaced quantiles of the requests ordered by size, each standing for an equal share (never
-    the first to arrive: a static compile serves exactly those before its recompile limit)."""
+    its share of the requests, or, past :data:`STEADY_SHAPES` of them, shapes at evenly spaced
+    quantiles by size that keep the traffic's mix: the requests whose shape ran ``eager`` in
+    the first pass (past a recompile limit, or by a stance) get their share of the slots, and
+    each group's picks stand for that group's share of the requests."""
     found = distinct(requests)
     if len(found) <= STEADY_SHAPES:
         return {shape: n / len(requests) for shape, n in found}
-    ordered = sorted(requests, key=lambda s: (s[0] * s[1], s))
-    picks = [ordered[int((i + 0.5) * len(ordered) / STEADY_SHAPES)] for i in range(STEADY_SHAPES)]
-    return {shape: n / STEADY_SHAPES for shape, n in Counter(picks).items()}
+    groups = [[r for r in requests if r in eager], [r for r in requests if r not in eager]]
+    groups = [g for g in groups if g]
+    slots = [max(1, round(STEADY_SHAPES * len(g) / len(requests))) for g in groups]
+    if sum(slots) > STEADY_SHAPES:  # two groups rounded up: the larger gives one back
+        slots[slots.index(max(slots))] -= 1
+    weights: dict[Shape, float] = {}
+    for group, n in zip(groups, slots, strict=True):
+        ordered = sorted(group, key=lambda s: (s[0] * s[1], s))
+        for i in range(n):
+            shape = ordered[int((i + 0.5) * len(ordered) / n)]
+            weights[shape] = weights.get(shape, 0.0) + len(group) / len(requests) / n
+    return weights
 
 
-def judged(requests: tuple[Shape, ...]) -> list[Shape]:
-    """The shapes judged for accuracy: the most frequent, the smallest and the largest, then
-    the next most frequent, up to :data:`JUDGED_SHAPES`."""
-    order = [shape for shape, _ in distinct(requests)]
-    by_size = sorted(order, key=lambda s: (s[0] * s[1], s))
-    picks = [order[0], by_size[0], by_size[-1], *order[1:]]
-    return list(dict.fromkeys(picks))[:JUDGED_SHAPES]
+def first_arrivals(requests: tuple[Shape, ...]) -> list[Shape]:
+    """The distinct shapes in the order of their first arrival."""
+    return list(dict.fromkeys(requests))
+
+
+def extremes(requests: tuple[Shape, ...]) -> list[Shape]:
+    """The smallest and the largest shape by size."""
+    by_size = sorted(set(requests), key=lambda s: (s[0] * s[1], s))
+    return list(dict.fromkeys([by_size[0], by_size[-1]]))
+
+
+def reference_shapes(requests: tuple[Shape, ...]) -> list[Shape]:
+    """The shapes the study's reference covers: those whose first arrival may compile a graph
+    under some strategy of the space (the first :data:`STATIC_COMPILES` distinct arrivals, as a
+    static compile meets them; the first arrival in each power-of-two and each quantile
+    bucket), the extremes and the most frequent, at most :data:`REFERENCE_SHAPES`. A trial
+    judges every shape that compiled among them (:mod:`autotune.trial.scenarios.served`)."""
+    arrivals = first_arrivals(requests)
+    found = edges(requests)
+    by_bucket: dict[tuple[str, Shape], Shape] = {}
+    for b, s in arrivals:
+        by_bucket.setdefault(("pow2", (bucket(b), bucket(s))), (b, s))
+        quantile = (up_to(b, found[0]), up_to(s, found[1]))
+        by_bucket.setdefault(("quantiles", quantile), (b, s))
+    picks = [*arrivals[: STATIC_COMPILES + 1], *extremes(requests), distinct(requests)[0][0],
+             *by_bucket.values()]  # fmt: skip
+    return list(dict.fromkeys(picks))[:REFERENCE_SHAPES]
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n`` (a ``pow2`` padding bucket)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def edges(requests: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Quantile buckets' edges in batch and sequence: the traffic's quartiles (nearest rank),
+    the largest size last."""
+
+    def quartiles(values: list[int]) -> tuple[int, ...]:
+        ordered = sorted(values)
+        ranks = [max(0, min(len(ordered) - 1, int(q * len(ordered) + 0.5) - 1)) for q in QUANTILES]
+        return tuple(sorted({ordered[r] for r in ranks}))
+
+    return quartiles([b for b, _ in requests]), quartiles([s for _, s in requests])
+
+
+def up_to(n: int, found: tuple[int, ...]) -> int:
+    """The smallest edge at or above ``n`` (past the largest: the power of two above ``n``,
+    so that a request longer than any measured still meets a bucket)."""
+    return next((e for e in found if e >= n), bucket(n))
 
 
 def describe(requests: list[Any] | tuple[Any, ...]) -> str:

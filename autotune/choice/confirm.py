@@ -4,7 +4,10 @@ A front built from one process per strategy can hold a point that is only noise 
 machine's latency swings several-fold from minute to minute), or miss one that noise hid. So
 the chosen strategy is timed again against its nearest rivals (at most :data:`RIVALS`: the
 front's first, then the fastest compiled strategies) and eager, interleaved in rounds in one
-fresh process, warm from the compile caches their trials kept. Each compiled
+fresh process, warm from the compile caches their trials kept. Over a traffic, each is
+measured as its trial measured it instead, in a process of its own (the first pass over the
+traffic, then the steady state against its own eager): rivals sharing one model would share
+its recompile limit and each other's graphs. Each compiled
 strategy's latency then counts only as far as the rounds show it (sign test against eager); a
 rival the rounds cannot tell from the pick ties with it; and the policy picks again from these
 numbers, so a tie goes where the policy's tie rule sends it (the quicker compile, for every
@@ -147,13 +150,13 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
 
 
 def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
-           objectives: tuple[str, ...], time_rounds: Callable[[list[str]], Rounds]
-           ) -> Confirmation:  # fmt: skip
+           objectives: tuple[str, ...], time_rounds: Callable[[list[str]], Rounds],
+           where: str = "in one process") -> Confirmation:  # fmt: skip
     """Confirm ``chosen`` against its rivals; where the policy then picks a strategy the rounds
     did not time, confirm that one in a pass of its own (at most :data:`PASSES`), so that the
     exported pick is always one the rounds showed, or eager. ``time_rounds(keys)`` times the
     strategies ``keys`` and eager in one process: ``(rounds by key, wall seconds)``, or
-    ``(None, why)`` when it could not."""
+    ``(None, why)`` when it could not; ``where`` says how they were timed."""
     first, shown = chosen.key, Confirmation(chosen.key, chosen.key, 0, 0.0)
     for attempt in range(PASSES):
         others = rivals(chosen, points, front, objectives)
@@ -173,7 +176,7 @@ def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
         result = settle(points, chosen, rounds_ms, policy, objectives)
         shown.lines += result.lines
         shown.lines.append(f"confirmation: {result.rounds} rounds of {len(keys)} strategies and "
-                           f"eager in one process, {float(wall):.1f} s")  # fmt: skip
+                           f"eager {where}, {float(wall):.1f} s")  # fmt: skip
         shown.rounds, shown.wall_s = shown.rounds + result.rounds, shown.wall_s + float(wall)
         shown.latency_ms.update(result.latency_ms)
         shown.speedup.update(result.speedup)
@@ -213,4 +216,6 @@ def confirm(spec: Any, chosen: Point, points: list[Point], front: list[Point],
             return None, f"{m.status}: {m.reason}"
         return m.rounds, time.perf_counter() - start
 
-    return passes(points, chosen, front, spec.policy, spec.objectives, time_rounds)
+    where = ("over the traffic, each strategy with its own eager in a process of its own"
+             if spec.workload.traffic else "in one process")  # fmt: skip
+    return passes(points, chosen, front, spec.policy, spec.objectives, time_rounds, where)

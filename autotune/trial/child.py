@@ -36,10 +36,10 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
     if request.kind == "reference":
         return make_reference(request)
     ctx = begin(request)
-    if request.kind == "confirm":
+    if request.kind == "confirm" and not ctx.workload.traffic:
         from autotune.trial.scenarios import rounds
 
-        return rounds.run(ctx)
+        return rounds.run(ctx)  # over a traffic, a rival's own trial times its rounds (served)
     scenario = SCENARIOS["traffic" if ctx.workload.traffic else ctx.workload.kind](ctx)
     m = scenario.run()
     for kind, path in request.build_ahead.items() if m.ok else ():

@@ -108,16 +108,35 @@ def failure_stage_of(reason: str) -> str:
 LIMIT_FAILURE = "Dynamo recompile limit exceeded"
 
 
-def compile_counts() -> tuple[int, int, list[str]]:
-    """So far in this process: graphs compiled, recompile-limit failures, and the recompile
-    reasons, from the same private records as :func:`limit_hits` (the same test guards them).
-    A traffic's first pass reads them around each request."""
-    from torch._dynamo.utils import get_compilation_metrics
+RECORDS = 1_000_000  # dynamo keeps its last 64 compilation records unless told otherwise
 
-    records = list(get_compilation_metrics())
-    compiled = sum(1 for m in records if m.fail_type is None and m.co_name)
-    limits = sum(1 for m in records if (m.fail_reason or "").startswith(LIMIT_FAILURE))
-    return compiled, limits, [_short(m.recompile_reason) for m in records if m.recompile_reason]
+
+def records() -> list[Any]:
+    """Dynamo's compilation records in this process, none dropped from here on (it keeps the
+    last 64 by default: a traffic's first pass can compile more)."""
+    from torch._dynamo import utils
+
+    global _KEEPING
+    if not _KEEPING:
+        utils.set_compilation_metrics_limit(RECORDS)
+        _KEEPING = True
+    return list(utils.get_compilation_metrics())
+
+
+_KEEPING = False
+
+
+def compile_counts() -> tuple[int, int, list[str]]:
+    """So far in this process: graphs compiled (dynamo's own counter, which drops nothing),
+    recompile-limit failures, and the recompile reasons, from the same private records as
+    :func:`limit_hits` (the same test guards them). A traffic's first pass reads them around
+    each request."""
+    from torch._dynamo.utils import counters
+
+    found = records()
+    limits = sum(1 for m in found if (m.fail_reason or "").startswith(LIMIT_FAILURE))
+    reasons = [_short(m.recompile_reason) for m in found if m.recompile_reason]
+    return int(counters["stats"]["unique_graphs"]), limits, reasons
 
 
 def limit_hits() -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NotApplicable
 from autotune.starts import artifact
@@ -116,7 +116,10 @@ def confirm(
 ) -> Measurement:  # fmt: skip
     """Time ``strategies`` and eager in ``settings.iters`` interleaved rounds in one fresh
     process, its caches the merge of the ``kept`` cache folders (a warm compile where they
-    hold the strategy's); the measurement's ``rounds`` holds the milliseconds per round."""
+    hold the strategy's); the measurement's ``rounds`` holds the milliseconds per round.
+    Over a traffic, each strategy in a process of its own (:func:`confirm_apart`)."""
+    if workload.traffic:
+        return confirm_apart(model, workload, strategies, settings, kept)
     work = tempfile.mkdtemp(prefix="autotune-confirm-")
     try:
         merged = os.path.join(work, "caches")
@@ -129,6 +132,45 @@ def confirm(
         return run_child(request, work, "confirm", merged, settings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def confirm_apart(
+    model: ModelRef, workload: Workload, strategies: list[Strategy], settings: Settings,
+    kept: list[str],
+) -> Measurement:  # fmt: skip
+    """A traffic's confirmation: each strategy timed by a trial of its own in a fresh process
+    (warm from its kept caches), as its trial measured it: the first pass over the traffic,
+    then ``settings.iters`` rounds of the steady state against eager, none cut short. Rivals
+    apart share no code object, so no recompile budget and no graph. The rounds come back on
+    one scale: each strategy's round ``i`` times the ratio to its own process's eager round
+    ``i``, against a constant eager (its first process's median), so that a sign test against
+    eager reads each process's own pairs, and one between strategies their ratios."""
+    import statistics
+
+    found: dict[str, list[float]] = {}
+    passes: dict[str, Any] = {}  # each strategy's first pass in its confirmation, in brief
+    for n, strategy in enumerate(strategies):
+        work = tempfile.mkdtemp(prefix="autotune-confirm-")
+        try:
+            caches = os.path.join(work, "caches")
+            if n < len(kept) and os.path.isdir(kept[n]):
+                shutil.copytree(kept[n], caches)
+            request = Request("confirm", strategy, model, workload, settings.iters,
+                              settings.warmup, settings.seed, confirm=(strategy,))  # fmt: skip
+            m = run_child(request, work, "confirm", caches, settings)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if not m.ok or not m.rounds:
+            return m
+        t = m.traffic or {}
+        passes[strategy.key] = {"compiles": sum(t.get("compiles", [])),
+                                "ran_eager": t.get("ran_eager", [])}  # fmt: skip
+        eager, own = m.rounds["none"], m.rounds[strategy.key]
+        found.setdefault("none", [statistics.median(eager)] * len(eager))
+        found[strategy.key] = [c * found["none"][0] / e for c, e in zip(own, eager, strict=True)]
+    return Measurement(*Request("confirm", strategies[0], model, workload,
+                                confirm=tuple(strategies)).base(), "ok", rounds=found,
+                       traffic=passes)  # fmt: skip
 
 
 def start_of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:

@@ -34,6 +34,14 @@ def blocks_of(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(max(lists, key=len)) if lists else []
 
 
+def units_of(model: torch.nn.Module, granularity: str) -> list[torch.nn.Module]:
+    """The modules whose forward a compile of ``granularity`` replaces with dynamo's code: the
+    repeated blocks, and, but for a regional compile (which leaves the model's own forward in
+    Python), the model itself. One of them running its own forward as Python ran eager."""
+    blocks = blocks_of(model)
+    return blocks if granularity == "regional" else [model, *blocks]
+
+
 @contextlib.contextmanager
 def eager_blocks(blocks: list[torch.nn.Module]) -> Iterator[set[int]]:
     """Yield a set that fills with the indices of ``blocks`` whose forward ran uncompiled.

@@ -9,7 +9,8 @@ gets a float32 reference (10 GB; float64 would be 20 GB, beyond a 24 GiB machine
 still five orders of magnitude more precise than bfloat16.
 
 What is kept, by workload:
-- inference: every output tensor of one forward;
+- inference: every output tensor of one forward (over a traffic, a sample of each at every
+  shape a trial may judge: :func:`autotune.traffic.reference_shapes`);
 - train: for each of two SGD steps (a CUDA-graph strategy is judged on its second), the loss
   and a strided sample of every gradient (:func:`autotune.trial.accuracy.sample`);
 - generate: the prefill's last logits, its token, and the first decode step's logits.
@@ -73,14 +74,14 @@ def compute(ref: ModelRef, workload: Workload, seed: int = 0) -> dict[str, Any]:
     high = getattr(torch, dtype)
     model = model.to(high)  # parameter by parameter: the study's copy is freed as it goes
     inputs = _upcast(inputs, high)
-    if workload.traffic:  # each judged shape's outputs (autotune.trial.scenarios.served)
-        from autotune.traffic import judged
+    if workload.traffic:  # every shape a trial may judge (autotune.trial.scenarios.served)
+        from autotune.traffic import reference_shapes
         from autotune.trial.scenarios.served import judged_outputs, reference_name
 
-        for shape in judged(workload.traffic):
+        for shape in reference_shapes(workload.traffic):
             at = _upcast(catalog.inputs_at(ref, model, workload, shape), high)
             with torch.no_grad():
-                out = judged_outputs(model(*at))
+                out = judged_outputs(model(*at, **steps.keywords_for(model, at)))
             data["outputs"][reference_name(shape)] = [t.cpu() for t in out]
     elif workload.kind == "inference":
         with torch.no_grad():

@@ -1,5 +1,8 @@
-"""The confirmation's child: eager and a few compiled strategies in one process, on one model,
-timed in interleaved rounds (:mod:`autotune.choice.confirm` decides what the rounds show).
+"""The confirmation's child at one shape: eager and a few compiled strategies in one process, on
+one model, timed in interleaved rounds (:mod:`autotune.choice.confirm` decides what the rounds
+show). Over a traffic each rival is confirmed by a trial of its own instead
+(:mod:`autotune.trial.scenarios.served`, :func:`autotune.trial.parent.confirm`): rivals on one
+model would share its code objects, so their recompile limit and each other's graphs.
 
 The model is built once; each strategy compiles it (regional and nested make new trees that
 share its parameters, so the strategies fit together), warm where the parent handed over their
@@ -14,7 +17,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from autotune import catalog, device, traffic
+from autotune import catalog, device
 from autotune.strategy import granularity as compile
 from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
@@ -22,7 +25,6 @@ from autotune.trial.measurement import Measurement
 from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.base import TrialContext
 from autotune.trial.scenarios.generate import Generation, new_cache
-from autotune.trial.scenarios.served import weighted_call
 
 
 def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> Callable[[], Any]:
@@ -30,14 +32,6 @@ def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> C
     w = ctx.workload
     compiled = compile.apply(model, strategy, traffic=w.traffic) if w.kind != "generate" else (
         compile.generator(model, strategy))  # fmt: skip
-    if w.traffic:  # the traffic's weighted steady call, as its trial times it
-        weights = traffic.steady(w.traffic)
-        step = {s: steps.make_step(compiled, catalog.inputs_at(ctx.ref, model, w, s), w.kind)
-                for s in weights}  # fmt: skip
-        call = weighted_call(step, weights, ctx.device)
-        for shape_step in step.values():  # its first call of every shape: the compiles
-            shape_step()
-        return call
     if w.kind != "generate":
         step = steps.make_step(compiled, inputs, w.kind)
         return lambda: device.timed(step, ctx.device)

@@ -1,22 +1,32 @@
 """A traffic's trial (``--traffic``, ``--seq-len 16..512``): the inference workload over the
-requests a deployment serves, in the trial's fresh cold process.
+requests a deployment serves, in the trial's fresh cold process, called as users call it (with
+an ``attention_mask`` where the forward takes one).
 
-1. **First pass**: eager plays the requests in order, then the compiled model does, as a server
-   meets them: each request's latency with its compile and recompile stalls, the graphs each
-   compiled and why, the requests that ran eager past the recompile limit, and **time to
-   ready** (until every distinct shape has run once). The start objective is what compiling
-   adds to eager's own first pass (``compile_s``).
-2. **Steady state**: shapes that stand for the traffic (:func:`autotune.traffic.steady`), one
-   call of each per round, interleaved with eager; a round's sample is the latency weighted by how
-   often the traffic holds each shape, so the sign test runs over the whole traffic.
-3. **Accuracy**: a few shapes (:func:`autotune.traffic.judged`), each against eager and the
-   study's reference at that shape, on a fixed-stride sample of each output (:data:`SAMPLE`
-   elements); the worst verdict stands, and says how many were judged.
+0. **Warm-up**: one untimed eager call at a shape the traffic does not hold, so that neither
+   side's first request pays the process's one-time costs (allocator growth, library init).
+1. **First pass**: each distinct shape's first arrival, in arrival order, as a server meets it:
+   eager's call of that shape, then the compiled model's (its compile or recompile is the
+   request's **stall**: what it cost over eager's call of the same shape), then one untimed
+   call that finds whether the compiled model ran that shape eager (past a recompile limit,
+   or by its stance). A repeat changes nothing a first pass measures, so repeats are not
+   played (the cost grows with distinct shapes, not requests), except under
+   ``eager_then_compile``, which compiles on a later call: every request is played until the
+   first compile. A CUDA-graph strategy records a shape's graph on its second call: that
+   call is a stall too. **Time to ready** is eager's time to ready (each request up to the
+   last new shape's first arrival, at eager's latency of its shape) plus the stalls; the
+   start objective is the stalls' sum (``compile_s``).
+2. **Steady state**: shapes that stand for the traffic and keep its mix of shapes served
+   compiled and eager (:func:`autotune.traffic.steady`), one call of each per round,
+   interleaved with eager; a round's sample is the latency weighted by the traffic.
+3. **Accuracy**: every shape whose first arrival compiled a graph, then the extremes, each
+   against eager and the study's reference at that shape (:func:`judged_outputs`); shapes
+   that ran eager are not judged. The worst verdict stands, and says "K compiled graphs
+   judged of N".
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -28,14 +38,25 @@ from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.inference import Inference
 
 Shape = tuple[int, int]
-SAMPLE = 2**16  # elements of each output judged at a traffic's shape (a fixed stride): the
-# reference keeps them in float64 for several shapes, with the study (gemma's logits at 256
-# tokens are 65 M elements)
+SAMPLE = 2**16  # elements of each output judged at a traffic's shape: the reference keeps them
+# in float64 for every shape it covers (gemma's logits at 256 tokens are 65 M elements)
 
 
 def judged_outputs(out: Any) -> list[Any]:
-    """What is judged of one traffic shape's outputs: a fixed-stride sample of each tensor."""
-    return [accuracy.sample(t, SAMPLE) for t in accuracy.tensors(out)]
+    """What is judged of one traffic shape's outputs: :data:`SAMPLE` elements of each tensor
+    at a stride coprime with its last dimension, so that every column is met."""
+    return [spread_sample(t, SAMPLE) for t in accuracy.tensors(out)]
+
+
+def spread_sample(t: Any, size: int) -> Any:
+    """At most ``size`` elements of ``t`` at a fixed stride coprime with its last dimension (a
+    stride sharing a factor with a vocabulary of 256,000 would meet 256 of its columns)."""
+    flat = t.detach().reshape(-1)
+    last = t.shape[-1] if t.dim() else 1
+    stride = max(1, flat.numel() // size)
+    while stride > 1 and math.gcd(stride, last) != 1:
+        stride += 1
+    return flat[::stride][:size].clone()
 
 
 def reference_name(shape: Shape) -> str:
@@ -50,7 +71,7 @@ def weighted_call(
     seen: dict[Shape, list[float]] | None = None,
 ) -> Callable[[], float]:
     """One call of every steady shape; the seconds weighted by the traffic (each shape's own
-    seconds kept in ``seen``). The confirmation times a traffic with the same call."""
+    seconds kept in ``seen``)."""
 
     def call() -> float:
         total = 0.0
@@ -64,15 +85,12 @@ def weighted_call(
     return call
 
 
-def ran_eager(before: tuple, after: tuple, new: bool, blocks_eager: set[int] | None) -> bool:
-    """Whether a request ran eager: it hit the recompile limit, or it was a shape that could
-    (``new``) and its repeated blocks ran as Python (without blocks to watch: the limit had
-    been hit and nothing compiled). ``before``/``after``: :func:`metrics.compile_counts`."""
-    if after[1] > before[1]:
-        return True
-    if not new:
-        return False
-    return bool(blocks_eager) if blocks_eager is not None else before[1] > 0 and after == before
+def throwaway(requests: tuple[Shape, ...]) -> Shape:
+    """A shape the traffic does not hold, no larger than its largest: the warm-up's."""
+    held = set(requests)
+    batch = min(b for b, _ in requests)
+    return next(((batch, s) for s in range(1, max(s for _, s in requests) + 1)
+                 if (batch, s) not in held), (batch, 1))  # fmt: skip
 
 
 class Served(Inference):
@@ -82,73 +100,136 @@ class Served(Inference):
         super().setup()
         ctx = self.ctx
         w = ctx.workload
-        inputs = {s: catalog.inputs_at(ctx.ref, self.model, w, s) for s in w.shapes}
-        self.steps = {side: {s: steps.make_step(model, i, "inference") for s, i in inputs.items()}
-                      for side, model in (("eager", self.eager_model),
-                                          ("compiled", self.compiled))}  # fmt: skip
-        self.weights = traffics.steady(w.traffic)
+        self.steps: dict[str, dict[Shape, Callable[[], Any]]] = {"eager": {}, "compiled": {}}
+        for shape in [*w.shapes, throwaway(w.traffic)]:
+            inputs = catalog.inputs_at(ctx.ref, self.model, w, shape)
+            given = steps.keywords_for(self.model, inputs)
+            for side, model in (("eager", self.eager_model), ("compiled", self.compiled)):
+                self.steps[side][shape] = steps.make_step(model, inputs, "inference", given)
+        self.units = recompiles.units_of(self.model, ctx.strategy.granularity)
         self.seen: dict[str, dict[Shape, list[float]]] = {"eager": {}, "compiled": {}}
+        self.compiled_shapes: list[Shape] = []  # whose first arrival compiled a graph
+        self.eager_shapes: set[Shape] = set()  # served eager by the compiled model
+        self.weights: dict[Shape, float] = {}
 
-    def play(self, side: str) -> dict[str, Any]:
-        """The first pass of one side: each request's milliseconds, and for the compiled side
-        the graphs it compiled, its recompile reasons and whether it ran eager (past the
-        recompile limit, or as the stance ``eager_on_recompile`` says)."""
+    def ran_eager(self, shape: Shape) -> bool:
+        """One untimed call of ``shape``: did a compiled unit run its own forward as Python?"""
+        if not self.units:
+            return False
+        with recompiles.eager_blocks(self.units) as seen:
+            self.steps["compiled"][shape]()
+        return bool(seen)
+
+    def play(self) -> dict[str, Any]:
+        """The first pass (see the module's docstring): per request, eager's and the compiled
+        model's milliseconds (a request not played at its shape's repeat latency), the graphs
+        each compiled and why, its stall, and the requests served eager."""
         ctx, requests = self.ctx, self.ctx.workload.traffic
-        blocks = recompiles.blocks_of(self.model)
-        found: dict[str, Any] = {"ms": [], "compiles": [], "reasons": [], "eager": []}
-        seen: set[Shape] = set()
-        ready = 0.0
-        start = time.perf_counter()
+        compiled_side = ctx.strategy.granularity != "none"
+        until_compiled = ctx.strategy.stance == "eager_then_compile"
+        first: dict[Shape, float] = {}  # eager's first call of each shape
+        repeat: dict[str, dict[Shape, float]] = {"eager": {}, "compiled": {}}
+        timed: dict[str, list[float | None]] = {"eager": [], "compiled": []}
+        found: dict[str, Any] = {"compiles": [], "reasons": [], "stall_ms": [], "played": []}
+        by_stance: set[int] = set()  # requests eager_then_compile ran eager before its compile
+        compiled_any = False
+
+        def ms(side: str, shape: Shape) -> float:
+            return device.wall(self.steps[side][shape], ctx.device)[0] * 1e3
+
         for n, shape in enumerate(requests, 1):
-            before = metrics.compile_counts() if side == "compiled" else (0, 0, [])
-            # past a recompile limit, or under eager_on_recompile, a new shape may run eager
-            limited = side == "compiled" and shape not in seen and (before[1] > 0 or (
-                ctx.strategy.stance == "eager_on_recompile" and n > 1))  # fmt: skip
-            if limited and blocks:
-                with recompiles.eager_blocks(blocks) as eager:
-                    seconds, _ = device.wall(self.steps[side][shape], ctx.device)
-            else:
-                seconds, _ = device.wall(self.steps[side][shape], ctx.device)
-                eager = set()
-            found["ms"].append(seconds * 1e3)
-            if shape not in seen:
-                seen.add(shape)
-                ready = time.perf_counter() - start
-            if side == "compiled":
-                after = metrics.compile_counts()
-                found["compiles"].append(after[0] - before[0])
-                found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
-                if ran_eager(before, after, limited, eager if blocks else None):
-                    found["eager"].append(n)
-        found["ready_s"] = ready
+            new = shape not in first
+            if not new and not (until_compiled and not compiled_any):
+                timed["eager"].append(None)
+                timed["compiled"].append(None)
+                found["compiles"].append(0)
+                found["stall_ms"].append(0.0)
+                continue
+            found["played"].append(n)
+            if new:
+                first[shape] = ms("eager", shape)
+                repeat["eager"][shape] = ms("eager", shape)
+            timed["eager"].append(first[shape] if new else repeat["eager"][shape])
+            before = metrics.compile_counts()
+            took = ms("compiled", shape) if compiled_side else timed["eager"][-1]
+            after = metrics.compile_counts()
+            compiles = after[0] - before[0]
+            compiled_any = compiled_any or compiles > 0
+            stall = max(0.0, took - first[shape]) if compiles else 0.0
+            if compiles or new:  # its repeat latency, from here on
+                again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
+                if new and self.graphs:  # a CUDA graph was recorded on that second call
+                    stall += max(0.0, again - repeat["eager"][shape])
+                    again = ms("compiled", shape)
+                repeat["compiled"][shape] = again
+            if compiles and shape not in self.compiled_shapes:
+                self.compiled_shapes.append(shape)
+                self.eager_shapes.discard(shape)
+            timed["compiled"].append(took)
+            found["compiles"].append(compiles)
+            found["stall_ms"].append(stall)
+            found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
+            if compiled_side and until_compiled and not compiled_any:
+                by_stance.add(n)
+                self.eager_shapes.add(shape)
+            elif compiled_side and new and self.ran_eager(shape):
+                self.eager_shapes.add(shape)
+        for side, values in timed.items():
+            found[f"{side}_ms"] = [repeat[side][s] if v is None else v
+                                   for v, s in zip(values, requests, strict=True)]  # fmt: skip
+        found["ran_eager"] = [n for n, s in enumerate(requests, 1)
+                              if n in by_stance or s in self.eager_shapes]  # fmt: skip
         return found
 
     def first(self) -> None:
         ctx, m = self.ctx, self.ctx.result
-        eager = self.play("eager")
-        ctx.memory.reset()
-        compiled = self.play("compiled") if ctx.strategy.granularity != "none" else eager
-        stalls = [c - e for c, e in zip(compiled["ms"], eager["ms"], strict=True)]
-        m.eager_first_s = eager["ms"][0] / 1e3
-        m.compile_s = (0.0 if ctx.strategy.granularity == "none"
-                       else max(0.0, compiled["ready_s"] - eager["ready_s"]))  # fmt: skip
         requests = ctx.workload.traffic
+        self.steps["eager"][throwaway(requests)]()  # the process's one-time costs, untimed
+        ctx.memory.reset()
+        found = self.play()
+        last_new = max(requests.index(s) for s in set(requests))
+        eager_ready = sum(found["eager_ms"][: last_new + 1]) / 1e3
+        stalls = sum(found["stall_ms"]) / 1e3
+        m.eager_first_s = found["eager_ms"][0] / 1e3
+        m.compile_s = stalls if ctx.strategy.granularity != "none" else 0.0
         m.traffic = {
             "requests": len(requests), "shapes": len(set(requests)),
-            "ready_s": compiled["ready_s"], "eager_ready_s": eager["ready_s"],
-            "first_ms": compiled["ms"], "eager_first_ms": eager["ms"],
-            "compiles": compiled.get("compiles") or [0] * len(requests),
-            "stalls": sum(1 for c in compiled.get("compiles") or [] if c),
-            "worst_stall_ms": max(stalls), "reasons": compiled.get("reasons", []),
-            "ran_eager": compiled.get("eager", []),
+            "played": found["played"],
+            "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
+            "first_ms": found["compiled_ms"], "eager_first_ms": found["eager_ms"],
+            "stall_ms": found["stall_ms"], "compiles": found["compiles"],
+            "stalls": sum(1 for c in found["compiles"] if c),
+            "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
+            "ran_eager": found["ran_eager"],
         }  # fmt: skip
-        m.accuracy = self.judge_shapes()
+        self.weights = traffics.steady(requests, self.eager_shapes)
+        if ctx.request.kind != "confirm":  # its trial judged the strategy
+            m.accuracy = self.judge_shapes()
 
     def judge_shapes(self) -> Accuracy:
-        """The worst verdict over the judged shapes, saying how many were judged."""
+        """The worst verdict over the shapes that ran compiled code: every one whose first
+        arrival compiled a graph, then the extremes; says how many were judged of how many
+        compiled (a shape without a reference is not judged, and counts against K)."""
         ctx = self.ctx
-        shapes = traffics.judged(ctx.workload.traffic)
-        verdicts = []
+        if ctx.strategy.granularity == "none":
+            return self._judge([traffics.distinct(ctx.workload.traffic)[0][0]], "eager")
+        covered = set(ctx.reference["outputs"]) if ctx.reference else None
+        extremes = [s for s in traffics.extremes(ctx.workload.traffic)
+                    if s not in self.eager_shapes]  # fmt: skip
+        shapes = [s for s in dict.fromkeys([*self.compiled_shapes, *extremes])
+                  if s not in self.eager_shapes]  # fmt: skip
+        if covered is not None:
+            shapes = [s for s in shapes if reference_name(s) in covered]
+        graphs = [s for s in self.compiled_shapes if s not in self.eager_shapes]
+        judged = len([s for s in graphs if s in shapes])
+        words = f"{judged} compiled graphs judged of {len(graphs)}"
+        if not shapes:
+            return Accuracy(0.0, 0.0, True, 0.0, 0.0, f"nothing compiled ran: {words}",
+                            rule=ctx.gate.describe(ctx.request.reference_dtype))  # fmt: skip
+        return self._judge(shapes, words)
+
+    def _judge(self, shapes: list[Shape], words: str) -> Accuracy:
+        ctx, verdicts = self.ctx, []
         for shape in shapes:
             expected = self.steps["eager"][shape]()
             actual = self.steps["compiled"][shape]()
@@ -157,7 +238,7 @@ class Served(Inference):
             verdicts.append((not verdict.passed, verdict.max_rel, shape, verdict))
         failed, _, shape, worst = max(verdicts, key=lambda v: (v[0], v[1]))
         worst.detail = (f"{'at' if failed else 'worst at'} batch {shape[0]} x seq {shape[1]} "
-                        f"({len(shapes)} of {len(set(ctx.workload.traffic))} shapes judged)"
+                        f"({words}, {len(shapes)} shapes judged)"
                         + (f": {worst.detail}" if worst.detail else ""))  # fmt: skip
         return worst
 
@@ -169,6 +250,11 @@ class Served(Inference):
     def timer(self, call: Callable[[], Any]) -> Any:
         return call()  # it times each shape itself
 
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
+        if self.ctx.request.kind == "confirm":  # a confirmation times all its rounds
+            return False
+        return super().after_round(samples)
+
     def record(self, samples: dict[str, list[Any]]) -> None:
         super().record(samples)
         assert self.ctx.result.traffic is not None
@@ -176,9 +262,14 @@ class Served(Inference):
         self.ctx.result.traffic["steady"] = [
             {"batch_size": shape[0], "seq_len": shape[1], "weight": weight,
              "eager_ms": Latency.from_samples(self.seen["eager"][shape][-rounds:]).median_ms,
-             "compiled_ms": Latency.from_samples(self.seen["compiled"][shape][-rounds:]).median_ms}
+             "compiled_ms": Latency.from_samples(self.seen["compiled"][shape][-rounds:]).median_ms,
+             "ran_eager": shape in self.eager_shapes}
             for shape, weight in self.weights.items()
         ]  # fmt: skip
+        if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them
+            key = self.ctx.strategy.key
+            self.ctx.result.rounds = {"none": [s * 1e3 for s in samples["eager"]],
+                                      key: [s * 1e3 for s in samples["compiled"]]}  # fmt: skip
 
     def build(self, kind: str, path: str) -> dict[str, Any]:
         return {"error": f"a traffic's trial builds no {kind} artefact (one shape's would miss "

@@ -1,0 +1,172 @@
+"""A traffic's trial measured as a server meets it (autotune/trial/scenarios/served.py): a first
+pass over first arrivals, time to ready as eager's plus the stalls, no probe in a timed call,
+every compiled graph judged, and a confirmation that measures what the trial measured."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from autotune import device, traffic
+from autotune.catalog import ModelRef
+from autotune.strategy.strategy import Strategy
+from autotune.trial import metrics, recompiles
+from autotune.trial.parent import confirm, measure
+from autotune.trial.request import Request
+from autotune.trial.scenarios import Served, begin
+from autotune.trial.scenarios.served import judged_outputs
+from autotune.workload import Settings, Workload
+from tests import models
+
+LLAMA = ModelRef("tests.models:tiny_llama")
+LENGTHS = "8,12,16,20,24,28,32,40,48,56,64,72"  # 12 lengths: past a static compile's limit (8)
+QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
+pytestmark = pytest.mark.xdist_group("served")  # its fixture runs once, beside traffic's
+
+
+def served(workload: Workload, strategy: Strategy) -> Served:
+    """A traffic's scenario, run in this process (so that a test can watch it)."""
+    torch._dynamo.reset()
+    scenario = Served(begin(Request.trial(LLAMA, workload, strategy, QUICK)))
+    scenario.run()
+    return scenario
+
+
+def test_a_first_pass_plays_each_shape_once_and_ready_is_eager_plus_the_stalls() -> None:
+    few = Workload(seq_len="8,16,24,32", requests=8)
+    many = Workload(traffic=few.traffic * 600)  # 4,800 requests of the same shapes
+    auto = Strategy.create("full", "aot_eager")
+    short, long = measure(LLAMA, few, auto, QUICK), measure(LLAMA, many, auto, QUICK)
+    assert short.ok and long.ok, (short.reason, long.reason)
+    for m in (short, long):
+        t = m.traffic
+        shapes = len(set(m.workload.traffic))
+        assert len(t["played"]) == shapes  # first arrivals only: repeats change nothing
+        assert len(t["first_ms"]) == t["requests"]
+        assert all(s == 0 for s, c in zip(t["stall_ms"], t["compiles"], strict=True) if not c)
+        assert t["ready_s"] == pytest.approx(t["eager_ready_s"] + sum(t["stall_ms"]) / 1e3)
+        assert m.compile_s == pytest.approx(sum(t["stall_ms"]) / 1e3)
+    # the same first arrivals: the first pass of 4,800 requests costs what 8's did, at most 2x
+    assert long.traffic["played"] == short.traffic["played"]
+    assert long.timings["first_s"] < 2 * short.timings["first_s"] + 1.0, (
+        long.timings, short.timings)  # fmt: skip
+
+
+def test_eager_on_recompile_is_judged_on_its_one_compiled_graph() -> None:
+    guarded = Strategy.create("full", "aot_eager", dynamic=False, stance="eager_on_recompile")
+    m = measure(LLAMA, Workload(seq_len=LENGTHS, requests=24), guarded, QUICK)
+    assert m.ok and m.accuracy.passed, m.accuracy
+    assert "1 compiled graphs judged of 1" in m.accuracy.detail, m.accuracy.detail
+    eager_weight = sum(r["weight"] for r in m.traffic["steady"] if r["ran_eager"])
+    share = len(m.traffic["ran_eager"]) / m.traffic["requests"]
+    assert abs(eager_weight - share) <= 1 / traffic.STEADY_SHAPES  # the traffic's mix kept
+
+
+def test_timed_calls_carry_no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every timed call of the first pass runs without a profiler; the probes run apart."""
+    profiled, probes = [], []
+    real_wall, real_probe = device.wall, recompiles.eager_blocks
+
+    def wall(fn, where):  # type: ignore[no-untyped-def]
+        profiled.append(sys.getprofile() is not None)
+        return real_wall(fn, where)
+
+    def probe(blocks):  # type: ignore[no-untyped-def]
+        probes.append(len(blocks))
+        return real_probe(blocks)
+
+    monkeypatch.setattr(device, "wall", wall)
+    monkeypatch.setattr(recompiles, "eager_blocks", probe)
+    guarded = Strategy.create("full", "aot_eager", dynamic=False, stance="eager_on_recompile")
+    scenario = served(Workload(seq_len="8,12,16,20", requests=8), guarded)
+    assert profiled and not any(profiled) and probes
+    assert scenario.eager_shapes  # the probes found the shapes served eager
+
+
+def test_a_model_without_repeated_blocks_is_found_running_eager() -> None:
+    mixer = ModelRef("tests.models:mixing")
+    assert recompiles.blocks_of(models.mixing()[0]) == []
+    guarded = Strategy.create("full", "aot_eager", dynamic=False, stance="eager_on_recompile")
+    w = Workload(seq_len="8,12,16,20", requests=8)
+    m = measure(mixer, w, guarded, QUICK)
+    assert m.ok, m.reason
+    assert set(m.traffic["ran_eager"]) == {n for n, s in enumerate(w.traffic, 1)
+                                           if s != w.traffic[0]}  # fmt: skip
+    auto = measure(mixer, w, Strategy.create("full", "aot_eager"), QUICK)
+    assert auto.ok and auto.traffic["ran_eager"] == []  # a dynamic graph serves them all
+
+
+def test_compile_counts_drop_no_record_past_64() -> None:
+    torch._dynamo.reset()
+    before = metrics.compile_counts()
+    graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=200, accumulated_recompile_limit=1000):
+        for n in range(1, 81):
+            double(torch.randn(n))
+    after = metrics.compile_counts()
+    assert after[0] - before[0] == 80
+    assert after[0] - before[0] == torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+    assert len(after[2]) - len(before[2]) == 79  # every recompile's reason, none dropped
+
+
+def test_the_accuracy_sample_meets_every_column() -> None:
+    logits = torch.arange(4 * 1000, dtype=torch.float64).reshape(1, 4, 1000)
+    (sample,) = judged_outputs({"logits": logits})
+    from autotune.trial.scenarios import served as module
+
+    assert sample.numel() <= module.SAMPLE
+    small = module.spread_sample(logits, 100)  # stride 40 would meet 25 of the 1000 columns
+    assert small.numel() > 90 and len({int(v) % 1000 for v in small}) == small.numel()
+
+
+def test_steady_shapes_keep_the_traffics_mix_of_eager_and_compiled() -> None:
+    requests = tuple((1, n) for n in range(8, 28)) * 5  # 20 shapes, 100 requests
+    eager = {(1, n) for n in range(8, 13)}  # a quarter of the requests ran eager
+    weights = traffic.steady(requests, eager)
+    assert sum(weights.values()) == pytest.approx(1.0) and len(weights) <= traffic.STEADY_SHAPES
+    assert sum(w for s, w in weights.items() if s in eager) == pytest.approx(0.25)
+    assert any(s in eager for s in weights) and any(s not in eager for s in weights)
+
+
+def test_the_reference_covers_every_first_arrival_a_strategy_may_compile() -> None:
+    requests = Workload(batch_size="1..8", seq_len="16..512", requests=200).traffic
+    covered = set(traffic.reference_shapes(requests))
+    buckets: dict[tuple[int, int], tuple[int, int]] = {}
+    for b, s in requests:
+        buckets.setdefault((traffic.bucket(b), traffic.bucket(s)), (b, s))
+    assert set(buckets.values()) <= covered  # each pow2 bucket's first arrival
+    assert set(traffic.first_arrivals(requests)[:8]) <= covered  # a static compile's
+    assert len(covered) <= traffic.REFERENCE_SHAPES
+
+
+@pytest.fixture(scope="module")
+def confirmed() -> Iterator[dict[str, object]]:
+    """Three static rivals over 4 shapes, and a stance beside a dynamic rival, each confirmed."""
+    four = Workload(seq_len="8,16,24,32", requests=12)
+    static = [Strategy.create("full", b, dynamic=False) for b in ("eager", "aot_eager")]
+    static.append(Strategy.create("full", "aot_eager", dynamic=False, buckets="pow2"))
+    long = Workload(seq_len=LENGTHS, requests=24)
+    auto = Strategy.create("full", "aot_eager")
+    guarded = Strategy.create("full", "aot_eager", stance="eager_on_recompile")
+    settings = Settings(iters=6, warmup=1, starts=("cold",), timeout_s=300)
+    yield {"static": confirm(LLAMA, four, static, settings, []), "static_keys": static,
+           "stance": confirm(LLAMA, long, [auto, guarded], settings, []),
+           "guarded": guarded, "trial": measure(LLAMA, long, guarded, QUICK)}  # fmt: skip
+
+
+def test_a_confirmation_isolates_each_rival(confirmed: dict) -> None:
+    m = confirmed["static"]
+    assert m.ok and len(m.rounds) == 4 and all(len(r) == 6 for r in m.rounds.values())
+    for s in confirmed["static_keys"]:  # each compiled its own graphs: no shared budget
+        graphs = 3 if s.buckets == "pow2" else 4  # buckets 8, 16 and 32
+        assert m.traffic[s.key] == {"compiles": graphs, "ran_eager": []}, s.key
+
+
+def test_a_confirmation_serves_a_stance_as_its_trial_did(confirmed: dict) -> None:
+    m, trial = confirmed["stance"], confirmed["trial"]
+    key = confirmed["guarded"].key
+    assert m.ok and m.traffic[key]["ran_eager"] == trial.traffic["ran_eager"] != []
