@@ -150,7 +150,7 @@ def test_the_studies_and_one_study_with_its_trials_and_front(site: Site) -> None
         assert real["pick"]["key"] and real["pick"]["speedup"] and real["last"]
         assert rows["kept"]["pick"]["key"] == S["B"].key  # policy fastest
         one = http.get("/api/studies/real").json()
-        assert len(one["trials"]) == 3 and one["front"] and one["policy"] == "amortized:10000"
+        assert len(one["trials"]) == 3 and one["front"] and one["policy"] == "amortized:1h"
         assert {p["key"] for p in one["front"]} <= {t["key"] for t in one["trials"]}
         assert one["pick"]["key"] in {p["key"] for p in one["front"]}
         one_line_error(http.get("/api/studies/missing"), 404, "no study named 'missing'")

@@ -8,13 +8,14 @@ objective to the value that stands for it (a :class:`autotune.choice.selection.P
 start's cost comes from the start-kind table (:mod:`autotune.starts.kinds`).
 
 Policies (eager is a candidate in every one): ``knee``, ``fastest``, ``quickest``,
-``amortized:CALLS``, ``restarts:STARTS:CALLS``, ``latency-budget:MS`` (see
-:mod:`autotune.choice.selection`).
+``amortized:CALLS``, ``amortized:TIME`` (a lifetime in serving time, the default),
+``restarts:STARTS:CALLS``, ``latency-budget:MS`` (see :mod:`autotune.choice.selection`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from autotune.errors import ConfigError
@@ -91,24 +92,40 @@ def value(point: Any, objective: str) -> float | None:
     return getattr(point, ATTRIBUTE[objective])
 
 
-# The lifetime a study is judged over when no --calls says it: a serving process restarts after
-# thousands to millions of calls; 10,000 is the low end, so a compile is chosen only when it
-# pays back within a short-lived process (and the answer never rests on a tie rule).
-DEFAULT_CALLS = 10_000
+# The lifetime a study is judged over when no --calls says it, stated in serving time so that it
+# means the same on a CPU and a GPU: an hour of calls back to back at eager's measured latency
+# (720,000 calls at 5 ms a call, 7,200 at 500 ms). A count of calls would not: 10,000 calls are
+# 50 s of serving at 5 ms, where no compile of seconds can ever pay, and 83 min at 500 ms.
+DEFAULT_LIFETIME = "1h"
+UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}  # amortized:TIME's units
+_TIME = re.compile(rf"(.+?)({'|'.join(UNITS)})")
 
 
 def lifetime(calls: int | None) -> str:
-    """The default policy: the lowest time to ready + ``calls`` x latency (``DEFAULT_CALLS``
-    where ``calls`` is not given)."""
-    return f"amortized:{calls or DEFAULT_CALLS}"
+    """The default policy: the lowest time to ready + ``calls`` x latency, and where ``calls``
+    is not given, over ``DEFAULT_LIFETIME`` of serving (``amortized:1h``)."""
+    return f"amortized:{calls}" if calls else f"amortized:{DEFAULT_LIFETIME}"
+
+
+def serving_calls(seconds: float, eager_ms: float) -> float:
+    """The calls ``seconds`` of serving make back to back at ``eager_ms`` a call."""
+    return seconds * 1e3 / eager_ms
+
+
+def span(seconds: float) -> str:
+    """A length of serving in its largest unit that is at least one: ``1 h``, ``90 min``,
+    ``6.2 s``."""
+    unit, size = next(((u, v) for u, v in reversed(UNITS.items()) if seconds >= v), ("s", 1.0))
+    return f"{seconds / size:.3g} {unit}"
 
 
 def parse_policy(policy: Any) -> tuple[str, tuple[float, ...]]:
     """``knee`` -> ("knee", ()); ``amortized:1000`` -> ("amortized", (1000.0,));
+    ``amortized:1h`` (a lifetime in serving time: s, min, h or d) -> ("serving", (3600.0,));
     ``restarts:50:1000`` -> ("restarts", (50.0, 1000.0)). Numbers are finite and positive;
     STARTS is a whole number of at least 1."""
-    usage = ("use knee, fastest, quickest, amortized:CALLS, restarts:STARTS:CALLS or "
-             "latency-budget:MS")  # fmt: skip
+    usage = ("use knee, fastest, quickest, amortized:CALLS, amortized:TIME (1h, 30min), "
+             "restarts:STARTS:CALLS or latency-budget:MS")  # fmt: skip
     if not isinstance(policy, str):
         raise ConfigError(f"bad policy {policy!r}: {usage}")
     name, *args = policy.split(":")
@@ -116,14 +133,20 @@ def parse_policy(policy: Any) -> tuple[str, tuple[float, ...]]:
         raise ConfigError(f"bad policy {policy!r}: {usage}")
     wanted = {"amortized": 1, "latency-budget": 1, "restarts": 2}.get(name, 0)
     if len(args) != wanted:
-        raise ConfigError(f"bad policy {policy!r}: amortized:CALLS and latency-budget:MS take "
-                          "a number, restarts:STARTS:CALLS two, the others none")  # fmt: skip
+        raise ConfigError(f"bad policy {policy!r}: amortized:CALLS (or TIME) and "
+                          "latency-budget:MS take a number, restarts:STARTS:CALLS two, the "
+                          "others none")  # fmt: skip
+    timed = _TIME.fullmatch(args[0]) if name == "amortized" else None
     try:
-        numbers = tuple(float(a) for a in args)
+        numbers = tuple(float(a) for a in ([timed[1]] if timed else args))
     except ValueError:
-        raise ConfigError(f"bad policy {policy!r}: {':'.join(args)!r} is not a number") from None
+        what = "a number of calls or a time (1h, 30min, 3600s)" if name == "amortized" else (
+            "a number")  # fmt: skip
+        raise ConfigError(f"bad policy {policy!r}: {':'.join(args)!r} is not {what}") from None
     if not all(math.isfinite(v) and v > 0 for v in numbers):
         raise ConfigError(f"bad policy {policy!r}: the numbers must be finite and positive")
     if name == "restarts" and (numbers[0] < 1 or not numbers[0].is_integer()):
         raise ConfigError(f"bad policy {policy!r}: STARTS is a whole number of starts, >= 1")
+    if timed:
+        return "serving", (numbers[0] * UNITS[timed[2]],)
     return name, numbers

@@ -10,6 +10,9 @@ the Pareto front and the policies (:mod:`autotune.choice.objectives` parses them
   eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
   nothing is never "quick";
 - ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
+- ``amortized:TIME`` (``1h``, ``30min``; the default is ``amortized:1h``): the same over the
+  calls that TIME of serving makes back to back at eager's latency, so that a lifetime means
+  the same on a CPU and a GPU (:func:`lifetime_calls`);
 - ``restarts:STARTS:CALLS``: a service that starts STARTS times (one cold start, then later
   starts: the study's start objective when it is one, such as ``precompiled``, else warm) and
   makes CALLS calls per start: the lowest ``cold + (STARTS - 1) * later + STARTS * CALLS *
@@ -183,8 +186,10 @@ def pick(
         fast = [p for p in points if p.key != "none" and p.significant and p.speedup >= 1.0]
         eager = [p for p in points if p.key == "none"]
         return min(fast or eager or points, key=lambda p: (p.compile_s, p.latency_ms))
-    if name == "amortized":
-        return min(points, key=lambda p: (p.total_s(args[0]), p.latency_ms))
+    if name in ("amortized", "serving"):
+        calls = lifetime_calls(policy, points)
+        assert calls is not None
+        return min(points, key=lambda p: (p.total_s(calls), p.latency_ms))
     if name == "restarts":
         starts, calls = args
         kind = objective.later_start(objectives)
@@ -199,6 +204,26 @@ def pick(
             )
         return min(within, key=lambda p: (p.compile_s, p.latency_ms))
     return knee(pareto(points, objectives), objectives)
+
+
+def eager_ms(points: list[Point]) -> float | None:
+    """Eager's latency on the study's scale: the eager point's, else (eager left out, by a
+    memory limit) the slowest point's, the nearest to it; None without points."""
+    eager = next((p for p in points if p.key == "none"), None)
+    if eager is not None:
+        return eager.latency_ms
+    return max((p.latency_ms for p in points), default=None)
+
+
+def lifetime_calls(policy: str, points: list[Point]) -> float | None:
+    """The calls a lifetime policy counts: ``amortized:CALLS``'s own, or for
+    ``amortized:TIME`` the calls TIME of serving makes back to back at eager's latency
+    (:func:`eager_ms`), resolved when the pick is made; None for the other policies."""
+    name, args = objective.parse_policy(policy)
+    if name == "amortized":
+        return args[0]
+    ms = eager_ms(points) if name == "serving" else None
+    return objective.serving_calls(args[0], ms) if ms else None
 
 
 def knee(front: list[Point], objectives: tuple[str, ...]) -> Point:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune.choice.objectives import span
 from autotune.choice.selection import Point
 from autotune.errors import shorten
 from autotune.trial.measurement import Measurement
@@ -32,7 +33,8 @@ _FAILURES = (
 
 
 def _why(m: Measurement, over_memory: bool) -> str:
-    """The group a left-out strategy belongs to, in a few words."""
+    """The group a left-out strategy belongs to, in a few words (a failure no label names: its
+    first line, with the place it arose in kept, see :func:`autotune.errors.shorten`)."""
     if m.deduced and not m.ok:
         return "implied failure (not measured)"
     if m.ok and over_memory:
@@ -42,7 +44,17 @@ def _why(m: Measurement, over_memory: bool) -> str:
     if m.status != "failed":
         return {"not-applicable": "not applicable here"}.get(m.status, m.status)
     found = next((label for needle, label in _FAILURES if needle in m.reason), None)
-    return f"failed: {found or shorten(m.reason.splitlines()[0], 60) if m.reason else 'failed'}"
+    return f"failed: {found or shorten(m.reason.splitlines()[0], 140) if m.reason else 'failed'}"
+
+
+def noise_floor(m: Measurement) -> str:
+    """The eager baseline's speedup as what it is: a trial of granularity ``none`` times eager
+    against eager, interleaved, so its distance from 1.00x is the noise floor of the study's
+    speedups, not a result (``noise floor ±8.0% (eager against itself: 1.08x)``); "" for any
+    other trial, or one without a speedup."""
+    if m.strategy.granularity != "none" or not m.speedup:
+        return ""
+    return f"noise floor ±{abs(m.speedup - 1):.1%} (eager against itself: {m.speedup:.2f}x)"
 
 
 @dataclass(frozen=True)
@@ -103,12 +115,19 @@ def break_even(p: Point, eager: Point) -> float | None:
     return p.compile_s / saved_s if saved_s > 0 else None
 
 
-def lifetime_line(chosen: Point, points: list[Point], calls: float) -> str:
+def lifetime_line(chosen: Point, points: list[Point], calls: float,
+                  serving_s: float | None = None) -> str:  # fmt: skip
     """Over a lifetime of ``calls`` calls: what the pick saves over eager and over the
-    runner-up, and after how many calls compiling pays."""
+    runner-up, and after how many calls compiling pays. A lifetime stated in serving time
+    (``serving_s`` seconds of calls back to back at eager's latency) says so, and the
+    break-even in serving time too."""
     eager = next((p for p in points if p.key == "none"), None)
     ranked = sorted(points, key=lambda p: (p.total_s(calls), p.latency_ms))
-    words = [f"over {calls:,.0f} calls the pick costs {chosen.total_s(calls):.1f} s"]
+    over = f"over {calls:,.0f} calls"
+    if serving_s is not None:
+        per_call = serving_s * 1e3 / calls
+        over = f"over {span(serving_s)} of serving ({calls:,.0f} calls at {per_call:.3g} ms)"
+    words = [f"{over} the pick costs {chosen.total_s(calls):.1f} s"]
     if eager is not None and chosen.key != "none":
         words.append(f"{eager.total_s(calls) - chosen.total_s(calls):.1f} s less than eager")
     runner = next((p for p in ranked if p.key != chosen.key), None)
@@ -120,8 +139,10 @@ def lifetime_line(chosen: Point, points: list[Point], calls: float) -> str:
     shown = chosen if chosen.key != "none" else fastest
     if eager is not None and shown is not None:
         calls_to_pay = break_even(shown, eager)
+        served = "" if serving_s is None or calls_to_pay is None else (
+            f" ({span(calls_to_pay * eager.latency_ms / 1e3)} of serving)")  # fmt: skip
         words.append(
-            f"compiling {shown.key} pays after {calls_to_pay:,.0f} calls"
+            f"compiling {shown.key} pays after {calls_to_pay:,.0f} calls{served}"
             if calls_to_pay is not None
             else f"compiling {shown.key} never pays: it is not faster"
         )
@@ -130,14 +151,18 @@ def lifetime_line(chosen: Point, points: list[Point], calls: float) -> str:
 
 def verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:
     """The answer in one sentence; when it is eager, whether that is because nothing compiled
-    passed or because compiling did not pay. Under a lifetime (``amortized:CALLS``), what the
-    pick saves and after how many calls compiling pays."""
+    passed or because compiling did not pay. Under a lifetime (``amortized:CALLS`` or
+    ``amortized:TIME``), what the pick saves and after how many calls compiling pays."""
     from autotune.choice.objectives import parse_policy
+    from autotune.choice.selection import lifetime_calls
 
     name, args = parse_policy(policy)
     sentence = _verdict(chosen, points, summary, policy)
-    return f"{sentence}; {lifetime_line(chosen, points, args[0])}" if name == "amortized" else (
-        sentence)  # fmt: skip
+    calls = lifetime_calls(policy, points)
+    if calls is None:
+        return sentence
+    serving_s = args[0] if name == "serving" else None
+    return f"{sentence}; {lifetime_line(chosen, points, calls, serving_s)}"
 
 
 def _verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:

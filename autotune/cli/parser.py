@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="write a study's chosen config for Accelerate or torch")
     _add_storage_args(e)
-    e.add_argument("--policy", help="knee, fastest, quickest, amortized:N, ... (default: the "
-                   "study's)")  # fmt: skip
+    e.add_argument("--policy", help="knee, fastest, quickest, amortized:N (calls), amortized:1h "
+                   "(serving time), ... (default: the study's)")  # fmt: skip
     _add_format_arg(e)
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.choice.verdict import noise_floor
 from autotune.errors import shorten
 from autotune.starts.kinds import BY_NAME, CACHED, LATER
 from autotune.trial.measurement import Measurement
@@ -93,10 +94,11 @@ def summary(m: Measurement) -> str:
         )
     elif m.latency and m.eager_latency:
         lat, eag = m.latency, m.eager_latency
+        against = (f"eager again {eag.median_ms:.3f} ms -> {noise}" if (noise := noise_floor(m))
+                   else f"eager {eag.median_ms:.3f} ms -> speedup {m.speedup:.2f}x")  # fmt: skip
         lines.append(
             f"latency    {lat.median_ms:.3f} ms median (p10 {lat.p10_ms:.3f}, p90 "
-            f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} calls; "
-            f"eager {eag.median_ms:.3f} ms -> speedup {m.speedup:.2f}x"
+            f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} calls; " + against
         )
     if m.memory:
         lines.append(
@@ -213,12 +215,17 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
 
 def trials_table(rows: Sequence[Any], excluded: Sequence[Any]) -> str:
     """Every stored strategy of a study: its verdict, cold compile, speedup, and why it was
-    left out (``autotune show``)."""
+    left out (``autotune show``). The eager baseline's "speedup" is eager timed against itself:
+    it shows as the noise floor, not as a result."""
     why = {e.key: (e.why, e.detail) for e in excluded}
     lines = []
     for row in rows:
         m = Measurement.from_dict(row.payload)
         reason, detail = why.get(row.key, ("", ""))
+        if reason.startswith("failed: ") and detail.startswith(
+            reason.removeprefix("failed: ").split("…")[0]
+        ):  # a failure no label names: its message and place are in the why column
+            reason = "failed"
         state = reason or ("eager baseline" if row.key == "none" else "candidate")
         if m.deduced:
             state += f" ({m.deduced})"
@@ -226,5 +233,8 @@ def trials_table(rows: Sequence[Any], excluded: Sequence[Any]) -> str:
             state += f" (without CUDA graphs: {where})"
             detail = detail or next(iter(m.graphs.cudagraph_skipped), "")
         speedup = f"{m.speedup:.2f}x" if m.speedup else "—"
-        lines.append((row.key, state, seconds(m.compile_s), speedup, shorten(detail, 120)))
+        if row.key == "none" and m.speedup and not detail:
+            speedup = f"noise ±{abs(m.speedup - 1):.1%}"
+            detail = f"{noise_floor(m)}: the noise of every speedup here, not a result"
+        lines.append((row.key, state, seconds(m.compile_s), speedup, shorten(detail, 160)))
     return table(("strategy", "verdict", "cold compile", "speedup", "why"), lines)

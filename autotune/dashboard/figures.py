@@ -7,6 +7,7 @@ import html
 import math
 from typing import Any
 
+from autotune.choice.verdict import noise_floor
 from autotune.dashboard.data import (
     MIN_TRIALS_FOR_IMPORTANCE,
     BreakevenInfo,
@@ -65,7 +66,9 @@ def hover(t: Trial | None) -> str:
     if m.ttft and m.tokens_per_s:
         lines.append(f"TTFT {m.ttft.median_ms:.1f} ms · {m.tokens_per_s:.1f} tokens/s "
                      "(latency: per decoded token)")  # fmt: skip
-    if m.speedup:
+    if noise := noise_floor(m):  # the eager baseline: eager timed against itself
+        lines.append(html.escape(noise))
+    elif m.speedup:
         lines.append(f"speedup {m.speedup:.2f}x vs eager in the same process")
     if m.graphs and m.graphs.limit_hit:
         lines.append(

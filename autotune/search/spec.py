@@ -20,7 +20,7 @@ from typing import Any
 from autotune import fields as config
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
-from autotune.choice.objectives import DEFAULT_CALLS
+from autotune.choice.objectives import DEFAULT_LIFETIME
 from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
 from autotune.starts.kinds import parse as parse_starts
@@ -141,9 +141,10 @@ class StudySpec:
         toml="max_memory",
         read=parse_memory,
     )
-    policy: str = option(None, "knee, fastest, quickest, amortized:CALLS, restarts:STARTS:CALLS "
-                         "or latency-budget:MS (default: amortized over --calls, else over "
-                         f"{DEFAULT_CALLS:,} calls)", read=_policy)  # fmt: skip
+    policy: str = option(None, "knee, fastest, quickest, amortized:CALLS, amortized:TIME (1h, "
+                         "30min), restarts:STARTS:CALLS or latency-budget:MS (default: amortized "
+                         f"over --calls, else over {DEFAULT_LIFETIME} of serving at eager's "
+                         "latency)", read=_policy)  # fmt: skip
     calls: int | None = option(None, "the calls one process serves between starts (its "
                                "lifetime): the pick minimises time to ready + calls x latency",
                                read=whole(1), cli_type=int)  # fmt: skip

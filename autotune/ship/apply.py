@@ -23,6 +23,7 @@ from autotune.ship import exported as use
 from autotune.ship.exported import Backends
 from autotune.starts import artifact
 from autotune.strategy import granularity
+from autotune.strategy.shapes import Shaped
 from autotune.strategy.strategy import Strategy
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ def apply(
 
     Every granularity is honoured, ``nested`` included, which Accelerate cannot express, and a
     strategy measured over a traffic is served as measured: padded to its buckets (quantile
-    buckets from the file's traffic), its dimensions marked, under its stance.
+    buckets from the file's traffic) under the file's ``recompile_limit``, so that each bucket
+    compiles, its dimensions marked, under its stance; called by position or by keyword
+    (``input_ids=..., attention_mask=...``), outputs and a KV cache cut back to the request.
     A ``package.module:function`` backend the file names is used only when you pass it
     (``backends={name: fn}``) or allow its import by name (``backends=[name]``). Its
     artefacts are loaded only when you trust them (``trust_artifact=True``, or
@@ -68,6 +71,9 @@ def _apply_file(
     loaded = artifact.prepare(data, how, trust_artifact)
     workload = (data.get("autotune") or {}).get("workload") or {}
     compiled = granularity.apply(model, fitted, resolve, workload.get("traffic") or ())
+    limit = (data.get("autotune") or {}).get("recompile_limit")
+    if isinstance(compiled, Shaped) and isinstance(limit, int):
+        compiled.limit_recompiles(limit)  # every bucket compiles, as in the trial
     if failed or loaded is None:  # a load that failed: what it wrote stays out of the compile
         return artifact.isolate(compiled)
     return use.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled

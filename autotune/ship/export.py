@@ -21,6 +21,7 @@ from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
 from autotune.starts import artifact
 from autotune.storage import Store, mask
+from autotune.strategy import shapes
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 
@@ -105,6 +106,7 @@ def document(
         "environment": row.environment,
         "model": row.spec.get("model"),
         "workload": row.spec.get("workload"),
+        **bucket_limit(strategy, row.spec.get("workload") or {}),
         "objectives": list(objectives),
         "pareto_front": [dataclasses.asdict(p) for p in front],
         **told.block(),
@@ -126,6 +128,15 @@ def document(
             notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
         text = yaml_section(strategy, notes, study)
     return text + "\n", chosen, notes
+
+
+def bucket_limit(strategy: Strategy, workload: dict[str, Any]) -> dict[str, int]:
+    """``recompile_limit`` for a bucketed strategy: at least the buckets its traffic makes, so
+    that each compiles (torch's default, 8, serves the rest eager); ``autotune.apply`` sets it
+    for the model's calls. Nothing without buckets."""
+    traffic = [tuple(r) for r in workload.get("traffic") or ()]
+    limit = shapes.recompile_limit(strategy.buckets, traffic)
+    return {} if limit is None else {"recompile_limit": limit}
 
 
 def torch_kwargs(strategy: Strategy) -> dict[str, Any]:

@@ -3,10 +3,14 @@ stance.
 
 - ``buckets="pow2"``: every request is padded up to the next power of two in its batch and
   sequence dimensions (``"quantiles"``: up to the next of the traffic's quartiles, its largest
-  the last: four buckets whatever the range), with zeros and an ``attention_mask`` that hides
-  them where the forward takes one, and the compiled model meets only those shapes, each
-  compiled static, as serving engines do. Outputs are cut back to the request's own rows and
-  positions; the padding is in the latency, and the accuracy gate judges the unpadded part.
+  the last: four buckets whatever the range; a size past the largest pads to its power of
+  two), with zeros and an ``attention_mask`` that hides them where the forward takes one, and
+  the compiled model meets only those shapes, each compiled static, as serving engines do:
+  calls run under a ``recompile_limit`` of at least the buckets' count (torch's default, 8,
+  would serve the rest eager), scoped to the model's calls. Outputs are cut back to the
+  request's own rows and positions (a KV cache too); the padding is in the latency, and the
+  accuracy gate judges the unpadded part. How a request's arguments are padded:
+  :mod:`.padding`.
 - ``marks="batch"|"seq"|"both"``: the inputs' batch and/or sequence dimension is marked dynamic
   (``torch._dynamo.maybe_mark_dynamic``) before each call, so that the first compile is already
   dynamic there instead of static first and dynamic on the second shape; ``…-unbacked``
@@ -27,12 +31,15 @@ import inspect
 from typing import Any
 
 from autotune.errors import NotApplicable
+from autotune.strategy import padding
+from autotune.traffic import QUANTILES, bucket, edges, up_to  # noqa: F401  (re-exported)
 
 BUCKETS = ("none", "pow2", "quantiles")
-QUANTILES = (0.25, 0.5, 0.75, 1.0)  # the edges of quantile buckets, in each dimension
 _DIMS = {"none": (), "batch": (0,), "seq": (1,), "both": (0, 1)}
 MARKS = (*_DIMS, *(f"{m}-unbacked" for m in _DIMS if m != "none"))
 STANCES = ("default", "eager_on_recompile", "eager_then_compile")
+NEEDS_SIZE = ("padding buckets and marked dimensions need an input of at least two dimensions "
+              "(batch, sequence), by position or as input_ids or inputs_embeds")  # fmt: skip
 
 
 def unbacked_marker() -> Any:
@@ -43,64 +50,51 @@ def unbacked_marker() -> Any:
     return getattr(decorators, "mark_unbacked", None)
 
 
-def bucket(n: int) -> int:
-    """The power of two at or above ``n``."""
-    return 1 << max(0, n - 1).bit_length()
+def count(buckets: str, traffic: Any) -> int:
+    """How many buckets the traffic's range can make: (pow2 sizes from the smallest batch's
+    bucket to the largest's) x (the same in sequence), or the quantile edges' product; 0 with
+    no buckets or no traffic. A size past the traffic's largest (a request it never held) pads
+    to its power of two, a bucket counted when it first arrives (:class:`Shaped`)."""
+    if buckets == "none" or not traffic:
+        return 0
+    if buckets == "quantiles":
+        batch, seq = edges(traffic)
+        return len(batch) * len(seq)
+
+    def pow2s(values: list[int]) -> int:
+        return bucket(max(values)).bit_length() - bucket(min(values)).bit_length() + 1
+
+    return pow2s([b for b, _ in traffic]) * pow2s([s for _, s in traffic])
 
 
-def edges(traffic: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Quantile buckets' edges in batch and sequence: the traffic's quartiles (nearest rank),
-    the largest size last."""
-
-    def quartiles(values: list[int]) -> tuple[int, ...]:
-        ordered = sorted(values)
-        ranks = [max(0, min(len(ordered) - 1, int(q * len(ordered) + 0.5) - 1)) for q in QUANTILES]
-        return tuple(sorted({ordered[r] for r in ranks}))
-
-    return quartiles([b for b, _ in traffic]), quartiles([s for _, s in traffic])
-
-
-def up_to(n: int, found: tuple[int, ...]) -> int:
-    """The smallest edge at or above ``n`` (``n`` itself past the largest)."""
-    return next((e for e in found if e >= n), n)
-
-
-def _shaped(value: Any) -> bool:
+def recompile_limit(buckets: str, traffic: Any) -> int | None:
+    """The ``recompile_limit`` a bucketed strategy needs for every bucket of ``traffic`` to
+    compile (per compiled code object): the buckets' count, never below torch's own (8 by
+    default); None without buckets."""
     import torch
 
-    return isinstance(value, torch.Tensor) and value.dim() >= 2
+    if buckets == "none":
+        return None
+    return max(count(buckets, traffic), torch._dynamo.config.recompile_limit)
 
 
-def pad(value: Any, size: tuple[int, int]) -> Any:
-    """A tensor grown with zeros to ``size`` in its first two dimensions."""
-    import torch
+def regions(compiled: Any) -> int:
+    """How many compiled modules may run one code object per bucket: a regional compile's
+    (each block's forward is one code object, guarded per block), else 1."""
+    from torch._dynamo.eval_frame import OptimizedModule
 
-    grow = (0, 0) * (value.dim() - 2) + (0, size[1] - value.shape[1], 0, size[0] - value.shape[0])
-    return torch.nn.functional.pad(value, grow) if any(grow) else value
-
-
-def cut(value: Any, padded: tuple[int, int], size: tuple[int, int]) -> Any:
-    """Outputs cut back from the padded shape to the request's: every tensor whose first two
-    dimensions are the padded ones (containers keep their type)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        if value.dim() >= 2 and tuple(value.shape[:2]) == padded:
-            return value[: size[0], : size[1]]
-        return value
-    if isinstance(value, dict):  # transformers' ModelOutput is a dict too
-        return type(value)(**{k: cut(v, padded, size) for k, v in value.items()})
-    if isinstance(value, (tuple, list)):
-        return type(value)(cut(v, padded, size) for v in value)
-    return value
+    if isinstance(compiled, OptimizedModule) or not callable(getattr(compiled, "modules", None)):
+        return 1
+    return max(1, sum(isinstance(m, OptimizedModule) for m in compiled.modules()))
 
 
 class Shaped:
-    """A callable module stand-in: pads to buckets and/or marks dimensions, then calls the
-    compiled model (its ``module`` attribute)."""
+    """A callable module stand-in: pads to buckets (:mod:`.padding`) under a recompile limit,
+    and/or marks dimensions, then calls the compiled model (its ``module`` attribute)."""
 
     def __init__(self, compiled: Any, buckets: str, marks: str, stance: str,
-                 takes_mask: bool, traffic: Any = ()) -> None:  # fmt: skip
+                 takes_mask: bool, traffic: Any = (), *, names: tuple[str, ...] = (),
+                 limit: int = 0, regions: int = 1) -> None:  # fmt: skip
         import torch
 
         self.module, self.buckets, self.stance = compiled, buckets, stance
@@ -113,10 +107,27 @@ class Shaped:
             torch._dynamo.maybe_mark_dynamic)  # fmt: skip
         if self.mark is None:
             raise NotApplicable(f"marks {marks!r}: this torch has no mark_unbacked")
-        self.takes_mask, self.called = takes_mask, False
+        self.takes_mask, self.called, self.names = takes_mask, False, names
+        self.regions, self.seen, self.recompile_limit = regions, set[tuple[int, int]](), 0
+        self.limits: Any = None  # one torch._dynamo.config.patch, entered around each call
+        self.limit_recompiles(limit)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.module, name)
+
+    def limit_recompiles(self, buckets: int) -> None:
+        """Let ``buckets`` buckets compile, each once per compiled region: bucketed calls run
+        under a ``recompile_limit`` (and ``accumulated_recompile_limit`` where it would bind)
+        of at least that many, never below torch's own."""
+        import torch
+
+        config, wanted = torch._dynamo.config, buckets * self.regions
+        if self.buckets == "none" or wanted <= self.recompile_limit:
+            return
+        names = ("recompile_limit", "accumulated_recompile_limit")
+        changes = {n: wanted for n in names if getattr(config, n) < wanted}
+        self.recompile_limit = max(wanted, config.recompile_limit)
+        self.limits = config.patch(**changes) if changes else None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -128,39 +139,52 @@ class Shaped:
             return self._call(*args, **kwargs)
 
     def _call(self, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        first = next((a for a in args if _shaped(a)), None)
-        if first is None:
-            raise NotApplicable("padding buckets and marked dimensions need an input of at "
-                                "least two dimensions (batch, sequence)")  # fmt: skip
-        size = (first.shape[0], first.shape[1])
-        if self.buckets != "none":  # every call alike: padded (perhaps by nothing), masked
-            padded = (bucket(size[0]), bucket(size[1])) if self.edges is None else (
-                up_to(size[0], self.edges[0]), up_to(size[1], self.edges[1]))  # fmt: skip
-            same = [_shaped(a) and tuple(a.shape[:2]) == size for a in args]
-            args = tuple(pad(a, padded) if s else a for a, s in zip(args, same, strict=True))
-            mask = kwargs.get("attention_mask")
-            if mask is None and self.takes_mask:
-                mask = torch.ones(size, dtype=torch.long, device=first.device)
-            if mask is not None:
-                kwargs["attention_mask"] = pad(mask, padded)
-            return cut(self.module(*args, **kwargs), padded, size)
-        for a in args if self.dims else ():
-            if _shaped(a) and tuple(a.shape[:2]) == size:
-                for dim in self.dims:
-                    self.mark(a, dim)
+        if self.buckets != "none":
+            return self._padded(args, kwargs)
+        if self.dims:
+            found = padding.size_of(args, kwargs)
+            if found is None:
+                raise NotApplicable(NEEDS_SIZE)
+            for value in (*args, *kwargs.values()):  # an attention_mask alike
+                if padding.shaped(value) and tuple(value.shape[:2]) == found[0]:
+                    for dim in self.dims:
+                        self.mark(value, dim)
         return self.module(*args, **kwargs)
+
+    def _padded(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call padded to its bucket, under the recompile limit, cut back."""
+        found = padding.size_of(args, kwargs)
+        if found is None:
+            raise NotApplicable(NEEDS_SIZE)
+        size = found[0]
+        padded = (bucket(size[0]), bucket(size[1])) if self.edges is None else (
+            up_to(size[0], self.edges[0]), up_to(size[1], self.edges[1]))  # fmt: skip
+        args, kwargs = padding.arguments(args, kwargs, self.names, found, padded,
+                                         self.takes_mask)  # fmt: skip
+        if padded not in self.seen:  # a bucket past the traffic's raises the limit too
+            self.seen.add(padded)
+            self.limit_recompiles(len(self.seen))
+        if self.limits is None:
+            out = self.module(*args, **kwargs)
+        else:
+            with self.limits:
+                out = self.module(*args, **kwargs)
+        return out if padded == size else padding.cut(out, padded, size)
 
 
 def wrap(compiled: Any, model: Any, buckets: str, marks: str, stance: str,
          traffic: Any = ()) -> Any:  # fmt: skip
     """``compiled`` behind padding buckets, marks and a stance (itself when none of them);
-    quantile buckets from ``traffic``."""
+    quantile buckets from ``traffic``, and a recompile limit that lets each of its buckets
+    compile (:func:`recompile_limit`, times a regional compile's regions)."""
     if buckets == "none" and marks == "none" and stance == "default":
         return compiled
     try:
-        takes_mask = "attention_mask" in inspect.signature(model.forward).parameters
+        params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
-        takes_mask = False
-    return Shaped(compiled, buckets, marks, stance, takes_mask, traffic)
+        params = {}
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = tuple(n for n, p in params.items() if p.kind in positional)
+    limit, takes_mask = count(buckets, traffic), "attention_mask" in params
+    return Shaped(compiled, buckets, marks, stance, takes_mask, traffic, names=names,
+                  limit=limit, regions=regions(compiled))  # fmt: skip
