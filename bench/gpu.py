@@ -22,6 +22,11 @@ FAILs):
    without CUDA graphs).
 8. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more).
 9. ``search --workers 2`` on two GPUs (two GPUs or more).
+10. A traffic (``--seq-len 16..512``) with ``reduce-overhead``: plain, marks=seq, buckets=pow2
+    and stance=eager_on_recompile, each with its time to ready, stalls (a CUDA graph's
+    recording included), requests served eager and the compiled graphs judged; then
+    ``autotune.apply`` of the bucketed strategy serves keyword calls compiling each bucket once,
+    with no CUDA-graph fallback.
 """
 
 from __future__ import annotations
@@ -159,6 +164,45 @@ def generation_applied(where: str) -> list[str]:
             f"cache marked static {static}, {same} of 16 tokens as eager's{why}"]  # fmt: skip
 
 
+TRAFFIC = Workload(seq_len="16..512", requests=24, dtype="bfloat16")  # the check's traffic
+
+
+def traffic(where: str) -> list[str]:
+    import dataclasses
+
+    import torch
+
+    import autotune
+
+    workload = dataclasses.replace(TRAFFIC, device=where)
+    lines = []
+    for extra in ({}, {"marks": "seq"}, {"buckets": "pow2"}, {"stance": "eager_on_recompile"}):
+        strategy = Strategy.create("full", "inductor", "reduce-overhead", **extra)
+        m = measure(GEMMA, workload, strategy, QUICK)
+        t = m.traffic or {}
+        ok = m.feasible and m.accuracy is not None and m.accuracy.passed and bool(t)
+        lines.append(f"{'PASS' if ok else 'FAIL'} traffic {strategy.key}: {m.status}, ready "
+                     f"{t.get('ready_s', 0):.1f} s (eager {t.get('eager_ready_s', 0):.1f}), "
+                     f"{t.get('stalls', 0)} stalls, {len(t.get('ran_eager', []))} served eager, "
+                     f"{m.speedup or 0:.2f}x; {m.accuracy.detail if m.accuracy else ''} "
+                     f"{m.reason[:200]}")  # fmt: skip
+    bucketed = Strategy.create("full", "inductor", "reduce-overhead", buckets="pow2")
+    model, _ = catalog.build(GEMMA, workload)
+    served = autotune.apply(model, bucketed)
+    torch._dynamo.reset()
+    with device.cudagraph_skips() as skips, torch.no_grad():
+        for n in (17, 20, 31, 32, 33):  # buckets 32, 32, 32, 32, 64
+            ids = torch.randint(0, 1000, (1, n), device=where)
+            out = served(input_ids=ids, attention_mask=torch.ones_like(ids))
+            assert out.logits.shape[1] == n
+        found = skips()
+    graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    ok = graphs == 2 and not found
+    lines.append(f"{'PASS' if ok else 'FAIL'} apply of buckets=pow2 reduce-overhead: keyword "
+                 f"calls at 17..33 compiled {graphs} graphs (2 buckets); fallbacks {found[:2]}")
+    return lines
+
+
 def precompiled_cuda_graphs(where: str) -> list[str]:
     settings = Settings(iters=5, warmup=2, timeout_s=900, starts=("cold", "precompiled"))
     strategy = Strategy.create("full", "inductor", "reduce-overhead", fullgraph=True)
@@ -237,6 +281,8 @@ def plan() -> list[Check]:
             gpus=2,
         ),
         Check("search --workers 2", [(ModelRef("toy-64", layers=1), one)], two_workers, gpus=2),
+        Check("a traffic with reduce-overhead", [(ModelRef("gemma-2b", layers=1), TRAFFIC)],
+              traffic),
     ]
 
 
