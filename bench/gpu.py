@@ -198,8 +198,10 @@ def traffic(where: str) -> list[str]:
         found = skips()
     graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     ok = graphs == 2 and not found
-    lines.append(f"{'PASS' if ok else 'FAIL'} apply of buckets=pow2 reduce-overhead: keyword "
-                 f"calls at 17..33 compiled {graphs} graphs (2 buckets); fallbacks {found[:2]}")
+    lines.append(
+        f"{'PASS' if ok else 'FAIL'} apply of buckets=pow2 reduce-overhead: keyword "
+        f"calls at 17..33 compiled {graphs} graphs (2 buckets); fallbacks {found[:2]}"
+    )
     return lines
 
 
@@ -281,8 +283,9 @@ def plan() -> list[Check]:
             gpus=2,
         ),
         Check("search --workers 2", [(ModelRef("toy-64", layers=1), one)], two_workers, gpus=2),
-        Check("a traffic with reduce-overhead", [(ModelRef("gemma-2b", layers=1), TRAFFIC)],
-              traffic),
+        Check(
+            "a traffic with reduce-overhead", [(ModelRef("gemma-2b", layers=1), TRAFFIC)], traffic
+        ),
     ]
 
 
