@@ -40,6 +40,47 @@ def cpu_isa() -> str:
     return next((name for name, need in ISAS if need <= flags), platform.machine())
 
 
+SLOW = 4.0  # a dtype whose matmuls run this many times slower than float32's is named
+
+
+def matmul_ratio(dtype: str) -> float:
+    """How many times longer a 64x1024 @ 1024x1024 matmul takes in ``dtype`` than in float32
+    on this CPU (the median of 3 after a warm-up, each side): without native bfloat16
+    instructions, torch takes a fallback GEMM that can be 100x slower."""
+    import statistics
+    import time
+
+    import torch
+
+    def median_s(kind: Any) -> float:
+        a, b = torch.randn(64, 1024).to(kind), torch.randn(1024, 1024).to(kind)
+        a @ b
+        runs = []
+        for _ in range(3):
+            start = time.perf_counter()
+            a @ b
+            runs.append(time.perf_counter() - start)
+        return statistics.median(runs)
+
+    return median_s(getattr(torch, dtype)) / median_s(torch.float32)
+
+
+def slow_dtype(dtype: str, device: str) -> str:
+    """One line when ``dtype``'s matmuls run :data:`SLOW` times slower than float32's on this
+    CPU, with the measured ratio and what to try; "" otherwise (and on a GPU)."""
+    import torch
+
+    if device != "cpu" or dtype not in ("bfloat16", "float16"):
+        return ""
+    ratio = matmul_ratio(dtype)
+    if ratio < SLOW:
+        return ""
+    return (f"note: {dtype} matmuls run {ratio:.0f}x slower than float32 here ({cpu_model()}, "
+            f"torch's CPU capability {torch.backends.cpu.get_cpu_capability()}): every call "
+            f"this search times will; try --dtype float32, or a machine with native {dtype} "
+            "(AMX or AVX-512 BF16)")  # fmt: skip
+
+
 def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]:
     """torch and CUDA versions, the device (name; on a GPU its compute capability, driver,
     Triton and the float32 matmul precision a trial of ``dtype`` runs with), CPU model and core

@@ -53,6 +53,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune import usercode as code
     from autotune.choice.verdict import answer
     from autotune.cli import report
+    from autotune.environment import slow_dtype
     from autotune.search import open_search, run, run_workers
     from autotune.search.progress import BestSoFar, Progress, counts
     from autotune.search.spec import StudySpec, check_name
@@ -69,6 +70,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     search = open_search(spec, args.storage, force=args.force)
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
+    if slow := slow_dtype(spec.workload.dtype, spec.workload.device):
+        print(slow, file=out, flush=True)
     best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
     with Progress(search.target, len(search.measured()), not args.no_progress, best) as bar:
         many = args.workers > 1
