@@ -19,10 +19,30 @@ def connect(url: str) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _wal(dbapi_connection: Any, _: Any) -> None:
-        dbapi_connection.execute("PRAGMA journal_mode=WAL")
         dbapi_connection.execute("PRAGMA busy_timeout=60000")
+        wal(dbapi_connection)
 
     return engine
+
+
+WAL_TRIES = 600  # 60 s of 0.1 s waits, as long as a write lock is waited for
+
+
+def wal(dbapi_connection: Any) -> None:
+    """Put a SQLite database in write-ahead-log mode. Switching a new database's journal needs
+    its lock, and SQLite answers "database is locked" at once, without its busy wait, while
+    other processes open the same new database: so try again, as long as a write waits."""
+    import sqlite3
+    import time
+
+    for attempt in range(WAL_TRIES):
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == WAL_TRIES - 1:
+                raise
+            time.sleep(0.1)
 
 
 def line(exc: BaseException) -> str:
