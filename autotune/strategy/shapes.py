@@ -32,7 +32,7 @@ from typing import Any
 
 from autotune.errors import NotApplicable
 from autotune.strategy import padding
-from autotune.traffic import QUANTILES, bucket, edges, up_to  # noqa: F401  (re-exported)
+from autotune.traffic import bucket, edges, up_to
 
 BUCKETS = ("none", "pow2", "quantiles")
 _DIMS = {"none": (), "batch": (0,), "seq": (1,), "both": (0, 1)}
