@@ -3,6 +3,7 @@ autotune meets, whether its CUDA paths are right, and prints the tables BENCHMAR
 
     python bench/gpu.py                 # on a machine with a CUDA GPU
     python bench/gpu.py --dry-run       # anywhere: every command parses, every model builds
+    python bench/gpu.py --only 1,2,10   # some checks alone (a lent machine's 10-minute calls)
 
 Checks, in order (each prints PASS or FAIL with its numbers; the exit status is the count of
 FAILs):
@@ -320,8 +321,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="check the plan on any machine")
     p.add_argument("--out", default="gpu-acceptance.json", help="where the results go")
+    p.add_argument("--only", default="", help="run these checks alone, by number: 1,2,10")
     args = p.parse_args()
     checks = plan()
+    if args.only:
+        try:
+            chosen = sorted({int(n) for n in args.only.split(",")})
+        except ValueError:
+            p.error(f"--only takes check numbers 1..{len(checks)} separated by commas")
+        if not all(1 <= n <= len(checks) for n in chosen):
+            p.error(f"--only takes check numbers 1..{len(checks)}")
+        checks = [checks[n - 1] for n in chosen]
     if args.dry_run:
         return dry_run(checks)
     gpus = device.count()

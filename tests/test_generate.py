@@ -342,3 +342,21 @@ def test_the_cache_shape_comes_from_the_config_s_public_fields() -> None:
     assert cache_shape(transformers.GPT2Config(n_embd=64, n_head=4)) == (4, 16)
     mla = transformers.DeepseekV3Config(kv_lora_rank=16, qk_rope_head_dim=8)
     assert cache_shape(mla) is None and cache_shape(None) is None
+
+
+def test_apply_generation_keeps_a_static_cache_where_the_config_turns_the_cache_off() -> None:
+    """The catalog builds its models with ``use_cache=False`` (a forward's outputs hold no
+    cache), as users' own configs may: apply_generation still generates with the static KV
+    cache it measured, not by recomputing the whole sequence each token (one new shape per
+    token, a CUDA graph recorded for each: found by bench/gpu.py's check 6 on an H100)."""
+    from autotune import catalog
+
+    workload = Workload.create(kind="generate", new_tokens=3)
+    model, (prompt,) = catalog.build(ModelRef("gemma-2b", layers=1), workload)
+    assert model.generation_config.use_cache is False  # the case: the cache is off
+    gen = autotune.apply_generation(model, Strategy.create("full", "eager"))
+    out = gen.generate(prompt, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    assert type(out.past_key_values).__name__ == "StaticCache"
+    assert model.generation_config.use_cache is False  # the caller's model is left as it was
+    want = model.generate(prompt, max_new_tokens=3, do_sample=False)
+    assert torch.equal(out.sequences, want)

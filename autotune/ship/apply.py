@@ -118,6 +118,7 @@ def _generator(
         gen = granularity.shallow_copy(model)
     config = copy.deepcopy(model.generation_config)
     config.cache_implementation = "static"
+    config.use_cache = True  # as measured: a model whose config turns the cache off gets one
     config.disable_compile = True  # compiled here as measured, not a second time by transformers
     gen.generation_config = config
     return artifact.isolate(gen, "generate") if loaded is None else gen
