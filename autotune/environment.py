@@ -25,19 +25,33 @@ ISAS = (("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}), ("avx2", {"
         ("sve", {"sve"}), ("neon", {"asimd"}))  # fmt: skip  # the vector ISAs Inductor targets
 
 
-def cpu_isa() -> str:
-    """The best vector instruction set this CPU has of those Inductor compiles for (from the
-    CPU's own flags: no compiler is run), else the machine's architecture."""
-    flags: set[str] = set()
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags, from /proc/cpuinfo (empty where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
+                    return set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return set()
+
+
+def cpu_isa() -> str:
+    """The best vector instruction set this CPU has of those Inductor compiles for (from the
+    CPU's own flags: no compiler is run), else the machine's architecture."""
+    flags = cpu_flags()
     return next((name for name, need in ISAS if need <= flags), platform.machine())
+
+
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # native bfloat16 matmul instructions, best first
+
+
+def cpu_bf16() -> str:
+    """The CPU's native bfloat16 matmul instructions (``amx_bf16,avx512_bf16``), or "none":
+    without them torch's bfloat16 GEMMs take a fallback that can be 100x slower."""
+    flags = cpu_flags()
+    return ",".join(f for f in BF16_FLAGS if f in flags) or "none"
 
 
 SLOW = 4.0  # a dtype whose matmuls run this many times slower than float32's is named
@@ -83,8 +97,8 @@ def slow_dtype(dtype: str, device: str) -> str:
 
 def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]:
     """torch and CUDA versions, the device (name; on a GPU its compute capability, driver,
-    Triton and the float32 matmul precision a trial of ``dtype`` runs with), CPU model and core
-    count, Python."""
+    Triton and the float32 matmul precision a trial of ``dtype`` runs with), CPU model, torch's
+    CPU capability, native bfloat16 instructions and core count, Python."""
     import torch
 
     env: dict[str, Any] = {
@@ -93,6 +107,8 @@ def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]
         "device": device,
         "device_name": cpu_model(),
         "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": cpu_bf16(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }

@@ -163,6 +163,10 @@ class Settings:
     tolerance: float = option(1.0, "scales the accuracy gate: 2 is twice as lenient, 0.5 twice "
                               "as strict (see autotune/trial/accuracy.py)", read=positive,
                               cli_type=float)  # fmt: skip
+    # Set by a search's plan (autotune.search.plan), not by the user: the timed rounds end by
+    # ``deadline`` (time.time(); 0: none), but not before ``least`` rounds.
+    deadline: float = 0.0
+    least: int = 0
 
     def __post_init__(self) -> None:
         config.validate(self)

@@ -180,6 +180,31 @@ def slow_toy() -> tuple[torch.nn.Module, tuple]:
     return Dawdles(4), (torch.randn(10, 10),)
 
 
+class Pauses(torch.nn.Module):
+    """A call that takes a known time (a sleep outside any graph, then one Linear): a model
+    whose cost a time budget's plan must read."""
+
+    def __init__(self, pause_s: float) -> None:
+        super().__init__()
+        self.pause_s, self.linear = pause_s, torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.pause_s)
+        return self.linear(x)
+
+
+def pausing() -> tuple[torch.nn.Module, tuple]:
+    """100 ms a call."""
+    torch.manual_seed(0)
+    return Pauses(0.1), (torch.randn(4, 8),)
+
+
+def pausing_briefly() -> tuple[torch.nn.Module, tuple]:
+    """10 ms a call: ten times quicker than :func:`pausing`."""
+    torch.manual_seed(0)
+    return Pauses(0.01), (torch.randn(4, 8),)
+
+
 class Residual(torch.nn.Module):
     """A pre-norm residual block: x + gelu(linear(norm(x)))."""
 

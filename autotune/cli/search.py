@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 
 from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
 from autotune.errors import ConfigError
@@ -49,12 +50,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    began = time.time()  # a time budget's clock: torch's import is the job's too
     from autotune import catalog
     from autotune import usercode as code
     from autotune.choice.verdict import answer
     from autotune.cli import report
     from autotune.environment import slow_dtype
     from autotune.search import open_search, run, run_workers
+    from autotune.search.plan import Plan
     from autotune.search.progress import BestSoFar, Progress, counts
     from autotune.search.spec import StudySpec, check_name
     from autotune.ship.tune import finish
@@ -68,12 +71,15 @@ def cmd_search(args: argparse.Namespace) -> int:
     code.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
     catalog.check(spec.model, spec.workload)
     search = open_search(spec, args.storage, force=args.force)
+    if args.workers == 1:  # a lone search keeps its budget whole (autotune.search.plan)
+        search.plan = Plan(spec.time_budget_s, began, iters=spec.settings.iters)
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
     if slow := slow_dtype(spec.workload.dtype, spec.workload.device):
         print(slow, file=out, flush=True)
     best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
-    with Progress(search.target, len(search.measured()), not args.no_progress, best) as bar:
+    with Progress(search.target, len(search.measured()), not args.no_progress, best,
+                  search.plan) as bar:  # fmt: skip
         many = args.workers > 1
         outcome = run_workers(search, args.workers, bar, args.force) if many else run(search, bar)
     if outcome.stopped == "interrupted":
@@ -106,6 +112,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             "chosen": chosen.key, "export": str(path), "caveats": notes,
             "dashboard": str(page) if page else None,
             "pareto_front": [dataclasses.asdict(p) for p in front], **told.block(),
+            "budget_s": spec.time_budget_s,
+            "seconds": search.plan.split(time.time() - began) if search.plan else None,
         }  # fmt: skip
         print(json.dumps(result, indent=2))
         return 0

@@ -14,23 +14,26 @@ from autotune import variables
 from autotune.errors import ConfigError
 
 COMPARABLE = ("torch", "cuda", "device", "device_name")
+ON_CPU = ("cpu_capability", "cpu_bf16")  # where the study recorded them (older studies did not)
 # what else must agree between GPU machines (float32 matmuls in TF32 or not)
 ON_GPU = ("triton", "capability", "driver", "float32_matmul_precision")
 
 
 def comparable(environment: dict[str, Any]) -> dict[str, Any]:
     """The fields that must agree, with ``cuda:1`` read as ``cuda`` (the index is no hardware);
-    on a GPU also Triton, the compute capability and the driver."""
+    on a GPU also Triton, the compute capability and the driver; torch's CPU capability and the
+    CPU's native bfloat16 instructions where recorded (a CPU model name can hide either)."""
     values = {k: environment.get(k) for k in COMPARABLE}
     values["device"] = str(values["device"] or "").partition(":")[0] or None
     if values["device"] == "cuda":
         values.update({k: environment.get(k) for k in ON_GPU})
+    values.update({k: environment[k] for k in ON_CPU if k in environment})
     return values
 
 
 def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
     """Refuse to mix measurements from another GPU, CPU or torch, unless forced."""
-    a, b = comparable(stored), comparable(here)
+    a, b = comparable(stored), comparable(here)  # what the study recorded must agree
     differ = [k for k in a if a[k] != b.get(k)]
     if differ and not force:
         detail = ", ".join(f"{k}: study {a[k]!r} vs here {b[k]!r}" for k in differ)
@@ -53,10 +56,14 @@ class Following(Protocol):
     def measured(self, key: str, done: int) -> None: ...
 
 
+STDERR = 2  # the search's own standard error, as a file descriptor
+
+
 class LocalWorkers:
     """``search --workers K``: K worker processes on this machine, one per GPU where there
     are GPUs, joined to the study through its storage URL (passed in the environment, which
-    ``ps`` does not show)."""
+    ``ps`` does not show). What the workers print goes to the search's standard error: its
+    standard output is the search's answer alone (``--json`` is read by programs)."""
 
     def __init__(self, study: str, url: str, devices: list[str], allow: list[str]) -> None:
         argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study]
@@ -65,7 +72,8 @@ class LocalWorkers:
             argv += ["--allow-code", ",".join(allow)]
         self.procs = [
             subprocess.Popen([*argv, "--device", "cuda:0" if d.startswith("cuda") else d],
-                             stdin=subprocess.DEVNULL, env=worker_env(url, d, len(devices)))
+                             stdin=subprocess.DEVNULL, stdout=STDERR,
+                             env=worker_env(url, d, len(devices)))
             for d in devices
         ]  # fmt: skip
 

@@ -10,6 +10,7 @@ from autotune import usercode as code
 from autotune.coordination import LocalWorkers, Tally, reap_s
 from autotune.errors import AutotuneError
 from autotune.search import step
+from autotune.search.plan import Plan
 from autotune.search.state import Lines, Listener, Search
 
 
@@ -36,7 +37,12 @@ def run(
     worker serving a queue has other studies to measure."""
     listener = listener or Lines()
     start = time.monotonic()
+    lone = max_measure is None and not leave
+    if lone and search.plan is None:  # a worker's budget stops its claims only (stop_reason)
+        search.plan = Plan(search.spec.time_budget_s, iters=search.spec.settings.iters)
     step.baseline(search, listener)
+    if search.plan is not None and search.plan.round_s is not None:
+        listener.note(search.plan.line(search.target, search.backends, search.traffic))
     measured = repeats = 0
     stopped = "budget"
     reaped = 0.0
@@ -88,6 +94,8 @@ def stop_reason(
         return "budget"
     if limit is not None and measured >= limit:
         return "worker limit"
+    if search.plan is not None:
+        return None if search.plan.may_start(search.backends, search.traffic) else "time"
     budget = search.spec.time_budget_s
     if budget is not None and time.monotonic() - start >= budget:
         return "time"

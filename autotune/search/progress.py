@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from autotune.choice.selection import choose
 from autotune.coordination import Coordinator
 from autotune.errors import AutotuneError
+from autotune.search.plan import Plan
 from autotune.storage import Store, Stored, StudyRecord
+
+
+def clock(seconds: float) -> str:
+    """Seconds as ``m:ss``."""
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
 class BestSoFar:
@@ -43,8 +50,8 @@ class Progress:
     """A live bar: trial n of N, elapsed time, the current strategy, the best so far; notes
     are written above it."""
 
-    def __init__(self, total: int, initial: int, enabled: bool, best: BestSoFar | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, total: int, initial: int, enabled: bool, best: BestSoFar | None = None,
+                 plan: Plan | None = None) -> None:  # fmt: skip
         from tqdm import tqdm
 
         self.bar = tqdm(
@@ -53,6 +60,7 @@ class Progress:
         )  # fmt: skip
         self.best_so_far = best
         self.best = "—"
+        self.plan = plan  # its time budget, shown as the time left
         self.stop = threading.Event()
         self.ticker = threading.Thread(target=self._tick, daemon=True)
         if enabled and sys.stderr.isatty():  # a live clock only where it redraws in place
@@ -62,13 +70,21 @@ class Progress:
         while not self.stop.wait(1.0):
             self.bar.refresh()
 
+    def left(self) -> str:
+        """The time left against the budget, as `` | 6:12 of 10:00 left``."""
+        plan = self.plan
+        if plan is None or plan.deadline is None or plan.budget_s is None:
+            return ""
+        left = max(0.0, plan.deadline - time.time())
+        return f" | {clock(left)} of {clock(plan.budget_s)} left"
+
     def now(self, what: str) -> None:
-        self.bar.set_postfix_str(f"{what} | best {self.best}", refresh=True)
+        self.bar.set_postfix_str(f"{what} | best {self.best}{self.left()}", refresh=True)
 
     def measured(self, key: str, done: int) -> None:
         if self.best_so_far is not None and not self.bar.disable:
             self.best = self.best_so_far()
-        self.bar.set_postfix_str(f"last {key} | best {self.best}", refresh=False)
+        self.bar.set_postfix_str(f"last {key} | best {self.best}{self.left()}", refresh=False)
         self.bar.n = done
         self.bar.refresh()
 

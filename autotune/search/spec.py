@@ -36,8 +36,8 @@ NAME_CHARS = 128
 
 
 def parse_duration(text: Any, key: str = "time_budget") -> float | None:
-    """``90``, ``90s``, ``30m``, ``2h`` or ``1h30m`` as seconds."""
-    if text is None:
+    """``90``, ``90s``, ``30m``, ``2h`` or ``1h30m`` as seconds; ``none`` for no limit."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == "none"):
         return None
     if isinstance(text, bool) or not isinstance(text, (int, float, str)):
         raise ConfigError(f"{key} = {text!r}: expected a duration such as 90s, 30m or 2h")
@@ -117,6 +117,11 @@ def check_tables(data: Any, where: str) -> dict[str, dict[str, Any]]:
     return data
 
 
+# A search's default time: a newcomer's first search answers within a coffee break on any
+# machine (its plan fits the rounds and trials to it); --time-budget none lifts it.
+DEFAULT_BUDGET_S = 600.0
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """A whole study: what to measure, the space to search, and the budget."""
@@ -125,8 +130,14 @@ class StudySpec:
     workload: Workload
     space: Space
     trials: int = option(30, "strategies to measure in the study", read=whole(1), cli_type=int)
-    time_budget_s: float | None = option(None, "stop starting trials after e.g. 30m or 2h",
-                                         toml="time_budget", read=parse_duration)  # fmt: skip
+    time_budget_s: float | None = option(
+        DEFAULT_BUDGET_S,
+        "the whole search's time, e.g. 30m or 2h, baseline and confirmation "
+        "included (a lone search fits its rounds and trials to it; a worker only stops "
+        "claiming); none: no limit",
+        toml="time_budget",
+        read=parse_duration,
+    )
     sampler: str = option("surrogate", f"the sampler: {', '.join(SAMPLERS)} (surrogate: "
                           "autotune's model of the factors, TPE where it has no pick)",
                           read=text(SAMPLERS))  # fmt: skip

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune import variables
 from autotune.coordination import Coordinator
 from autotune.search.deduction import Tactics
+from autotune.search.plan import Plan, backends_of
 from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
 from autotune.starts.kinds import LATER
@@ -77,6 +78,7 @@ class Search:
     baseline: Measurement | None = None  # stored once, never changes: read once
     reference: Reference | None = None  # the study's higher-precision outputs, likewise
     current: int | None = None  # the trial this worker is on
+    plan: Plan | None = None  # a lone search's: its time budget and what costs what here
 
     def __post_init__(self) -> None:
         self.run_keys = {s.key for s in self.members}
@@ -100,13 +102,32 @@ class Search:
         """One strategy measured as the study's spec says, in fresh processes (the runner);
         a replay of a recorded study looks it up instead. Its warm and portable starts are
         measured only when an objective or the policy needs them, or it is a contender."""
+        import time
+
         from autotune.trial import parent as runner
 
-        spec = self.spec
-        m = runner.run_trial(spec.model, spec.workload, strategy, spec.settings, self.reference,
-                           self.needs_later_starts, self.keep)  # fmt: skip
+        spec, plan, settings = self.spec, self.plan, self.spec.settings
+        if plan is not None and strategy.granularity == "none":
+            settings = plan.for_baseline(settings)
+        elif plan is not None:
+            left = max(1, self.target - len(self.measured()))
+            settings = plan.for_trial(settings, self.backends, self.traffic, left)
+        began = time.time()
+        m = runner.run_trial(spec.model, spec.workload, strategy, settings, self.reference,
+                             self.needs_later_starts, self.keep)  # fmt: skip
+        if plan is not None:
+            plan.learn_trial(strategy, m, time.time() - began)
         self.prune_caches()
         return m
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends of this run's compiled strategies."""
+        return backends_of(self.members)
+
+    @property
+    def traffic(self) -> bool:
+        return bool(self.spec.workload.traffic)
 
     def measured(self) -> set[str]:
         """Keys of the study space's strategies measured by a trial so far (not deduced)."""

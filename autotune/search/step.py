@@ -55,7 +55,10 @@ def baseline(search: Search, listener: Listener) -> Measurement:
                 try:
                     listener.now("measuring the eager baseline")
                     m = search.measure(Strategy("none"))
+                    began = time.time()
                     reference(search, listener)  # by the same worker, before peers wait on it
+                    if search.plan is not None:
+                        search.plan.spent["reference"] = time.time() - began
                 except BaseException:
                     with contextlib.suppress(Exception):
                         coord.release("none")  # interrupted: nobody is measuring it now
@@ -72,6 +75,8 @@ def baseline(search: Search, listener: Listener) -> Measurement:
         raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
     search.baseline = m
     reference(search, listener)
+    if search.plan is not None and search.plan.round_s is None:
+        search.plan.learn_baseline(m, search.plan.spent.get("reference", 0.0))
     return m
 
 

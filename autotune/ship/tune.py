@@ -8,7 +8,9 @@ every queue worker run it.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,9 +88,14 @@ def confirm_pick(search: Search) -> None:
     from autotune.choice.confirm import confirm
     from autotune.choice.selection import choose
 
-    spec = search.spec
+    spec, plan = search.spec, search.plan
     rows = search.store.measurements(search.name)
     chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
+    began = time.time()
+    if plan is not None:  # its rounds end with the budget, never below its own least
+        spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
     result = confirm(spec, chosen, points, front, search.keep)
+    if plan is not None:
+        plan.spent["confirmation"] = time.time() - began
     search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
     shutil.rmtree(search.keep, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Stage 2, one strategy measured: the parent (:mod:`.parent`) spawns a fresh child process
+"""Stage 3, one strategy measured: the parent (:mod:`.parent`) spawns a fresh child process
 (:mod:`.process`, :mod:`.child`) that runs a scenario (:mod:`.scenarios`) and times it
 (:mod:`.timing`), checks it against the study's reference (:mod:`.reference`,
 :mod:`.accuracy`), reads Dynamo's records (:mod:`.metrics`, :mod:`.recompiles`) and answers

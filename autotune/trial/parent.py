@@ -128,7 +128,8 @@ def confirm(
             if os.path.isdir(folder):
                 shutil.copytree(folder, merged, dirs_exist_ok=True)
         request = Request("confirm", strategies[0], model, workload, settings.iters,
-                          settings.warmup, settings.seed, confirm=tuple(strategies))  # fmt: skip
+                          settings.warmup, settings.seed, confirm=tuple(strategies),
+                          deadline=settings.deadline, least=settings.least)  # fmt: skip
         return run_child(request, work, "confirm", merged, settings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -156,7 +157,8 @@ def confirm_apart(
             if n < len(kept) and os.path.isdir(kept[n]):
                 shutil.copytree(kept[n], caches)
             request = Request("confirm", strategy, model, workload, settings.iters,
-                              settings.warmup, settings.seed, confirm=(strategy,))  # fmt: skip
+                              settings.warmup, settings.seed, confirm=(strategy,),
+                              deadline=settings.deadline, least=settings.least)  # fmt: skip
             m = run_child(request, work, "confirm", caches, settings)
         finally:
             shutil.rmtree(work, ignore_errors=True)

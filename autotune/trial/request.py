@@ -42,6 +42,8 @@ class Request:
     confirm: tuple[Strategy, ...] = ()  # the strategies a confirmation times
     reference_out: str | None = None  # where a reference request writes the reference
     launched: float = 0.0  # when the parent started the process (time.time())
+    deadline: float = 0.0  # the timed rounds end by then (time.time(); 0: none), see timing
+    least: int = 0  # ...but not before this many rounds
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -63,7 +65,8 @@ class Request:
             found = {"reference": reference.path, "reference_dtype": reference.dtype,
                      "reference_reason": reference.reason}  # fmt: skip
         return cls("trial", strategy, model, workload, settings.iters, settings.warmup,
-                   settings.seed, settings.tolerance, **found)  # fmt: skip
+                   settings.seed, settings.tolerance, **found, deadline=settings.deadline,
+                   least=settings.least)  # fmt: skip
 
     def but(self, **changes: Any) -> Request:
         """This request with ``changes`` (another start of the same trial, say)."""

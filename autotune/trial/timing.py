@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -14,10 +15,12 @@ T = TypeVar("T")
 def interleave(
     calls: dict[str, Callable[[], Any]], iters: int, timer: Callable[[Callable[[], Any]], T],
     seed: int = 0, after_round: Callable[[dict[str, list[T]]], bool | None] | None = None,
+    deadline: float = 0.0, least: int = 0,
 ) -> dict[str, list[T]]:  # fmt: skip
     """Time each call up to ``iters`` times with ``timer`` (one call -> its sample), in a random
     order per round; ``after_round`` sees the samples so far after each round, and ends the
-    rounds by returning True.
+    rounds by returning True. With a ``deadline`` (``time.time()``), the rounds also end once
+    another round like the last would end past it, but never before ``least`` rounds.
 
     Interleaving, as PyTorch's own benchmark harness does, spreads drift in the machine's
     speed (other load, frequency changes) over every call alike.
@@ -25,13 +28,21 @@ def interleave(
     rng = random.Random(seed)
     samples: dict[str, list[T]] = {name: [] for name in calls}
     names = list(calls)
-    for _ in range(iters):
+    for done in range(1, iters + 1):
+        began = time.time()
         rng.shuffle(names)
         for name in names:
             samples[name].append(timer(calls[name]))
         if after_round is not None and after_round(samples):
             break
+        if deadline and done >= least and 2 * time.time() - began > deadline:
+            break
     return samples
+
+
+def rounds_of(samples: dict[str, list[Any]]) -> int:
+    """How many rounds ``samples`` holds."""
+    return min((len(v) for v in samples.values()), default=0)
 
 
 ALPHA = 0.05  # the sign test's level: a speedup the rounds do not show at it counts as none

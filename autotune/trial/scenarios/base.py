@@ -3,7 +3,8 @@
 1. :meth:`Scenario.setup`: build the model and inputs, compile them as the strategy says;
 2. :meth:`Scenario.first`: the first calls, eager then compiled: the cold compile's time and
    peak memory, and the accuracy verdict;
-3. warm-up rounds of every side's call, reading each one's peak memory;
+3. warm-up rounds of every side's call, reading each one's peak memory (eager's without
+   the compiled side's CUDA-graph pools, which live on in the same process);
 4. timed rounds, interleaved with eager (:func:`autotune.trial.timing.interleave`);
 5. :meth:`Scenario.record`: the timed samples as latencies;
 6. what Dynamo recorded (graphs, breaks, recompiles, a recompile limit in words), the compile
@@ -191,13 +192,23 @@ class Scenario(ABC):
             for name, call in calls.items():
                 ctx.memory.reset()
                 self.timer(call)
-                peaks[name] = max(peaks[name], ctx.memory.peak_mb())
+                # the compiled side's CUDA graphs live on in this process: their pools are
+                # the compiled side's memory, never eager's
+                peaks[name] = max(peaks[name], ctx.memory.peak_mb(pools=name != "eager"))
         m.memory = Memory(ctx.memory.kind, peaks["eager"], peaks["compiled"], compile_peak)
         t = ctx.lap("warmup_s", t)
         device.synchronize(ctx.device)
-        samples = timing.interleave(calls, ctx.request.iters, self.timer, ctx.seed,
-                                    self.after_round)  # fmt: skip
+        samples = timing.interleave(
+            calls,
+            ctx.request.iters,
+            self.timer,
+            ctx.seed,
+            self.after_round,
+            ctx.request.deadline,
+            ctx.request.least,
+        )
         t = ctx.lap("timing_s", t)
+        ctx.timings["rounds"] = float(timing.rounds_of(samples))
         self.record(samples)
         m.graphs = metrics.graphs()
         if ctx.strategy.granularity != "none":

@@ -60,8 +60,16 @@ def run(ctx: TrialContext) -> Measurement:
     for _ in range(max(1, ctx.request.warmup)):
         for call in calls.values():
             call()
-    samples = timing.interleave(calls, ctx.request.iters, lambda call: call(), ctx.seed)
+    samples = timing.interleave(
+        calls,
+        ctx.request.iters,
+        lambda call: call(),
+        ctx.seed,
+        deadline=ctx.request.deadline,
+        least=ctx.request.least,
+    )
     ctx.lap("timing_s", t)
+    ctx.timings["rounds"] = float(timing.rounds_of(samples))
     m.rounds = {k: [v * 1e3 for v in values] for k, values in samples.items()}
     m.timings = ctx.timings
     return m

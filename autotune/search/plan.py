@@ -1,0 +1,212 @@
+"""The plan: what a search can afford in its time budget, learned from what it has paid here.
+
+A time budget (``--time-budget``) bounds a whole search: the eager baseline, the trials and the
+confirmation. Its clock starts with the search. What a call costs differs 15-20x between
+machines (a dtype without native instructions, fewer cores), so the plan reads it here:
+
+- the eager baseline's timed rounds end at :data:`BASELINE_SHARE` of the budget, but never
+  before :func:`deciding_rounds`;
+- from the baseline come a round's cost (its timed rounds over their number) and what a trial
+  costs besides its compile and its rounds (the process, the build, the first pass, the gate);
+- a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
+  backend is measured, then the mean of what its trials took beyond the rest;
+- the confirmation is kept its share first: its processes, each with a warm compile and the
+  confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`);
+- each trial's rounds end at its share of the time left for trials, never before
+  :func:`deciding_rounds`; a trial that cannot fit them is not started.
+
+A search without a budget has a plan too: it only estimates, and cuts nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from autotune.choice.confirm import MIN_ROUNDS as CONFIRM_ROUNDS
+from autotune.choice.confirm import RIVALS
+from autotune.trial.timing import ALPHA, sign_test
+
+if TYPE_CHECKING:
+    from autotune.strategy.strategy import Strategy
+    from autotune.trial.measurement import Measurement
+    from autotune.workload import Settings
+
+BASELINE_SHARE = 0.15  # of the budget, for the eager baseline's timed rounds
+# A cold compile before any of its backend is measured: gemma-2b at 2 layers over a traffic
+# took 25-60 s with Inductor on a 2-core CPU; the others trace or replay Python only.
+COMPILE_PRIOR_S = {"inductor": 40.0, "aot_eager": 4.0, "eager": 1.0}
+WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against the cold one
+TAIL_S = 5.0  # the export and the answer, after the confirmation
+
+
+@functools.cache
+def deciding_rounds() -> int:
+    """The fewest rounds whose sign test can show a difference at :data:`ALPHA` (every round
+    one way): 6 at 0.05. Fewer rounds decide nothing, so no budget cuts below them."""
+    n = 1
+    while sign_test([1.0] * n, [0.0] * n) >= ALPHA:
+        n += 1
+    return n
+
+
+@dataclass
+class Plan:
+    """The budget of one search, and what it has learned of the costs here (seconds)."""
+
+    budget_s: float | None
+    started: float = field(default_factory=time.time)
+    round_s: float | None = None  # one timed round: eager's call and the other side's
+    fixed_s: float | None = None  # a trial's process, build, first pass, gate and save
+    compiles: dict[str, list[float]] = field(default_factory=dict)  # backend -> seen
+    iters: int = 0
+    eager_ms: float = 0.0  # eager's latency per call here (weighted over a traffic)
+    spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
+
+    @property
+    def deadline(self) -> float | None:
+        """When the whole search must have ended (``time.time()``), or None without a budget."""
+        return None if self.budget_s is None else self.started + self.budget_s
+
+    def left_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.time()
+
+    def for_baseline(self, settings: Settings) -> Settings:
+        """The baseline's settings: its rounds end at its share of the budget."""
+        if self.budget_s is None:
+            return settings
+        return dataclasses.replace(settings, deadline=self.started + BASELINE_SHARE
+                                   * self.budget_s, least=deciding_rounds())  # fmt: skip
+
+    def learn_baseline(self, m: Measurement, reference_s: float = 0.0) -> None:
+        """What the baseline showed of a call, of a round and of the rest of a trial (its
+        process, build, first pass and gate; the reference's cost is the study's, once)."""
+        t = m.timings
+        rounds = max(1.0, t.get("rounds", float(self.iters or 1)))
+        self.round_s = t.get("timing_s", 0.0) / rounds
+        self.fixed_s = max(0.0, t.get("startup_s", 0.0) + t.get("child_s", 0.0)
+                           - t.get("timing_s", 0.0))  # fmt: skip
+        self.eager_ms = m.latency.median_ms if m.latency else 0.0
+
+    def account(self, m: Measurement) -> None:
+        """Count a measurement made in this run into :attr:`spent`: its compile, the rest of
+        its first pass, its warm-up and timed rounds."""
+        t, compile_s = m.timings, m.compile_s or 0.0
+        for key, value in (
+            ("compile", compile_s),
+            ("first pass", max(0.0, t.get("first_s", 0.0) - compile_s)),
+            ("steady state", t.get("warmup_s", 0.0) + t.get("timing_s", 0.0)),
+        ):
+            self.spent[key] = self.spent.get(key, 0.0) + value
+
+    def split(self, total_s: float) -> dict[str, float]:
+        """Where a run's ``total_s`` went, in seconds: compile, first pass, steady state,
+        confirmation, reference, and the rest (processes, builds, gates, later starts, the
+        storage)."""
+        named = {
+            k: round(self.spent.get(k, 0.0), 1)
+            for k in ("compile", "first pass", "steady state", "confirmation", "reference")
+        }
+        rest = total_s - sum(named.values())
+        return {**named, "rest": round(max(0.0, rest), 1), "total": round(total_s, 1)}
+
+    def compile_s(self, backend: str) -> float:
+        """A cold compile's cost with ``backend``: what its trials took, else the prior."""
+        seen = self.compiles.get(backend)
+        if seen:
+            return statistics.mean(seen)
+        return COMPILE_PRIOR_S.get(backend, COMPILE_PRIOR_S["inductor"])
+
+    def learn_trial(self, strategy: Strategy, m: Measurement, wall_s: float) -> None:
+        """A measured trial's cost beyond the fixed part and its rounds, as its backend's."""
+        self.account(m)
+        if strategy.granularity == "none" or self.round_s is None or self.fixed_s is None:
+            return
+        rounds = m.timings.get("rounds", float(self.iters))
+        extra = max(0.0, wall_s - self.fixed_s - rounds * self.round_s)
+        self.compiles.setdefault(strategy.backend, []).append(extra)
+
+    def trial_s(self, backend: str, rounds: int) -> float:
+        assert self.round_s is not None and self.fixed_s is not None
+        return self.fixed_s + self.compile_s(backend) + rounds * self.round_s
+
+    def confirmation_s(self, backends: list[str], traffic: bool) -> float:
+        """The confirmation's share: the pick and :data:`RIVALS` rivals, each in a process of
+        its own over a traffic (else all in one), each compile warm."""
+        if self.round_s is None or self.fixed_s is None:
+            return 0.0
+        rounds = CONFIRM_ROUNDS  # its least: past them, its rounds take what is left
+        compiles = WARM * (1 + RIVALS) * max(self.compile_s(b) for b in backends)
+        if traffic:
+            return (1 + RIVALS) * (self.fixed_s + rounds * self.round_s) + compiles + TAIL_S
+        sides = 2 + RIVALS  # eager, the pick and its rivals, one call each a round
+        return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
+
+    def trials_end(self, backends: list[str], traffic: bool) -> float | None:
+        """When the last trial must have ended for the confirmation to fit."""
+        if self.deadline is None:
+            return None
+        return self.deadline - self.confirmation_s(backends, traffic)
+
+    def may_start(self, backends: list[str], traffic: bool) -> bool:
+        """Whether one more trial fits (its deciding rounds, the cheapest backend's compile)
+        before the confirmation's share begins."""
+        end = self.trials_end(backends, traffic)
+        if end is None or self.round_s is None:
+            return True
+        least = min(self.trial_s(b, deciding_rounds()) for b in backends)
+        return time.time() + least <= end
+
+    def for_trial(self, settings: Settings, backends: list[str], traffic: bool,
+                  trials_left: int) -> Settings:  # fmt: skip
+        """A trial's settings: its rounds end at its share of what is left for trials."""
+        end = self.trials_end(backends, traffic)
+        if end is None:
+            return settings
+        share = (end - time.time()) / max(1, trials_left)
+        return dataclasses.replace(settings, deadline=time.time() + share,
+                                   least=deciding_rounds())  # fmt: skip
+
+    def for_confirmation(self, settings: Settings) -> Settings:
+        """The confirmation's settings: its rounds end by the budget's end, less the tail,
+        but never before its own least rounds."""
+        if self.deadline is None:
+            return settings
+        return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,
+                                   least=CONFIRM_ROUNDS)  # fmt: skip
+
+    def line(self, trials: int, backends: list[str], traffic: bool) -> str:
+        """The plan in one line: what a call and a trial cost here, and what fits."""
+        assert self.round_s is not None and self.fixed_s is not None
+        slowest = max(backends, key=self.compile_s)
+        trial = self.trial_s(slowest, self.iters)
+        head = (
+            f"plan: eager {self.eager_ms:.3g} ms per call here; a trial of {self.iters} "
+            f"rounds ≈ {trial:.0f} s ({self.compile_s(slowest):.0f} s of it compiling)"
+        )
+        if self.deadline is None:
+            return f"{head}; {trials} trials ≈ {trials * trial / 60:.1f} min (no time budget)"
+        end = self.trials_end(backends, traffic)
+        assert end is not None and self.budget_s is not None
+        room = end - time.time()
+        budget, confirm = f"{self.budget_s / 60:.3g} min", (self.deadline - end) / 60
+        if room >= trials * trial:
+            return f"{head}: {trials} trials fit in {budget} ({confirm:.1f} min kept to confirm)"
+        least = min(self.trial_s(b, deciding_rounds()) for b in backends)  # as may_start
+        if room < least:
+            return (f"{head}: the budget of {budget} cannot decide anything here (a trial "
+                    f"needs {least:.0f} s for {deciding_rounds()} rounds, {max(room, 0):.0f} s "
+                    "are left before the confirmation); raise --time-budget")  # fmt: skip
+        return (f"{head}: {max(int(room // trial), 1)} of {trials} trials fit in {budget} at "
+                f"{self.iters} rounds, up to {min(int(room // least), trials)} at "
+                f"{deciding_rounds()} ({confirm:.1f} min kept to confirm)")  # fmt: skip
+
+
+def backends_of(members: list[Strategy]) -> list[str]:
+    """The backends of the compiled strategies of a space (eager's if none)."""
+    found = sorted({s.backend for s in members if s.granularity != "none"})
+    return found or ["eager"]
