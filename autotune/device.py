@@ -8,7 +8,7 @@
   once, as gpt-fast does, so the CPU's launches overlap the GPU's work);
 - :class:`PeakMemory`: the peak, one kind for every strategy (on a GPU the reserved peak after
   emptying the cache: CUDA graphs' private pools are reserved, not allocated, while a graph
-  replays);
+  replays; eager's without those pools);
 - :func:`marks_steps` and :func:`mark_step`: CUDA-graph step marks;
 - :func:`cudagraph_skips`: where Inductor fell back from CUDA graphs, and why;
 - :func:`fingerprint`: the device's part of the environment;
@@ -153,7 +153,9 @@ class PeakMemory:
     sits in its private pool, which counts as reserved, not allocated, while the graph replays
     (the allocator does not see a replay), and emptying the cache first releases what earlier
     calls (eager's, another side's) left cached, so that only live tensors and live graphs'
-    pools carry over. On a CPU the resident set's high-water mark."""
+    pools carry over. A live pool cannot be emptied: eager, timed in the process where the
+    compiled side's graphs live, reads its peak without them (``pools=False``). On a CPU the
+    resident set's high-water mark."""
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -170,11 +172,16 @@ class PeakMemory:
         with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
             f.write("5")
 
-    def peak_mb(self) -> float:
+    def peak_mb(self, pools: bool = True) -> float:
+        """The peak since the last reset, in MiB; without ``pools``, less what CUDA graphs'
+        private pools hold (they do not change while eager runs: nothing outside a capture
+        allocates in them)."""
         if is_cuda(self.device):
             import torch
 
-            return torch.cuda.max_memory_reserved(torch.device(resolve(self.device))) / 2**20
+            where = torch.device(resolve(self.device))
+            peak = torch.cuda.max_memory_reserved(where)
+            return (peak - (0 if pools else self.pools(where))) / 2**20
         with contextlib.suppress(OSError), open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
@@ -182,6 +189,16 @@ class PeakMemory:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    @staticmethod
+    def pools(where: Any) -> int:
+        """Bytes reserved on ``where`` in private pools (CUDA graphs'): the allocator's segments
+        whose owning pool is not the default one, ``(0, 0)``."""
+        import torch
+
+        return sum(int(s["total_size"]) for s in torch.cuda.memory_snapshot()
+                   if s.get("device", where.index) == where.index
+                   and tuple(s.get("segment_pool_id") or (0, 0)) != (0, 0))  # fmt: skip
 
 
 def marks_steps(device: str, cuda_graphs: bool) -> bool:

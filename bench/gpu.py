@@ -1,38 +1,52 @@
 """The GPU acceptance run: one command that says, within about 25 minutes on the first GPU
-autotune meets, whether its CUDA paths are right, and prints the tables BENCHMARKS.md needs.
+autotune meets, whether its CUDA paths are right, and writes one JSON report with each check's
+verdict and figures, from which ``--table`` prints the GPU table of the benchmarks page.
 
-    python bench/gpu.py                 # on a machine with a CUDA GPU
-    python bench/gpu.py --dry-run       # anywhere: every command parses, every model builds
-    python bench/gpu.py --only 1,2,10   # some checks alone (a lent machine's 10-minute calls)
+    python bench/gpu.py                          # on a machine with a CUDA GPU
+    python bench/gpu.py --dry-run                # anywhere: every command parses, models build
+    python bench/gpu.py --only 1,2,11 --out a.json  # some checks alone (a lent machine's calls)
+    python bench/gpu.py --table a.json b.json    # the Markdown table of one or more reports
 
-Checks, in order (each prints PASS or FAIL with its numbers; the exit status is the count of
+Checks, in order (each prints PASS or FAIL with its figures; the exit status is the count of
 FAILs):
 
 1. CUDA events against perf_counter after a synchronize: within 5 % (a 4096^2 matmul).
-2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, no overwritten output,
-   right answers, the recording counted in the compile.
+2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, the recording counted
+   in the compile, and right answers (torch raises on reading an output that a later replay
+   overwrote, which fails the trial: a trial that ran and matched eager had none); each side's
+   peak memory.
 3. llama-3.2-1b at batch 1 x 128: eager, full and regional Inductor, cold compile and latency,
    beside Accelerate's published table (full 10.7 s / 6.3 ms, regional 1.95 s / 9.7 ms, eager
    18.3 ms on an H100).
 4. The generate workload on gemma-2b with ``reduce-overhead``: decode per token and TTFT.
-5. The generate confirmation (several strategies in one process) with ``reduce-overhead``: its
-   rounds run, nothing overwritten.
+5. The generate confirmation (several strategies in one process) with ``reduce-overhead``:
+   every strategy runs every round (an overwritten output would raise and end them).
 6. ``autotune.apply_generation`` with ``reduce-overhead``: two ``generate`` calls, the static KV
    cache allocated before the compiled prefill, no CUDA-graph fallback, eager's first token.
 7. A precompiled start of a CUDA-graph strategy: refused, with why (torch would load it
    without CUDA graphs).
-8. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more).
-9. ``search --workers 2`` on two GPUs (two GPUs or more).
+8. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more):
+   the export ships a cache artefact, and a fresh process on ``cuda:0`` with an empty Inductor
+   cache, at the float32 matmul precision the docs tell users to set (``high``) and with
+   autotune's warnings as errors, loads it and hits the FX graph cache with no miss.
+9. ``search --workers 2 --json`` on two GPUs (two GPUs or more): its standard output is one JSON
+   document, and both workers measured.
 10. A traffic (``--seq-len 16..512``) with ``reduce-overhead``: plain, marks=seq, buckets=pow2
     and stance=eager_on_recompile, each with its time to ready, stalls (a CUDA graph's
     recording included), requests served eager and the compiled graphs judged; then
     ``autotune.apply`` of the bucketed strategy serves keyword calls compiling each bucket once,
     with no CUDA-graph fallback.
+11. Eager's peak memory beside CUDA graphs (gemma-2b, one layer, bfloat16, 1 x 128): in this
+    process, eager's peak read without the graphs' pools equals its peak before the graphs
+    existed; and a ``reduce-overhead`` trial's eager peak equals a plain Inductor trial's (the
+    pool is the compiled side's alone).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
 import os
 import subprocess
@@ -40,8 +54,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,92 +70,160 @@ from autotune.workload import Settings, Workload  # noqa: E402
 
 ACCELERATE = {"none": (0.0, 18.3), "full": (10.7, 6.3), "regional": (1.95, 9.7)}  # s, ms (H100)
 QUICK = Settings(iters=10, warmup=3, timeout_s=900)
+COLD = Settings(iters=5, warmup=2, timeout_s=900, starts=("cold",))
 OVERHEAD = Strategy.create("full", "inductor", "reduce-overhead")
 GEMMA = ModelRef("gemma-2b", layers=4)  # the side paths' model: short, as they need no table
+POOLED = ModelRef("gemma-2b", layers=1)  # check 11: logits of 128 x 256000 make a pool to see
+POOLED_WORKLOAD = Workload(seq_len=128, dtype="bfloat16")
+SAME_MB = 2.0  # two peaks of the same calls agree within one small segment of the allocator
+
+# the command lines checks 8 and 9 run, exactly as the dry run parses them
+PORTABLE = ["search", "--model", "toy-64", "--device", "cuda:1", "--granularity", "full",
+            "--backend", "inductor", "--mode", "default", "--options", "none", "--dynamic",
+            "none", "--fullgraph", "false", "--trials", "1", "--policy", "fastest",
+            "--no-progress", "--no-confirm", "--study", "elsewhere",
+            "--out", "best.json"]  # fmt: skip
+WORKERS = ["search", "--model", "toy-64", "--device", "cuda", "--backend", "inductor,eager",
+           "--granularity", "none,full,regional", "--options", "none", "--trials", "6",
+           "--workers", "2", "--no-progress", "--study", "two", "--json"]  # fmt: skip
+
+
+def load_command(folder: str | Path, where: str) -> list[str]:
+    """The fresh process of check 8 that loads ``folder``'s export on ``where``."""
+    return [sys.executable, str(Path(__file__).resolve()), "--load-portable", str(folder),
+            "--device", where]  # fmt: skip
+
+
+@dataclass
+class Found:
+    """What one check found: its lines (one starting "FAIL" fails it) and its figures."""
+
+    lines: list[str]
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not any(line.startswith("FAIL") for line in self.lines)
 
 
 @dataclass
 class Check:
-    """One check of the run: what it builds (for the dry run) and what it measures."""
+    """One check of the run: what it builds and which command lines it runs (for the dry
+    run), and what it measures."""
 
     name: str
     models: list[tuple[ModelRef, Workload]]
-    run: Callable[[str], list[str]]  # device -> lines; a line starting "FAIL" fails it
+    run: Callable[[str], Found]  # device -> what it found
     gpus: int = 1
+    commands: list[list[str]] = field(default_factory=list)  # autotune's argv, or load_command
 
 
-def events_agree(where: str) -> list[str]:
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def events_agree(where: str) -> Found:
     import torch
 
     x = torch.randn(4096, 4096, device=where)
     events = sorted(device.timed(lambda: x @ x, where) for _ in range(30))
     walls = sorted(device.wall(lambda: x @ x, where)[0] for _ in range(30))
     ratio = events[15] / walls[15]
-    verdict = "PASS" if abs(ratio - 1) <= 0.05 else "FAIL"
-    return [f"{verdict} events {events[15] * 1e3:.3f} ms vs perf_counter {walls[15] * 1e3:.3f} "
-            f"ms (ratio {ratio:.3f})"]  # fmt: skip
+    figures = {"events_ms": events[15] * 1e3, "perf_counter_ms": walls[15] * 1e3, "ratio": ratio}
+    line = (f"{verdict(abs(ratio - 1) <= 0.05)} events {events[15] * 1e3:.3f} ms vs "
+            f"perf_counter {walls[15] * 1e3:.3f} ms (ratio {ratio:.3f})")  # fmt: skip
+    return Found([line], figures)
 
 
-def cuda_graphs(where: str) -> list[str]:
-    lines = []
+def memory_of(m: Any) -> dict[str, Any]:
+    """A measurement's peaks (MiB), as figures."""
+    mem = m.memory
+    return {"eager_peak_mb": mem.eager_peak_mb if mem else None,
+            "compiled_peak_mb": mem.compiled_peak_mb if mem else None,
+            "compile_peak_mb": mem.compile_peak_mb if mem else None}  # fmt: skip
+
+
+def why_failed(m: Any) -> str:
+    """A failed trial's reason, saying so where torch refused to read an overwritten output."""
+    if m.ok:
+        return ""
+    over = "overwritten" in m.reason + m.log_tail
+    return f"{'an output overwritten by a later replay: ' if over else ''}{m.reason[:200]}"
+
+
+def cuda_graphs(where: str) -> Found:
+    lines, figures = [], {}
     for granularity in ("full", "regional"):
         strategy = Strategy.create(granularity, "inductor", "reduce-overhead")
         m = measure(ModelRef("toy-64"), Workload.create(device=where), strategy, QUICK)
         g = m.graphs
-        ok = (m.feasible and g is not None and not g.cudagraph_skips
-              and "overwritten" not in m.log_tail
-              and m.timings.get("cuda_graph_recording_s", 0) > 0)  # fmt: skip
+        recording = m.timings.get("cuda_graph_recording_s", 0)
+        ok = m.feasible and g is not None and not g.cudagraph_skips and recording > 0
         skip = f"; skips {g.cudagraph_skips}: {g.cudagraph_skip_reason}" if g else ""
-        lines.append(f"{'PASS' if ok else 'FAIL'} toy-64 {granularity} reduce-overhead: "
-                     f"{m.status}, {m.speedup or 0:.2f}x, compile {m.compile_s or 0:.1f} s "
-                     f"(recording {m.timings.get('cuda_graph_recording_s', 0):.2f} s){skip} "
-                     f"{m.reason[:200]}")  # fmt: skip
-    return lines
+        mem, right = memory_of(m), bool(m.accuracy and m.accuracy.passed)
+        figures[granularity] = {
+            "status": m.status, "speedup": m.speedup, "compile_s": m.compile_s,
+            "recording_s": recording, "skips": g.cudagraph_skips if g else None,
+            "right_answers": right, **mem,
+        }  # fmt: skip
+        lines.append(f"{verdict(ok)} toy-64 {granularity} reduce-overhead: {m.status}, "
+                     f"{m.speedup or 0:.2f}x, compile {m.compile_s or 0:.1f} s (recording "
+                     f"{recording:.2f} s){skip}; answers right: {right}; peak eager "
+                     f"{mem['eager_peak_mb'] or 0:.0f} MiB, compiled "
+                     f"{mem['compiled_peak_mb'] or 0:.0f} MiB {why_failed(m)}")  # fmt: skip
+    return Found(lines, figures)
 
 
-def llama_table(where: str) -> list[str]:
+def llama_table(where: str) -> Found:
     ref = ModelRef("llama-3.2-1b")
     workload = Workload.create(device=where, seq_len=128, dtype="bfloat16")
     lines = [
         "| strategy | cold compile | latency | Accelerate's (H100) |",
         "| --- | --- | --- | --- |",
     ]
+    figures = {}
     for granularity in ("none", "full", "regional"):
         m = measure(ref, workload, Strategy.create(granularity, "inductor"), QUICK)
         theirs = ACCELERATE[granularity]
         ms = m.latency.median_ms if m.latency else float("nan")
+        figures[granularity] = {"compile_s": m.compile_s, "latency_ms": ms,
+                                "accelerate_s_ms": list(theirs)}  # fmt: skip
         lines.append(f"| {granularity} | {m.compile_s or 0:.2f} s | {ms:.2f} ms | {theirs[0]} s "
                      f"/ {theirs[1]} ms |")  # fmt: skip
         if not m.feasible:
             lines.append(f"FAIL llama-3.2-1b {granularity}: {m.status} {m.reason[:300]}")
-    return lines
+    return Found(lines, figures)
 
 
-def generate(where: str) -> list[str]:
+def generate(where: str) -> Found:
     workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=32)
     m = measure(ModelRef("gemma-2b"), workload,
                 Strategy.create("full", "inductor", "reduce-overhead"), QUICK)  # fmt: skip
-    if not m.feasible or m.latency is None or m.ttft is None:
-        return [f"FAIL gemma-2b generate reduce-overhead: {m.status} {m.reason[:300]}"]
-    return [
+    if not m.feasible or m.latency is None or m.ttft is None or m.eager_latency is None:
+        return Found([f"FAIL gemma-2b generate reduce-overhead: {m.status} {m.reason[:300]}"])
+    figures = {"decode_ms": m.latency.median_ms, "eager_decode_ms": m.eager_latency.median_ms,
+               "ttft_ms": m.ttft.median_ms, "tokens_per_s": m.tokens_per_s,
+               "compile_s": m.compile_s}  # fmt: skip
+    return Found([
         f"PASS gemma-2b generate reduce-overhead: decode {m.latency.median_ms:.2f} ms/token "
         f"(eager {m.eager_latency.median_ms:.2f}), TTFT {m.ttft.median_ms:.1f} ms, "
-        f"{m.tokens_per_s:.0f} tokens/s, compile {m.compile_s:.1f} s"
-    ]  # type: ignore[union-attr]
+        f"{m.tokens_per_s or 0:.0f} tokens/s, compile {m.compile_s or 0:.1f} s"
+    ], figures)  # fmt: skip
 
 
-def generate_confirmation(where: str) -> list[str]:
+def generate_confirmation(where: str) -> Found:
     workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=16)
     strategies = [OVERHEAD, Strategy.create("regional", "inductor", "reduce-overhead")]
-    m = confirm(GEMMA, workload, strategies, Settings(iters=5, warmup=2, timeout_s=900), [])
+    settings = Settings(iters=5, warmup=2, timeout_s=900)
+    m = confirm(GEMMA, workload, strategies, settings, [])
     rounds = {k: len(v) for k, v in m.rounds.items()}
-    ok = (m.ok and "overwritten" not in m.log_tail
-          and all(rounds.get(s.key) for s in [Strategy("none"), *strategies]))  # fmt: skip
-    return [f"{'PASS' if ok else 'FAIL'} generate confirmation, reduce-overhead full and "
-            f"regional in one process: {m.status}, rounds {rounds} {m.reason[:300]}"]  # fmt: skip
+    every = all(rounds.get(s.key) == settings.iters for s in [Strategy("none"), *strategies])
+    return Found([f"{verdict(m.ok and every)} generate confirmation, reduce-overhead full and "
+                  f"regional in one process: {m.status}, rounds {rounds} of {settings.iters} "
+                  f"each {why_failed(m)}"], {"rounds": rounds})  # fmt: skip
 
 
-def generation_applied(where: str) -> list[str]:
+def generation_applied(where: str) -> Found:
     import torch
 
     import autotune
@@ -161,28 +244,32 @@ def generation_applied(where: str) -> list[str]:
     ok = (not found and static and torch.equal(tokens[0], tokens[1])
           and bool((tokens[0][:, 0] == eager[:, 0]).all()))  # fmt: skip
     why = f"; fallbacks: {found[:2]}" if found else ""
-    return [f"{'PASS' if ok else 'FAIL'} apply_generation reduce-overhead: two generates, "
-            f"cache marked static {static}, {same} of 16 tokens as eager's{why}"]  # fmt: skip
+    figures = {"static_cache": static, "tokens_as_eager": same, "fallbacks": len(found)}
+    return Found([f"{verdict(ok)} apply_generation reduce-overhead: two generates, cache marked "
+                  f"static {static}, {same} of 16 tokens as eager's{why}"], figures)  # fmt: skip
 
 
 TRAFFIC = Workload(seq_len="16..512", requests=24, dtype="bfloat16")  # the check's traffic
 
 
-def traffic(where: str) -> list[str]:
-    import dataclasses
-
+def traffic(where: str) -> Found:
     import torch
 
     import autotune
 
     workload = dataclasses.replace(TRAFFIC, device=where)
-    lines = []
+    lines, figures = [], {}
     for extra in ({}, {"marks": "seq"}, {"buckets": "pow2"}, {"stance": "eager_on_recompile"}):
         strategy = Strategy.create("full", "inductor", "reduce-overhead", **extra)
         m = measure(GEMMA, workload, strategy, QUICK)
         t = m.traffic or {}
         ok = m.feasible and m.accuracy is not None and m.accuracy.passed and bool(t)
-        lines.append(f"{'PASS' if ok else 'FAIL'} traffic {strategy.key}: {m.status}, ready "
+        figures[strategy.key] = {
+            "ready_s": t.get("ready_s"), "eager_ready_s": t.get("eager_ready_s"),
+            "stalls": t.get("stalls"), "served_eager": len(t.get("ran_eager", [])),
+            "speedup": m.speedup, "judged": m.accuracy.detail if m.accuracy else None,
+        }  # fmt: skip
+        lines.append(f"{verdict(ok)} traffic {strategy.key}: {m.status}, ready "
                      f"{t.get('ready_s', 0):.1f} s (eager {t.get('eager_ready_s', 0):.1f}), "
                      f"{t.get('stalls', 0)} stalls, {len(t.get('ran_eager', []))} served eager, "
                      f"{m.speedup or 0:.2f}x; {m.accuracy.detail if m.accuracy else ''} "
@@ -198,15 +285,15 @@ def traffic(where: str) -> list[str]:
             assert out.logits.shape[1] == n
         found = skips()
     graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
-    ok = graphs == 2 and not found
+    figures["apply_buckets"] = {"graphs": graphs, "fallbacks": len(found)}
     lines.append(
-        f"{'PASS' if ok else 'FAIL'} apply of buckets=pow2 reduce-overhead: keyword "
+        f"{verdict(graphs == 2 and not found)} apply of buckets=pow2 reduce-overhead: keyword "
         f"calls at 17..33 compiled {graphs} graphs (2 buckets); fallbacks {found[:2]}"
     )
-    return lines
+    return Found(lines, figures)
 
 
-def precompiled_cuda_graphs(where: str) -> list[str]:
+def precompiled_cuda_graphs(where: str) -> Found:
     settings = Settings(iters=5, warmup=2, timeout_s=900, starts=("cold", "precompiled"))
     strategy = Strategy.create("full", "inductor", "reduce-overhead", fullgraph=True)
     m = measure(ModelRef("toy-64"), Workload.create(device=where), strategy, settings)
@@ -214,46 +301,150 @@ def precompiled_cuda_graphs(where: str) -> list[str]:
     ok = (m.feasible and start is not None and start.status == "not-applicable"
           and "without CUDA graphs" in start.note)  # fmt: skip
     what = f"{start.status}: {start.note}" if start else f"no start ({m.status} {m.reason[:200]})"
-    return [f"{'PASS' if ok else 'FAIL'} precompiled start of {strategy.key}: {what}"]
+    return Found([f"{verdict(ok)} precompiled start of {strategy.key}: {what}"],
+                 {"start": start.status if start else None})  # fmt: skip
 
 
-def _cli(*argv: str, cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _env(**extra: str) -> dict[str, str]:
+    """A child's environment: this one, on the default local storage, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_STORAGE"}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+def _cli(*argv: str, cwd: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autotune.cli", *argv], cwd=cwd,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=1800)  # fmt: skip
+                          capture_output=True, text=True, env=_env(), timeout=1800)  # fmt: skip
 
 
-def portable_elsewhere(where: str) -> list[str]:
+def load_portable(folder: str, where: str) -> dict[str, Any]:
+    """Check 8's fresh process: apply ``folder``'s ``best.json`` to its model on ``where`` and
+    call it once; what the FX graph cache did. The float32 matmul precision is set as
+    docs/preflight.md tells the users of a float32 study on a GPU (its trials ran at TF32), and
+    autotune's warnings (an artefact refused or missed) are errors."""
+    import warnings
+
+    import torch
+
+    import autotune
+    from autotune.starts import later as starts
+
+    torch.set_float32_matmul_precision("high")
+    path = Path(folder) / "best.json"
+    block = json.loads(path.read_text()).get("autotune") or {}
+    workload = Workload.from_dict({**block["workload"], "device": where})
+    model, inputs = catalog.build(ModelRef.from_dict(block["model"]), workload)
+    with warnings.catch_warnings(record=True) as others:
+        warnings.simplefilter("always")
+        warnings.simplefilter("error", autotune.AutotuneWarning)
+        compiled = autotune.apply(model, str(path), trust_artifact=True)
+        with torch.no_grad():
+            compiled(*inputs)
+    return {**starts.cache_counters(), "other_warnings": [str(w.message)[:200] for w in others]}
+
+
+def portable_verdict(folder: Path, where: str) -> Found:
+    """Check 8's verdict on an export in ``folder``: it ships a cache artefact, and a fresh
+    process with an empty Inductor cache loads it on ``where`` and hits, with no miss."""
+    block = json.loads((folder / "best.json").read_text()).get("autotune") or {}
+    shipped = block.get("cache_artifact")
+    size = shipped.get("bytes") if isinstance(shipped, dict) else None
+    figures: dict[str, Any] = {"pick": block.get("key"), "artifact_bytes": size}
+    if not isinstance(shipped, dict):
+        return Found([f"FAIL the pick {block.get('key')} ships no cache artefact: nothing to "
+                      "load, so nothing was checked"], figures)  # fmt: skip
+    empty = folder / "empty-inductor-cache"  # a hit can come from the artefact alone
+    done = subprocess.run(load_command(folder, where), capture_output=True, text=True,
+                          env=_env(TORCHINDUCTOR_CACHE_DIR=str(empty)), timeout=900)  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    loaded = json.loads(lines[-1]) if done.returncode == 0 and lines else {}
+    figures.update(loaded)
+    hits, misses = loaded.get("fxgraph_cache_hit", 0), loaded.get("fxgraph_cache_miss", 0)
+    ok = done.returncode == 0 and hits > 0 and misses == 0
+    why = "" if done.returncode == 0 else f": {done.stderr.strip()[-400:]}"
+    line = (f"{verdict(ok)} the artefact of {block.get('key')} loads on {where} in a fresh "
+            f"process: {hits} FX graph cache hits, {misses} misses{why}")  # fmt: skip
+    return Found([line], figures)
+
+
+def portable_elsewhere(where: str) -> Found:
     with tempfile.TemporaryDirectory() as folder:
-        out = _cli("search", "--model", "toy-64", "--device", "cuda:1", "--granularity", "full",
-                   "--backend", "inductor", "--mode", "default", "--options", "none",
-                   "--dynamic", "none", "--fullgraph", "false", "--trials", "1",
-                   "--no-progress", "--no-confirm", "--study", "elsewhere", "--out",
-                   "best.json", cwd=folder)  # fmt: skip
+        out = _cli(*PORTABLE, cwd=folder)
         if out.returncode != 0:
-            return [f"FAIL search on cuda:1: {out.stderr[-500:]}"]
-        code = ("import autotune,torch,warnings;from autotune.catalog import ModelRef,build;"
-                "from autotune.workload import Workload;"
-                "m,i=build(ModelRef('toy-64'),Workload(device='cuda:0'));"
-                "warnings.simplefilter('error');"
-                "autotune.apply(m,'best.json',trust_artifact=True)(*i);print('hit')")  # fmt: skip
-        done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True,
-                              text=True, timeout=900)  # fmt: skip
-        ok = done.returncode == 0 and "hit" in done.stdout
-        return [f"{'PASS' if ok else 'FAIL'} an artefact made on cuda:1 loads and hits on "
-                f"cuda:0 {done.stderr[-300:] if not ok else ''}"]  # fmt: skip
+            return Found([f"FAIL search on cuda:1: {out.stderr[-500:]}"])
+        return portable_verdict(Path(folder), where)
 
 
-def two_workers(where: str) -> list[str]:
+def two_workers(where: str) -> Found:
+    from autotune.storage import Store
+
     with tempfile.TemporaryDirectory() as folder:
-        argv = ["search", "--model", "toy-64", "--device", "cuda", "--backend", "inductor,eager",
-                "--granularity", "none,full,regional", "--options", "none", "--trials", "6",
-                "--workers", "2", "--no-progress", "--json"]  # fmt: skip
-        out = _cli(*argv, cwd=folder)
-        ok = out.returncode == 0
-        measured = json.loads(out.stdout)["measured"] if ok else 0
-        return [f"{'PASS' if ok else 'FAIL'} search --workers 2: {measured} measured "
-                f"{out.stderr[-300:] if not ok else ''}"]  # fmt: skip
+        out = _cli(*WORKERS, cwd=folder)
+        if out.returncode != 0:
+            return Found([f"FAIL search --workers 2: exit {out.returncode}: {out.stderr[-300:]}"])
+        try:
+            result = json.loads(out.stdout)
+        except json.JSONDecodeError as exc:
+            return Found([f"FAIL search --workers 2 --json printed more than its JSON ({exc}): "
+                          f"{out.stdout[:300]!r}"])  # fmt: skip
+        store = Store(f"sqlite:///{folder}/studies/autotune.db")
+        workers = {c.worker for c in store.claims("two") if c.key != "none"}
+        store.engine.dispose()
+        ok = result["measured"] >= 2 and len(workers) == 2
+        figures = {"measured": result["measured"], "workers": len(workers),
+                   "chosen": result["chosen"]}  # fmt: skip
+        return Found([f"{verdict(ok)} search --workers 2: {result['measured']} measured by "
+                      f"{len(workers)} workers, chosen {result['chosen']}"], figures)  # fmt: skip
+
+
+def eager_beside_graphs(where: str) -> Found:
+    import torch
+
+    import autotune
+
+    workload = dataclasses.replace(POOLED_WORKLOAD, device=where)
+    model, inputs = catalog.build(POOLED, workload)
+    memory = device.PeakMemory(where)
+
+    def eager() -> None:
+        with torch.no_grad():
+            model(*inputs)
+
+    eager()
+    memory.reset()
+    eager()
+    before = memory.peak_mb()
+    compiled = autotune.apply(model, OVERHEAD)
+    with torch.no_grad():
+        for _ in range(3):  # the compile, the recording, a replay
+            compiled(*inputs)
+    memory.reset()
+    eager()
+    beside, without = memory.peak_mb(), memory.peak_mb(pools=False)
+    here = {"before_graphs_mb": before, "beside_graphs_mb": beside, "without_pools_mb": without,
+            "pools_mb": beside - without}  # fmt: skip
+    seen = beside - before > SAME_MB  # the pool shows: the old reading would fail this check
+    ok = seen and abs(without - before) <= SAME_MB
+    lines = [f"{verdict(ok)} in one process, eager's peak {before:.0f} MiB before CUDA graphs, "
+             f"{without:.0f} MiB beside them without their pools ({beside - without:.0f} MiB; "
+             f"{beside:.0f} MiB with them)"]  # fmt: skip
+    del compiled
+    torch._dynamo.reset()
+    trials = {"overhead": OVERHEAD, "plain": Strategy.create("full", "inductor")}
+    found = {name: measure(POOLED, workload, s, COLD) for name, s in trials.items()}
+    peaks = {name: memory_of(m) for name, m in found.items()}
+    graphs, plain = peaks["overhead"], peaks["plain"]
+    ran = all(m.ok and m.memory for m in found.values())
+    eager_same = ran and abs(graphs["eager_peak_mb"] - plain["eager_peak_mb"]) <= max(
+        SAME_MB, 0.01 * plain["eager_peak_mb"]
+    )
+    counted = ran and graphs["compiled_peak_mb"] > graphs["eager_peak_mb"]
+    lines.append(f"{verdict(eager_same and counted)} trials: reduce-overhead eager "
+                 f"{graphs['eager_peak_mb'] or 0:.0f} MiB, compiled "
+                 f"{graphs['compiled_peak_mb'] or 0:.0f} MiB; plain Inductor eager "
+                 f"{plain['eager_peak_mb'] or 0:.0f} MiB, compiled "
+                 f"{plain['compiled_peak_mb'] or 0:.0f} MiB "
+                 f"{' '.join(why_failed(m) for m in found.values())}")  # fmt: skip
+    return Found(lines, {"in_process": here, "trials": peaks})
 
 
 def plan() -> list[Check]:
@@ -261,42 +452,72 @@ def plan() -> list[Check]:
     bf16 = Workload(device="cpu", dtype="bfloat16")
     gen = Workload(device="cpu", dtype="bfloat16", kind="generate", new_tokens=4)
     short = ModelRef("gemma-2b", layers=1)
+    toy = ModelRef("toy-64", layers=1)
     return [
         Check("CUDA events vs perf_counter", [], events_agree),
-        Check("reduce-overhead on toy-64", [(ModelRef("toy-64", layers=1), one)], cuda_graphs),
+        Check("reduce-overhead on toy-64", [(toy, one)], cuda_graphs),
         Check(
             "llama-3.2-1b beside Accelerate",
             [(ModelRef("llama-3.2-1b", layers=1), bf16)],
             llama_table,
         ),
-        Check("generate on gemma-2b", [(ModelRef("gemma-2b", layers=1), gen)], generate),
+        Check("generate on gemma-2b", [(short, gen)], generate),
         Check("generate confirmation", [(short, gen)], generate_confirmation),
         Check("apply_generation", [(short, gen)], generation_applied),
-        Check(
-            "precompiled CUDA graphs",
-            [(ModelRef("toy-64", layers=1), one)],
-            precompiled_cuda_graphs,
-        ),
+        Check("precompiled CUDA graphs", [(toy, one)], precompiled_cuda_graphs),
         Check(
             "portable start on another index",
-            [(ModelRef("toy-64", layers=1), one)],
+            [(toy, one)],
             portable_elsewhere,
             gpus=2,
+            commands=[PORTABLE, load_command("FOLDER", "cuda:0")],
         ),
-        Check("search --workers 2", [(ModelRef("toy-64", layers=1), one)], two_workers, gpus=2),
+        Check("search --workers 2", [(toy, one)], two_workers, gpus=2, commands=[WORKERS]),
+        Check("a traffic with reduce-overhead", [(short, TRAFFIC)], traffic),
         Check(
-            "a traffic with reduce-overhead", [(ModelRef("gemma-2b", layers=1), TRAFFIC)], traffic
+            "eager's peak beside CUDA graphs",
+            [(POOLED, dataclasses.replace(POOLED_WORKLOAD, device="cpu"))],
+            eager_beside_graphs,
         ),
     ]
 
 
-def dry_run(checks: list[Check]) -> int:
-    """What can be checked without a GPU: the plan's strategies and workloads parse, its models
-    build at one layer, its commands parse."""
-    from autotune.cli import build_parser
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dry-run", action="store_true", help="check the plan on any machine")
+    p.add_argument("--out", default="gpu-acceptance.json", help="where the JSON report goes")
+    p.add_argument("--only", default="", help="run these checks alone, by number: 1,2,10")
+    p.add_argument("--table", nargs="+", metavar="REPORT", help="print the Markdown table of "
+                   "these reports (one or more --out files) and exit")  # fmt: skip
+    # check 8's fresh process (load_command)
+    p.add_argument("--load-portable", metavar="FOLDER", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cuda:0", help=argparse.SUPPRESS)
+    return p
 
+
+def parse_command(argv: list[str]) -> None:
+    """Parse one command line of the plan as the program it names would (autotune's, or this
+    script's); an ``autotune search`` also builds its study spec from the line on this
+    machine's CPU, so a bad value in the space fails here too."""
+    if argv and argv[0] == sys.executable:
+        parser().parse_args(argv[2:])
+        return
+    from autotune.cli import build_parser
+    from autotune.search.spec import StudySpec
+
+    args = build_parser().parse_args(argv)
+    if args.command == "search":
+        flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
+        spec = StudySpec.from_sources(args.space, **{**flags, "device": "cpu"})
+        spec.space.validate("cpu")
+        catalog.check(spec.model, spec.workload)
+
+
+def dry_run(checks: list[tuple[int, Check]]) -> int:
+    """What can be checked without a GPU: the plan's strategies and workloads parse, its models
+    build at one layer, every command line it runs parses."""
     users: dict[tuple[ModelRef, Workload], list[str]] = {}
-    for check in checks:
+    for _, check in checks:
         for pair in check.models:
             users.setdefault(pair, []).append(check.name)
     for (ref, workload), names in users.items():  # each model once, however many checks use it
@@ -310,51 +531,95 @@ def dry_run(checks: list[Check]) -> int:
     if "without CUDA graphs" not in ahead.not_applicable("precompiled", refused, "inference", 0):
         print("dry run: a precompiled CUDA-graph start would not be refused")
         return 1
-    parser = build_parser()
-    parser.parse_args(["search", "--model", "toy-64", "--device", "cuda:1", "--trials", "1"])
-    parser.parse_args(["search", "--model", "toy-64", "--workers", "2", "--json"])
+    for number, check in checks:
+        for argv in check.commands:
+            parse_command(argv)
+            shown = argv[1:] if argv[0] == sys.executable else ["autotune", *argv]
+            print(f"parsed check {number}'s command: {' '.join(shown)}")
     print("dry run: the plan is sound")
     return 0
 
 
+def machine() -> dict[str, Any]:
+    """What the report's numbers were measured on."""
+    import platform
+
+    from autotune.environment import fingerprint
+
+    found = fingerprint("cuda:0" if device.count() else "cpu")
+    keep = ("device_name", "capability", "driver", "triton", "torch", "cuda", "cpu", "cpu_count")
+    when = datetime.date.today().isoformat()
+    return {**{k: found.get(k) for k in keep}, "gpus": device.count(),
+            "python": platform.python_version(), "date": when}  # fmt: skip
+
+
+def table(reports: list[dict[str, Any]]) -> str:
+    """The Markdown table of one or more reports' checks, by number (a later report's check
+    replaces an earlier one's)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for report in reports:
+        for check in report["checks"]:
+            rows[check["number"]] = check
+    out = ["| check | result |", "| --- | --- |"]
+    for number in sorted(rows):
+        c = rows[number]
+        if c.get("skipped"):
+            result = f"not run: {c['skipped']}"
+        else:
+            said = [line.removeprefix("PASS ").removeprefix("FAIL ") for line in c["lines"]
+                    if line.startswith(("PASS", "FAIL"))]  # fmt: skip
+            result = f"{'PASS' if c['passed'] else 'FAIL'}: {'; '.join(said)}"
+        out.append(f"| {number}. {c['name']} | {result.replace('|', '/')} |")
+    return "\n".join(out)
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dry-run", action="store_true", help="check the plan on any machine")
-    p.add_argument("--out", default="gpu-acceptance.json", help="where the results go")
-    p.add_argument("--only", default="", help="run these checks alone, by number: 1,2,10")
+    p = parser()
     args = p.parse_args()
-    checks = plan()
+    if args.load_portable:
+        print(json.dumps(load_portable(args.load_portable, args.device)))
+        return 0
+    if args.table:
+        print(table([json.loads(Path(f).read_text()) for f in args.table]))
+        return 0
+    checks = list(enumerate(plan(), 1))
     if args.only:
         try:
-            chosen = sorted({int(n) for n in args.only.split(",")})
+            chosen = {int(n) for n in args.only.split(",")}
         except ValueError:
             p.error(f"--only takes check numbers 1..{len(checks)} separated by commas")
         if not all(1 <= n <= len(checks) for n in chosen):
             p.error(f"--only takes check numbers 1..{len(checks)}")
-        checks = [checks[n - 1] for n in chosen]
+        checks = [(n, c) for n, c in checks if n in chosen]
     if args.dry_run:
         return dry_run(checks)
     gpus = device.count()
     if not gpus:
         print("no CUDA device: run with --dry-run, or on a GPU machine")
         return 1
-    results, failed = {}, 0
-    for check in checks:
+    report: dict[str, Any] = {"machine": machine(), "checks": [], "failed": 0}
+    for number, check in checks:
+        entry: dict[str, Any] = {"number": number, "name": check.name}
         if check.gpus > gpus:
-            print(f"SKIP {check.name}: needs {check.gpus} GPUs, {gpus} visible")
-            continue
-        start = time.perf_counter()
-        try:
-            lines = check.run("cuda:0")
-        except Exception as exc:  # one check's crash is that check's FAIL, not the run's end
-            lines = [f"FAIL {check.name}: {type(exc).__name__}: {str(exc)[:500]}"]
-        failed += sum(line.startswith("FAIL") for line in lines)
-        results[check.name] = lines
-        print(f"== {check.name} ({time.perf_counter() - start:.0f} s)")
-        print("\n".join(lines), flush=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
-    print(f"{failed} failed; results in {args.out}")
-    return failed
+            entry.update(passed=None, skipped=f"needs {check.gpus} GPUs, {gpus} visible")
+            print(f"SKIP {check.name}: {entry['skipped']}")
+        else:
+            start = time.perf_counter()
+            try:
+                found = check.run("cuda:0")
+            except Exception as exc:  # one check's crash is that check's FAIL, not the run's end
+                found = Found([f"FAIL {check.name}: {type(exc).__name__}: {str(exc)[:500]}"])
+            seconds = time.perf_counter() - start
+            entry.update(passed=found.passed, seconds=round(seconds, 1), lines=found.lines,
+                         figures=found.figures)  # fmt: skip
+            report["failed"] += sum(line.startswith("FAIL") for line in found.lines)
+            print(f"== {number}. {check.name} ({seconds:.0f} s)")
+            print("\n".join(found.lines), flush=True)
+        report["checks"].append(entry)
+        Path(args.out).write_text(json.dumps(report, indent=2, default=str))  # after each check
+    print(table([report]))
+    print(f"{report['failed']} failed; report in {args.out}")
+    return int(report["failed"])
 
 
 if __name__ == "__main__":

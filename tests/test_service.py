@@ -469,7 +469,7 @@ def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     assert (again.held, again.open) == (1, True)
     here = {"torch": torch.__version__, "device": "cpu", "device_name": cpu_model(),
             "cuda": torch.version.cuda}  # fmt: skip
-    queue = Queue(store, device_for(None), lambda d: here, allowed_by([]))
+    queue = Queue(store, device_for(None), lambda d, dtype: here, allowed_by([]))
     assert queue.next() is not None and queue.next().name == "q"  # type: ignore[union-attr]
     assert queue.next(exclude=["q"]) is None
     other = Store(url)

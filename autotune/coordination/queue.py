@@ -60,12 +60,14 @@ def progress(store: Store, name: str, keys: set[str], budget: int) -> Progress:
 class Queue:
     """One worker's view of the queue. ``device_for`` maps a study's device to the one this
     worker would measure it on (None: not here, e.g. a CUDA study on a CPU machine);
-    ``environment`` gives this machine's fingerprint on a device; ``allowed`` says whether the
-    code a spec names may run here (a reason when not)."""
+    ``environment`` gives this machine's fingerprint on a device for a dtype, as a trial of
+    the study would run (a float32 study's trials on a GPU at TF32: :func:`autotune.environment.
+    fingerprint`); ``allowed`` says whether the code a spec names may run here (a reason when
+    not)."""
 
     store: Store
     device_for: Callable[[str], str | None]
-    environment: Callable[[str], dict[str, Any]]
+    environment: Callable[[str, str | None], dict[str, Any]]
     allowed: Callable[[dict[str, Any]], str | None]
 
     def __post_init__(self) -> None:
@@ -76,11 +78,13 @@ class Queue:
         """Why this worker cannot take ``study`` (None when it can)."""
         if not study.spec:
             return "it has no spec"
-        device = self.device_for(str((study.spec.get("workload") or {}).get("device", "cpu")))
+        workload = study.spec.get("workload") or {}
+        device = self.device_for(str(workload.get("device", "cpu")))
         if device is None:
             return "its device is not on this machine"
+        dtype = str(workload.get("dtype", "float32"))  # as its trials run (Workload's default)
         if study.environment and comparable(study.environment) != comparable(
-            self.environment(device)
+            self.environment(device, dtype)
         ):
             return "its hardware or torch differs from this machine's"
         return self.allowed(study.spec)
