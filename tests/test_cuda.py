@@ -59,7 +59,8 @@ def test_regional_reduce_overhead_runs_and_matches_eager() -> None:
 @pytest.mark.gpu
 @needs_cuda
 def test_apply_generation_replays_cuda_graphs_with_the_cache_allocated_first() -> None:
-    """Issue 30 item 1 on a real GPU: no CUDA-graph fallback, eager's tokens, twice."""
+    """The KV cache allocated before the compiled prefill, on a real GPU: no CUDA-graph
+    fallback, eager's tokens, twice."""
     import autotune
     from tests import models
 

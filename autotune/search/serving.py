@@ -81,6 +81,7 @@ def serve(
     allow = list(allow)
     store = Store(storage)
     store.retry = True  # the queue's own reads wait out an outage, as a search does
+    # this machine's fingerprint for a study's device and dtype, as its trials would run here
     queue = Queue(store, device_for(device), functools.cache(fingerprint), allowed_by(allow))
     served = Served()
     left: dict[str, float] = {}  # studies left with nothing to do here, and when

@@ -1,0 +1,139 @@
+"""A trial's peak memory on a GPU, on a CPU: only torch's lowest CUDA layer is stood in for (the
+caching allocator's stats, its snapshot, the cache, the device), never autotune's code."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from autotune import device
+from autotune.catalog import ModelRef
+from autotune.strategy.strategy import Strategy
+from autotune.trial.measurement import Latency, Measurement
+from autotune.trial.request import Request
+from autotune.trial.scenarios.base import Scenario, TrialContext
+from autotune.workload import Workload
+
+MiB = 2**20
+WEIGHTS, CALL, POOL = 100, 10, 40  # MiB: the model, one call's transients, the graphs' pool
+
+
+class Allocator:
+    """The CUDA caching allocator as its stats and snapshot report it, in MiB: live tensors and
+    what calls left cached in the default pool, CUDA graphs' private pools (which no
+    ``empty_cache`` frees while the graphs live), and the reserved peak since the last reset."""
+
+    def __init__(self) -> None:
+        self.live, self.cached, self.peak = WEIGHTS, 0, 0
+        self.pools: dict[tuple[int, int], int] = {}
+
+    def reserved(self) -> int:
+        return self.live + self.cached + sum(self.pools.values())
+
+    def empty(self) -> None:
+        self.cached = 0
+
+    def reset(self, index: int | None = None) -> None:
+        self.peak = self.reserved()
+
+    def call(self, transient: int) -> None:
+        """A call whose tensors need ``transient`` MiB for a moment, then go back to the cache."""
+        self.cached = max(self.cached, transient)
+        self.peak = max(self.peak, self.reserved())
+
+    def record(self) -> None:
+        """A CUDA graph's recording: its memory is a private pool from now on."""
+        self.pools[(0, 1)] = POOL
+        self.peak = max(self.peak, self.reserved())
+
+    def stats(self, index: int | None = None) -> dict[str, Any]:
+        return {"reserved_bytes": {"all": {"peak": self.peak * MiB}},
+                "allocated_bytes": {"all": {"peak": self.live * MiB}}}  # fmt: skip
+
+    def snapshot(self, *_: Any) -> dict[str, Any]:
+        default = {"device": 0, "segment_pool_id": (0, 0),
+                   "total_size": (self.live + self.cached) * MiB}  # fmt: skip
+        pools = [{"device": 0, "segment_pool_id": pool, "total_size": mb * MiB}
+                 for pool, mb in self.pools.items()]  # fmt: skip
+        return {"segments": [default, *pools], "device_traces": []}
+
+
+@pytest.fixture
+def allocator(monkeypatch: pytest.MonkeyPatch) -> Allocator:
+    """torch's lowest CUDA layer, as one GPU would answer, its allocator held by ``Allocator``."""
+    found = Allocator()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_exchange_device", lambda index: 0)
+    monkeypatch.setattr(torch.cuda, "_maybe_exchange_device", lambda index: 0)
+    for name, fn in (("_cuda_getDevice", lambda: 0), ("_cuda_synchronize", lambda: None),
+                     ("_cuda_emptyCache", found.empty),
+                     ("_cuda_resetPeakMemoryStats", found.reset),
+                     ("_cuda_memoryStats", found.stats),
+                     ("_cuda_memorySnapshot", found.snapshot)):  # fmt: skip
+        monkeypatch.setattr(torch._C, name, fn, raising=False)
+    return found
+
+
+class Pooled(Scenario):
+    """A ``reduce-overhead`` trial as the allocator sees it: each eager call needs ``CALL`` MiB
+    for a moment; the compiled side's first call compiles (the same), its second records a CUDA
+    graph whose pool then holds its memory, and its replays allocate nothing more."""
+
+    def __init__(self, ctx: TrialContext, allocator: Allocator) -> None:
+        super().__init__(ctx)
+        self.allocator = allocator
+
+    def setup(self) -> None:
+        self.model = torch.nn.Linear(2, 2)
+
+    def first(self) -> None:
+        self.allocator.call(CALL)  # eager's first call
+        self.allocator.call(CALL)  # the compile
+        self.allocator.record()  # the second call records the graph
+        self.ctx.result.compile_s = 1.0
+
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        return {"eager": lambda: self.allocator.call(CALL), "compiled": lambda: None}
+
+    def timer(self, call: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start + 1e-6
+
+    def record(self, samples: dict[str, list[Any]]) -> None:
+        self.ctx.result.eager_latency = Latency.from_samples(samples["eager"])
+        self.ctx.result.latency = Latency.from_samples(samples["compiled"])
+
+
+def test_eager_s_peak_leaves_out_the_compiled_side_s_cuda_graph_pool(allocator) -> None:
+    """Eager's peak was read in the process where the compiled side's graphs live, and
+    ``empty_cache`` cannot free a live pool: every reduce-overhead trial's eager peak carried
+    the graphs, and "compiled against eager" understated what compiling costs in memory."""
+    strategy = Strategy.create("full", "inductor", "reduce-overhead")
+    workload, ref = Workload(device="cuda:0"), ModelRef("toy-64", layers=1)
+    request = Request("trial", strategy, ref, workload, iters=3, warmup=2)
+    result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok")
+    ctx = TrialContext(request, strategy, workload, ref, result, device.PeakMemory("cuda:0"))
+    m = Pooled(ctx, allocator).run()
+    assert m.memory is not None and m.memory.kind == "cuda-max-reserved"
+    assert m.memory.eager_peak_mb == WEIGHTS + CALL  # not WEIGHTS + CALL + POOL
+    assert m.memory.compiled_peak_mb == WEIGHTS + POOL  # the compiled side keeps its graphs'
+    assert allocator.pools  # the pool was live all along: nothing freed it
+
+
+def test_the_pools_are_read_from_the_allocator_s_segments(allocator) -> None:
+    peak = device.PeakMemory("cuda:0")
+    allocator.record()
+    peak.reset()
+    allocator.call(CALL)
+    assert peak.peak_mb() == WEIGHTS + CALL + POOL
+    assert peak.peak_mb(pools=False) == WEIGHTS + CALL
+    assert device.PeakMemory("cpu").peak_mb(pools=False) > 0  # a CPU has no pools to leave out
