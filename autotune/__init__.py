@@ -2,8 +2,9 @@
 
 The public API:
 
-- :func:`tune`: search how to compile a model, confirm the pick and export it (what
-  ``autotune search`` runs);
+- :func:`tune`: search how to compile a model, confirm the pick and export it, as one
+  :class:`Tuning` run (open, run with a listener, finish: what ``autotune search`` and every
+  queue worker run);
 - :func:`measure`: one :class:`Strategy` on one model (:class:`ModelRef`) and
   :class:`Workload`, cold, in a fresh process, as a :class:`Measurement`;
 - :func:`apply` and :func:`apply_generation`: compile a model (or its ``generate``) as a
@@ -24,7 +25,7 @@ from autotune.errors import (
     NotApplicable,
 )
 from autotune.ship.apply import apply, apply_generation, load_plugin
-from autotune.ship.tune import Tuned, tune
+from autotune.ship.tune import Tuned, Tuning, tune
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure
@@ -41,6 +42,7 @@ __all__ = [
     "Settings",
     "Strategy",
     "Tuned",
+    "Tuning",
     "Workload",
     "apply",
     "apply_generation",

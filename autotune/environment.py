@@ -6,7 +6,7 @@ import os
 import platform
 from typing import Any
 
-from autotune import device as devices
+import autotune.device
 
 
 def cpu_model() -> str:
@@ -112,4 +112,4 @@ def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }
-    return {**env, **devices.fingerprint(device, dtype)}
+    return {**env, **autotune.device.fingerprint(device, dtype)}

@@ -8,12 +8,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from autotune import fields as config
-from autotune import traffic as traffics
+import autotune.device
+import autotune.traffic
+from autotune import fields
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
-from autotune.starts.kinds import DEFAULT as START_KINDS
-from autotune.starts.kinds import parse as parse_starts
+from autotune.starts.kinds import DEFAULT, parse
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")
@@ -25,12 +25,12 @@ class Workload:
     """The input shape, precision, device and step that every trial of a study measures."""
 
     batch_size: int = option(1, "inputs per call, or a spread of them (1..8, 1,4,8): a traffic",
-                             read=traffics.whole_or_spread(1))  # fmt: skip
+                             read=autotune.traffic.whole_or_spread(1))  # fmt: skip
     seq_len: int = option(
         32,
         "tokens per input, or a spread of them: 16..512 (log-uniform, "
         "seeded) or 32,128,512 (a traffic)",
-        read=traffics.whole_or_spread(1),
+        read=autotune.traffic.whole_or_spread(1),
     )
     dtype: str = option("float32", "float32, bfloat16 or float16", read=text())
     device: str = option("cpu", DEVICE_HELP, read=text())  # the command line's: auto
@@ -42,14 +42,14 @@ class Workload:
         (),
         "FILE: the requests a deployment serves, in order (JSON lines or CSV with batch_size "
         "and seq_len); each strategy is measured over them",
-        read=traffics.read,
+        read=autotune.traffic.read,
     )
     requests: int | None = option(None, "the traffic's requests played in a trial (default "
-                                  f"{traffics.DEFAULT_REQUESTS} for a spread, a file's all)",
-                                  read=whole(1), cli_type=int)  # fmt: skip
+                                  f"{autotune.traffic.DEFAULT_REQUESTS} for a spread, a file's "
+                                  "all)", read=whole(1), cli_type=int)  # fmt: skip
 
     def __post_init__(self) -> None:
-        config.validate(self)
+        fields.validate(self)
         self._draw_traffic()
         if self.dtype not in DTYPES:
             raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
@@ -67,11 +67,11 @@ class Workload:
         """Spreads become requests; a traffic's most frequent shape becomes the workload's
         shape (what one-shape readers of it see)."""
         requests = self.traffic
-        if traffics.is_spread(self.batch_size) or traffics.is_spread(self.seq_len):
+        if autotune.traffic.is_spread(self.batch_size) or autotune.traffic.is_spread(self.seq_len):
             if requests:
                 raise ConfigError("give a traffic file or spreads of --seq-len/--batch-size, "
                                   "not both")  # fmt: skip
-            requests = traffics.draw(self.batch_size, self.seq_len, self.requests)
+            requests = autotune.traffic.draw(self.batch_size, self.seq_len, self.requests)
         elif requests and self.requests:
             requests = requests[: self.requests]
         if not requests:
@@ -79,7 +79,7 @@ class Workload:
         if self.kind != "inference":
             raise ConfigError(f"a traffic is measured for the inference workload; the {self.kind} "
                               "workload measures one shape")  # fmt: skip
-        shape = traffics.distinct(requests)[0][0]
+        shape = autotune.traffic.distinct(requests)[0][0]
         for name, value in zip(("batch_size", "seq_len", "traffic", "requests"),
                                (*shape, tuple(requests), None), strict=True):  # fmt: skip
             object.__setattr__(self, name, value)
@@ -89,7 +89,7 @@ class Workload:
         """The distinct ``(batch_size, seq_len)`` shapes served: the traffic's, or the one."""
         if not self.traffic:
             return [(self.batch_size, self.seq_len)]
-        return [shape for shape, _ in traffics.distinct(self.traffic)]
+        return [shape for shape, _ in autotune.traffic.distinct(self.traffic)]
 
     def at(self, shape: tuple[int, int]) -> Workload:
         """This workload at one shape, without its traffic (to build inputs of that shape)."""
@@ -98,9 +98,7 @@ class Workload:
     @classmethod
     def create(cls, device: str = "auto", **fields: Any) -> Workload:
         """Build a workload, resolving ``auto`` and checking the device against this machine."""
-        from autotune import device as devices
-
-        return cls(device=devices.resolve(device), **fields)
+        return cls(device=autotune.device.resolve(device), **fields)
 
     @property
     def torch_dtype(self) -> Any:
@@ -156,9 +154,9 @@ class Settings:
     seed: int = option(0, "seed of the random weights, inputs and sampler", read=whole(),
                        cli_type=int)  # fmt: skip
     starts: tuple[str, ...] = option(
-        START_KINDS,
+        DEFAULT,
         "the starts each trial measures: cold, then any of warm, portable, precompiled, aot",
-        read=parse_starts,
+        read=parse,
     )
     tolerance: float = option(1.0, "scales the accuracy gate: 2 is twice as lenient, 0.5 twice "
                               "as strict (see autotune/trial/accuracy.py)", read=positive,
@@ -169,7 +167,7 @@ class Settings:
     least: int = 0
 
     def __post_init__(self) -> None:
-        config.validate(self)
+        fields.validate(self)
 
 
 def describe(workload: dict[str, Any]) -> str:
@@ -180,5 +178,6 @@ def describe(workload: dict[str, Any]) -> str:
         line += f" · {workload.get('new_tokens')} new tokens"
     if workload.get("traffic"):
         line = (f"{workload.get('kind', 'inference')} · traffic of "
-                f"{traffics.describe(workload['traffic'])} · {workload.get('dtype')}")  # fmt: skip
+                f"{autotune.traffic.describe(workload['traffic'])} · "
+                f"{workload.get('dtype')}")  # fmt: skip
     return line

@@ -57,9 +57,7 @@ class DatabaseClock:
 
 
 def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> None:
-    import autotune.search.loop as loop
-    import autotune.search.step as st
-    from autotune.search import join
+    from autotune.search import join, loop, step
     from autotune.storage import Store
     from autotune.trial.measurement import Measurement
 
@@ -85,13 +83,13 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
 
     search.measure = measure  # type: ignore[method-assign]
     steps = [0]
-    step = st.step
+    original = step.step
 
     def counted(*args):  # type: ignore[no-untyped-def]
         steps[0] += 1
-        return step(*args)
+        return original(*args)
 
-    st.step = counted  # type: ignore[assignment]
+    step.step = counted  # type: ignore[assignment]
     clock = DatabaseClock()
     start = time.perf_counter()
     outcome = loop.run(search)

@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune import catalog, device  # noqa: E402
 from autotune.catalog import ModelRef  # noqa: E402
-from autotune.starts import precompiled as ahead  # noqa: E402
+from autotune.starts import precompiled  # noqa: E402
 from autotune.strategy.strategy import Strategy  # noqa: E402
 from autotune.trial.parent import confirm, measure  # noqa: E402
 from autotune.workload import Settings, Workload  # noqa: E402
@@ -326,7 +326,7 @@ def load_portable(folder: str, where: str) -> dict[str, Any]:
     import torch
 
     import autotune
-    from autotune.starts import later as starts
+    from autotune.starts import later
 
     torch.set_float32_matmul_precision("high")
     path = Path(folder) / "best.json"
@@ -339,7 +339,7 @@ def load_portable(folder: str, where: str) -> dict[str, Any]:
         compiled = autotune.apply(model, str(path), trust_artifact=True)
         with torch.no_grad():
             compiled(*inputs)
-    return {**starts.cache_counters(), "other_warnings": [str(w.message)[:200] for w in others]}
+    return {**later.cache_counters(), "other_warnings": [str(w.message)[:200] for w in others]}
 
 
 def portable_verdict(folder: Path, where: str) -> Found:
@@ -528,7 +528,9 @@ def dry_run(checks: list[tuple[int, Check]]) -> int:
     for s in ("full", "regional"):
         Strategy.create(s, "inductor", "reduce-overhead").validate()
     refused = Strategy.create("full", "inductor", "reduce-overhead", fullgraph=True)
-    if "without CUDA graphs" not in ahead.not_applicable("precompiled", refused, "inference", 0):
+    if "without CUDA graphs" not in precompiled.not_applicable(
+        "precompiled", refused, "inference", 0
+    ):
         print("dry run: a precompiled CUDA-graph start would not be refused")
         return 1
     for number, check in checks:

@@ -46,15 +46,12 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def toy_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Search]:
     """One finished toy-64 study (TPE, 10 measured strategies), shared by a test module."""
     folder = tmp_path_factory.mktemp("study")
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AUTOTUNE_STUDIES", str(folder / "studies"))  # its caches go there
         spec = fast_spec(trials=10, granularity="none,full,regional,nested")
         search = open_search(spec, f"sqlite:///{folder}/t.db")
         search.outcome = run(search)  # type: ignore[attr-defined]
-        yield search
-    finally:
-        os.chdir(old)
+    yield search
 
 
 @pytest.fixture(scope="session")

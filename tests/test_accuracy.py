@@ -10,7 +10,7 @@ from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy
 from autotune.trial.parent import run_trial
-from autotune.trial.reference import make as make_reference
+from autotune.trial.reference import make
 from autotune.trial.scenarios.generate import check_tokens
 from autotune.trial.scenarios.precise import choose
 from autotune.workload import Settings, Workload
@@ -162,7 +162,7 @@ def test_a_deep_bf16_inductor_compile_fails_the_eager_check_and_passes_the_refer
     """160 residual blocks in bfloat16: Inductor fuses each block's norm and GELU, so its
     rounding differs from eager's. The element-wise check against eager fails hundreds of
     elements; against a float64 reference the compiled output is no worse than eager's."""
-    reference = make_reference(DEEP, BF16, QUICK)
+    reference = make(DEEP, BF16, QUICK)
     assert reference.dtype == "float64" and reference.path
     m = run_trial(DEEP, BF16, Strategy.create("regional", "inductor"), QUICK, reference)
     assert m.status == "ok", m.reason + m.log_tail
@@ -186,7 +186,7 @@ def test_train_compares_the_same_optimizer_step() -> None:
             "model": ModelRef("toy-64", layers=4).to_dict(),
             "workload": Workload(device="cpu", kind="train").to_dict(),
             "iters": 1, "warmup": 0, "seed": 0}  # fmt: skip
-    ref = make_reference(ModelRef("toy-64", layers=4), Workload(device="cpu", kind="train"))
+    ref = make(ModelRef("toy-64", layers=4), Workload(device="cpu", kind="train"))
     assert ref.dtype == "float64"
     spec.update(reference=ref.path, reference_dtype=ref.dtype)
     trial = Train(begin(Request.from_dict(spec)))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.starts import precompiled as ahead
+from autotune.starts import precompiled
 from autotune.starts.precompiled import not_applicable
 from autotune.strategy.strategy import Strategy
 
@@ -70,12 +70,12 @@ def test_a_precompiled_function_loads_with_the_process_s_cuda_graphs_not_the_str
     overhead = Strategy.create("full", "inductor", "reduce-overhead")
     path = str(tmp_path / "f.bin")
     torch._dynamo.reset()
-    assert "error" not in ahead.build("precompiled", model, (x,), overhead, path)
+    assert "error" not in precompiled.build("precompiled", model, (x,), overhead, path)
     considered = []
     for cudagraphs in (False, True):  # the loading process's switch, nothing else differs
         before = counters["inductor"]["cudagraph_skips"]
         with torch._inductor.config.patch({"triton.cudagraphs": cudagraphs}):
-            fn = ahead.load("precompiled", path, model)
+            fn = precompiled.load("precompiled", path, model)
         considered.append(counters["inductor"]["cudagraph_skips"] - before)
         with torch.no_grad():
             assert torch.allclose(fn(x), model(x))
@@ -89,10 +89,10 @@ def test_the_private_torch_reads_still_work() -> None:
     function each: if torch moves them, this fails loudly instead of reading zero."""
     import torch
 
-    before = ahead.frames_compiled()
+    before = precompiled.frames_compiled()
     torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.ones(3))
-    assert ahead.frames_compiled() == before + 1
-    assert ahead.isa_probes_s() >= 0.0
+    assert precompiled.frames_compiled() == before + 1
+    assert precompiled.isa_probes_s() >= 0.0
 
 
 @pytest.mark.slow
@@ -112,9 +112,9 @@ APPLY = """
 import json, sys, warnings, torch
 import autotune
 from autotune import catalog
-from autotune.starts import precompiled as ahead
+from autotune.starts import precompiled
 from autotune.starts import artifact
-from autotune.ship import exported as use
+from autotune.ship import exported
 from autotune.catalog import ModelRef
 from autotune.workload import Workload
 model, inputs = catalog.build(ModelRef("tests.models:chain"), Workload(device="cpu"))
@@ -123,7 +123,7 @@ with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     warnings.simplefilter("always")
     started = autotune.apply(model, sys.argv[1], trust_artifact=sys.argv[2] == "trust")
     out, expected = started(*inputs), model(*inputs)
-print(json.dumps({"kind": getattr(started, "kind", None), "frames": ahead.frames_compiled(),
+print(json.dumps({"kind": getattr(started, "kind", None), "frames": precompiled.frames_compiled(),
                   "equal": torch.allclose(out, expected, rtol=1e-4, atol=1e-5),
                   "warnings": [str(w.message) for w in caught if issubclass(w.category, ours)]}))
 """

@@ -11,8 +11,7 @@ import torch
 from autotune.choice.selection import candidates
 from autotune.search import Search, deduction, open_search, run
 from autotune.strategy.strategy import Strategy
-from autotune.trial import metrics
-from autotune.trial import parent as runner
+from autotune.trial import metrics, parent
 from autotune.trial.measurement import Graphs, Measurement
 from tests.helpers import fast_spec
 
@@ -85,7 +84,7 @@ def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Pa
     # and it is right: measured for real, an implied strategy (inductor's, unless inductor was
     # the one measured) fails in Dynamo too
     first = Measurement.from_dict(search.store.measurement(search.name, implied[0]).payload)
-    real = runner.measure(search.spec.model, search.spec.workload, first.strategy,
+    real = parent.measure(search.spec.model, search.spec.workload, first.strategy,
                           search.spec.settings)  # fmt: skip
     assert real.status == "failed" and real.stage == "dynamo"
     assert search.measured() == {measured}  # one measured, all the others implied
@@ -95,7 +94,7 @@ def test_a_dynamo_failure_implies_every_backend_fails_and_it_is_right(in_tmp: Pa
 def test_graph_breaks_imply_fullgraph_fails_with_every_backend(in_tmp: Path) -> None:
     spec = fast_spec(model="tests.models:graph_break", layers=None, options="none")
     plain = Strategy.create("full", "eager", None, None, False)
-    broken = runner.measure(spec.model, spec.workload, plain, spec.settings)
+    broken = parent.measure(spec.model, spec.workload, plain, spec.settings)
     assert broken.ok and broken.graphs is not None and broken.graphs.breaks == 1
     members = [Strategy.create("full", b, None, d, f) for b in ("eager", "aot_eager", "inductor")
                for d in (None, True) for f in (False, True)]  # fmt: skip
@@ -106,7 +105,7 @@ def test_graph_breaks_imply_fullgraph_fails_with_every_backend(in_tmp: Path) -> 
     }  # fmt: skip
     told = deduction.deduced(broken, implied[1], "implied")
     assert told.status == "failed" and told.stage == "dynamo" and "1 graph break(s)" in told.reason
-    real = runner.measure(spec.model, spec.workload, implied[1], spec.settings)
+    real = parent.measure(spec.model, spec.workload, implied[1], spec.settings)
     assert real.status == "failed" and real.stage == "dynamo"  # and it is right
 
 

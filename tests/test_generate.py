@@ -146,7 +146,7 @@ def test_the_kv_cache_is_allocated_before_the_first_compiled_call(granularity: s
     (with CUDA graphs, decode then mutates outputs of the prefill's graph, or runs without
     graphs). apply_generation's generate (a fresh lazy cache per call) and the confirmation's
     generation (a lazy cache of new_cache) allocate it before the compiled call."""
-    from autotune.strategy import granularity as compile
+    from autotune.strategy.granularity import generator
 
     model, (prompt,) = models.tiny_llama()
     strategy = Strategy.create(granularity, "eager")
@@ -157,7 +157,7 @@ def test_the_kv_cache_is_allocated_before_the_first_compiled_call(granularity: s
                            return_dict_in_generate=True)  # fmt: skip
         lazy = generate.new_cache(model, GEN)  # as the confirmation's child makes it
         assert not lazy.is_initialized
-        generate.Generation(compile.generator(model, strategy), lazy, prompt, 3, "cpu").run()
+        generate.Generation(generator(model, strategy), lazy, prompt, 3, "cpu").run()
         inside = generate.new_cache(model, GEN)  # first updated inside a compiled call
         generate.Generation(torch.compile(model, backend="eager"), inside, prompt, 3, "cpu").run()
     finally:

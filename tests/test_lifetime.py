@@ -5,7 +5,6 @@ the noise floor it is, wherever a study shows it."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,15 +90,12 @@ def test_a_bad_lifetime_is_refused_in_one_line(
 def small_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Search, str]]:
     """A real toy-64 study: eager and two compiled strategies, the default policy."""
     folder = tmp_path_factory.mktemp("lifetime")
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AUTOTUNE_STUDIES", str(folder / "studies"))  # its caches go there
         url = f"sqlite:///{folder}/t.db"
         search = open_search(fast_spec(trials=3, granularity="none,full"), url)
         run(search)
-        yield search, url
-    finally:
-        os.chdir(old)
+    yield search, url
 
 
 def test_a_real_study_s_verdict_states_its_lifetime_in_serving_time(

@@ -7,8 +7,7 @@ import torch
 
 from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
-from autotune.trial.accuracy import TOLERANCES
-from autotune.trial.accuracy import against_eager as compare
+from autotune.trial.accuracy import TOLERANCES, against_eager
 from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 
@@ -25,21 +24,21 @@ def test_one_small_element_off_fails_although_the_largest_value_would_hide_it(dt
     assert nudge <= atol + rtol * 40.0
     nudged = eager.clone()
     nudged.view(-1)[7] += nudge
-    acc = compare([eager], [nudged], dtype)
+    acc = against_eager([eager], [nudged], dtype)
     assert not acc.passed and acc.mismatched == pytest.approx(1 / eager.numel())
     assert "1 of 16384 elements out of tolerance" in acc.detail
-    assert compare([eager], [eager.clone()], dtype).passed
+    assert against_eager([eager], [eager.clone()], dtype).passed
 
 
 def test_errors_within_each_elements_bound_pass_and_nan_agrees_with_nan() -> None:
     atol, rtol = TOLERANCES["float32"]
     eager = torch.tensor([0.0, 1.0, -100.0, float("nan"), float("inf")])
     within = eager + torch.tensor([0.9 * atol, 0.9 * (atol + rtol), 0.9 * 100 * rtol, 0, 0])
-    acc = compare([eager], [within], "float32")
+    acc = against_eager([eager], [within], "float32")
     assert acc.passed and acc.mismatched == 0.0, acc.detail
     beyond = eager + torch.tensor([4 * atol, 0, 0, 0, 0])
-    assert not compare([eager], [beyond], "float32").passed
-    assert not compare([eager], [torch.tensor([0.0, 1.0, -100.0, 1.0, float("inf")])],
+    assert not against_eager([eager], [beyond], "float32").passed
+    assert not against_eager([eager], [torch.tensor([0.0, 1.0, -100.0, 1.0, float("inf")])],
                        "float32").passed  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.search import sampler as trials
+from autotune.search import sampler
 from autotune.strategy.space import DIMENSIONS, Space
 from autotune.strategy.strategy import Strategy
 
@@ -31,9 +31,9 @@ SPACE = Space.default("cpu").narrow(backend="inductor,aot_eager,eager", dynamic=
 PARAMS = {*DIMENSIONS, "freezing", "cpp_wrapper", "max_autotune"}  # the fields, then the switches
 
 
-def _study(sampler: str, seed: int = 0) -> tuple[optuna.Study, trials.Steered]:
-    trials.quiet_optuna()
-    steered = trials.Steered(trials.base_sampler(sampler, seed, 40), SPACE, seed)
+def _study(name: str, seed: int = 0) -> tuple[optuna.Study, sampler.Steered]:
+    sampler.quiet_optuna()
+    steered = sampler.Steered(sampler.base_sampler(name, seed, 40), SPACE, seed)
     return optuna.create_study(directions=["minimize"] * 2, sampler=steered), steered
 
 

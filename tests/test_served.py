@@ -126,10 +126,10 @@ def test_compile_counts_drop_no_record_past_64() -> None:
 def test_the_accuracy_sample_meets_every_column() -> None:
     logits = torch.arange(4 * 1000, dtype=torch.float64).reshape(1, 4, 1000)
     (sample,) = judged_outputs({"logits": logits})
-    from autotune.trial.scenarios import served as module
+    from autotune.trial.scenarios import served
 
-    assert sample.numel() <= module.SAMPLE
-    small = module.spread_sample(logits, 100)  # stride 40 would meet 25 of the 1000 columns
+    assert sample.numel() <= served.SAMPLE
+    small = served.spread_sample(logits, 100)  # stride 40 would meet 25 of the 1000 columns
     assert small.numel() > 90 and len({int(v) % 1000 for v in small}) == small.numel()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,16 +78,13 @@ def _hand_built(url: str, folder: Path) -> bytes:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     folder = tmp_path_factory.mktemp("site")
     url = f"sqlite:///{folder}/s.db"
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AUTOTUNE_STUDIES", str(folder / "studies"))  # its caches go there
         spec = fast_spec(trials=3, layers=2, granularity="none,full", dynamic="none",
                          fullgraph="false", iters=3, study="real")  # fmt: skip
         search = open_search(spec, url)
         run(search)
         export.export(search.store, "real", "knee", "accelerate", str(folder / "best.json"))
-    finally:
-        os.chdir(old)
     data = _hand_built(url, folder)
     models = folder / "models"
     (models / "tiny-gpt2").mkdir(parents=True)

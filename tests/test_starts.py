@@ -183,7 +183,7 @@ import json, sys, warnings, torch
 import autotune
 from autotune import catalog
 from autotune.starts import artifact
-from autotune.starts import later as starts
+from autotune.starts import later
 from autotune.catalog import ModelRef
 from autotune.workload import Workload
 
@@ -196,7 +196,7 @@ with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     actual = compiled(*inputs) if sys.argv[3] == "call" else expected
 ours = [str(w.message) for w in caught
         if issubclass(w.category, autotune.AutotuneWarning)]
-print(json.dumps({"warnings": ours, "cache": starts.cache_counters(),
+print(json.dumps({"warnings": ours, "cache": later.cache_counters(),
                   "equal": torch.allclose(expected, actual, atol=1e-5, rtol=1e-3)}))
 """
 

@@ -175,7 +175,7 @@ def test_the_summary_best_json_and_dashboard_say_the_same(in_tmp: Path, capsys) 
 
 @pytest.mark.parametrize("needed", [True, False])
 def test_later_starts_are_measured_only_for_contenders(needed: bool) -> None:
-    from autotune.trial.parent import later_starts as later
+    from autotune.trial.parent import later_starts
 
     cold = Measurement(Strategy.create("full").to_dict(), {}, {}, "ok", compile_s=9.0)
     ran: list[str] = []
@@ -184,7 +184,7 @@ def test_later_starts_are_measured_only_for_contenders(needed: bool) -> None:
         ran.append(kind)
         return Measurement(cold.strategy, {}, {}, "ok", compile_s=2.0)
 
-    starts = later(cold, Strategy.create("full"), ("cold", "warm"), run, needed)
+    starts = later_starts(cold, Strategy.create("full"), ("cold", "warm"), run, needed)
     assert (ran == ["warm"]) == needed
     assert (starts["warm"].status == "ok") == needed
     assert needed or "not a contender" in starts["warm"].note

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autotune import usercode as code
+from autotune import usercode
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def resolve(name: str) -> Callable[[], Any]:
     """Import ``module:function`` (the current directory first on sys.path, like uvicorn)."""
-    return code.resolve(name, "model")
+    return usercode.resolve(name, "model")
 
 
 def build_user(name: str, seed: int, workload: Workload) -> tuple[Any, tuple[Any, ...]]:
@@ -32,7 +32,7 @@ def build_user(name: str, seed: int, workload: Workload) -> tuple[Any, tuple[Any
         try:
             result = function()
         except Exception as exc:
-            raise ConfigError(f"model {name!r} raised {code.line(exc)}") from exc
+            raise ConfigError(f"model {name!r} raised {usercode.line(exc)}") from exc
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ConfigError(
             f"model {name!r} must return (model, example_inputs), got {type(result).__name__}"

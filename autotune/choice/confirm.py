@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.choice import objectives as objective
+from autotune.choice.objectives import values
 from autotune.choice.selection import Point, pareto, pick
 from autotune.errors import shorten
 from autotune.trial.timing import ALPHA, sign_test
@@ -53,13 +53,13 @@ def rivals(chosen: Point, points: list[Point], front: list[Point],
     """The compiled contenders nearest ``chosen`` (objectives normalised over them): the
     front's first, at most :data:`RIVALS`; eager is timed in every confirmation anyway."""
     others = [p for p in contenders(points, front) if p.key not in (chosen.key, "none")]
-    values = [objective.values(p, objectives) for p in [chosen, *others]]
-    spans = [max(v[i] for v in values) - min(v[i] for v in values) or 1.0
+    vals = [values(p, objectives) for p in [chosen, *others]]
+    spans = [max(v[i] for v in vals) - min(v[i] for v in vals) or 1.0
              for i in range(len(objectives))]  # fmt: skip
-    here = objective.values(chosen, objectives)
+    here = values(chosen, objectives)
 
     def distance(p: Point) -> float:
-        there = objective.values(p, objectives)
+        there = values(p, objectives)
         return math.hypot(*((a - b) / s for a, b, s in zip(here, there, spans, strict=True)))
 
     on = {p.key for p in front}
@@ -202,16 +202,16 @@ def confirm(spec: Any, chosen: Point, points: list[Point], front: list[Point],
     """Re-measure ``chosen`` against its nearest rivals and eager (see the module's text), in
     fresh processes warm from the caches kept under ``kept``."""
     from autotune.strategy.strategy import Strategy
-    from autotune.trial import parent as runner
+    from autotune.trial import parent
 
     by_key = {p.key: p for p in points}
 
     def time_rounds(keys: list[str]) -> Rounds:
         strategies = [Strategy.from_dict(by_key[k].strategy) for k in keys]
-        caches = [runner.cache_folder(kept, k) for k in keys] if kept else []
+        caches = [parent.cache_folder(kept, k) for k in keys] if kept else []
         start = time.perf_counter()
         settings = dataclasses.replace(spec.settings, iters=max(spec.settings.iters, MIN_ROUNDS))
-        m = runner.confirm(spec.model, spec.workload, strategies, settings, caches)
+        m = parent.confirm(spec.model, spec.workload, strategies, settings, caches)
         if not m.ok or not m.rounds:
             return None, f"{m.status}: {m.reason}"
         return m.rounds, time.perf_counter() - start

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.choice import objectives as objective
+from autotune.choice.objectives import START_KIND, later_start, parse_policy, serving_calls, values
 from autotune.errors import AutotuneError
 from autotune.starts.kinds import LATER
 from autotune.trial.measurement import Measurement
@@ -78,7 +78,7 @@ def objective_values(
     m: Measurement, objectives: tuple[str, ...], baseline: Measurement | None
 ) -> list[float]:
     """The values Optuna minimises for a measurement that ran (speeds on the common scale)."""
-    return list(objective.values(Point.of(m, None, baseline), objectives))
+    return list(values(Point.of(m, None, baseline), objectives))
 
 
 def start_s(m: Measurement, kind: str) -> float:
@@ -127,7 +127,7 @@ class Point:
         """``starts`` starts of ``calls`` calls each: the first start cold, the others as
         ``start`` says (``compile`` = cold again, or a later start: ``warm``, ``portable``,
         ``precompiled``, ``aot``)."""
-        later = self.start_s(objective.START_KIND.get(start, start))
+        later = self.start_s(START_KIND.get(start, start))
         per_start = calls * self.latency_ms / 1e3
         return self.compile_s + (starts - 1) * later + starts * per_start
 
@@ -137,7 +137,7 @@ class Point:
 
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
         """The point's value of each objective, in order."""
-        return objective.values(self, objectives)
+        return values(self, objectives)
 
 
 def candidates(stored: Iterable[Stored], max_memory_mb: float | None = None) -> list[Point]:
@@ -177,7 +177,7 @@ def pick(
     points: list[Point], policy: str, objectives: tuple[str, ...] = ("compile", "latency")
 ) -> Point:
     """The point a policy chooses; ``AutotuneError`` if none qualifies."""
-    name, args = objective.parse_policy(policy)
+    name, args = parse_policy(policy)
     if not points:
         raise AutotuneError("the study has no feasible trial to export")
     if name == "fastest":
@@ -192,7 +192,7 @@ def pick(
         return min(points, key=lambda p: (p.total_s(calls), p.latency_ms))
     if name == "restarts":
         starts, calls = args
-        kind = objective.later_start(objectives)
+        kind = later_start(objectives)
         return min(points, key=lambda p: (p.total_s(calls, starts, kind), p.latency_ms))
     if name == "latency-budget":
         within = [p for p in points if p.latency_ms <= args[0]]
@@ -219,23 +219,23 @@ def lifetime_calls(policy: str, points: list[Point]) -> float | None:
     """The calls a lifetime policy counts: ``amortized:CALLS``'s own, or for
     ``amortized:TIME`` the calls TIME of serving makes back to back at eager's latency
     (:func:`eager_ms`), resolved when the pick is made; None for the other policies."""
-    name, args = objective.parse_policy(policy)
+    name, args = parse_policy(policy)
     if name == "amortized":
         return args[0]
     ms = eager_ms(points) if name == "serving" else None
-    return objective.serving_calls(args[0], ms) if ms else None
+    return serving_calls(args[0], ms) if ms else None
 
 
 def knee(front: list[Point], objectives: tuple[str, ...]) -> Point:
     """The front's point nearest the ideal after normalising each objective to [0, 1]."""
-    values = {id(p): p.values(objectives) for p in front}
-    lo = [min(v[i] for v in values.values()) for i in range(len(objectives))]
-    hi = [max(v[i] for v in values.values()) for i in range(len(objectives))]
+    vals = {id(p): p.values(objectives) for p in front}
+    lo = [min(v[i] for v in vals.values()) for i in range(len(objectives))]
+    hi = [max(v[i] for v in vals.values()) for i in range(len(objectives))]
 
     def distance(p: Point) -> float:
         norm = [
             (v - lo[i]) / (hi[i] - lo[i]) if hi[i] > lo[i] else 0.0
-            for i, v in enumerate(values[id(p)])
+            for i, v in enumerate(vals[id(p)])
         ]
         return math.hypot(*norm)
 

@@ -35,17 +35,17 @@ class _Parser(argparse.ArgumentParser):
 def _add_fields(group: Any, cls: type, names: Sequence[str] | None = None) -> None:
     """Flags for a config dataclass's fields, with the help and defaults written on them
     (every default stays there: a flag not given is None, so a spec file can set it)."""
-    from autotune import fields as config
+    from autotune import fields
 
-    for f in config.fields(cls):
-        if names is not None and config.toml_key(f) not in names:
+    for f in fields.fields(cls):
+        if names is not None and fields.toml_key(f) not in names:
             continue
         if f.default is False:  # a switch
-            group.add_argument(config.flag(f), action="store_true", default=None,
-                               help=config.help_text(f))  # fmt: skip
+            group.add_argument(fields.flag(f), action="store_true", default=None,
+                               help=fields.help_text(f))  # fmt: skip
             continue
         kind = f.metadata.get("cli_type") or str
-        group.add_argument(config.flag(f), type=kind, help=config.help_text(f))
+        group.add_argument(fields.flag(f), type=kind, help=fields.help_text(f))
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -219,8 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
     """The validated model reference and workload named by the command line."""
-    from autotune import catalog
-    from autotune import fields as config
+    from autotune import catalog, fields
     from autotune.workload import Workload
 
     if args.model is None:
@@ -228,14 +227,14 @@ def model_and_workload(args: argparse.Namespace) -> tuple[Any, Any]:
     given = {"name": args.model, "layers": args.layers, "seed": args.seed, "weights": args.weights}
     ref = catalog.ModelRef(**{k: v for k, v in given.items() if v is not None})
     flags = {k: getattr(args, dest) for k, dest in flag_dests(Workload).items()}
-    workload = Workload.create(**config.read(Workload, flags, "--"))
+    workload = Workload.create(**fields.read(Workload, flags, "--"))
     catalog.check(ref, workload)
     return ref, workload
 
 
 def flag_dests(cls: type) -> dict[str, str]:
     """A config dataclass's TOML keys and the argparse destinations of their flags."""
-    from autotune import fields as config
+    from autotune import fields
 
-    return {config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
-            for f in config.fields(cls)}  # fmt: skip
+    return {fields.toml_key(f): fields.flag(f).lstrip("-").replace("-", "_")
+            for f in fields.fields(cls)}  # fmt: skip

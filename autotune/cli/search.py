@@ -13,11 +13,11 @@ from autotune.errors import ConfigError
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from autotune import fields as config
+    from autotune import fields
     from autotune.choice.verdict import noise_floor
     from autotune.cli import report
     from autotune.strategy.strategy import Strategy
-    from autotune.trial import parent as runner
+    from autotune.trial import parent
     from autotune.workload import Settings
 
     ref, workload = model_and_workload(args)
@@ -35,11 +35,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
     )
     strategy.validate()
     given = {k: getattr(args, dest, None) for k, dest in flag_dests(Settings).items()}
-    settings = Settings(**config.read(Settings, given, "--"))
+    settings = Settings(**fields.read(Settings, given, "--"))
     if not args.json:
         shown = ", ".join(settings.starts)
         print(f"measuring {strategy.key} on {ref.name} ({shown}; fresh processes)…", flush=True)
-    result = runner.measure(ref, workload, strategy, settings)
+    result = parent.measure(ref, workload, strategy, settings)
     shown = result.to_dict()
     if noise := noise_floor(result):  # eager against itself: labelled, not read as a speedup
         shown["speedup_is"] = noise
@@ -51,16 +51,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     began = time.time()  # a time budget's clock: torch's import is the job's too
-    from autotune import catalog
-    from autotune import usercode as code
+    from autotune import usercode
     from autotune.choice.verdict import answer
     from autotune.cli import report
     from autotune.environment import slow_dtype
-    from autotune.search import open_search, run, run_workers
-    from autotune.search.plan import Plan
     from autotune.search.progress import BestSoFar, Progress, counts
     from autotune.search.spec import StudySpec, check_name
-    from autotune.ship.tune import finish
+    from autotune.ship.tune import Tuning
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
@@ -68,11 +65,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.study is not None:
         check_name(args.study)
     spec = StudySpec.from_sources(args.space, **flags)
-    code.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
-    catalog.check(spec.model, spec.workload)
-    search = open_search(spec, args.storage, force=args.force)
-    if args.workers == 1:  # a lone search keeps its budget whole (autotune.search.plan)
-        search.plan = Plan(spec.time_budget_s, began, iters=spec.settings.iters)
+    usercode.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
+    tuning = Tuning.open(spec, args.storage, workers=args.workers, force=args.force,
+                         began=began)  # fmt: skip
+    search = tuning.search
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
     if slow := slow_dtype(spec.workload.dtype, spec.workload.device):
@@ -80,8 +76,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
     with Progress(search.target, len(search.measured()), not args.no_progress, best,
                   search.plan) as bar:  # fmt: skip
-        many = args.workers > 1
-        outcome = run_workers(search, args.workers, bar, args.force) if many else run(search, bar)
+        outcome = tuning.run(bar)
     if outcome.stopped == "interrupted":
         print(
             f"autotune: interrupted; {outcome.measured} measured strategies are stored. Run the "
@@ -91,8 +86,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 130
     if not args.no_confirm:
         print("confirming the pick against its nearest rivals…", file=out, flush=True)
-    path, chosen, notes = finish(search, confirm=not args.no_confirm, fmt=args.format,
-                                 out=args.out)  # fmt: skip
+    tuned = tuning.finish(confirm=not args.no_confirm, fmt=args.format, out=args.out)
+    path, chosen, notes = tuned.path, tuned.chosen, tuned.notes
+    assert chosen is not None
     page = None
     if args.dashboard:
         from autotune import dashboard

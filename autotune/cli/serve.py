@@ -56,7 +56,7 @@ def cmd_queue_worker(args: argparse.Namespace) -> int:
     from autotune.search.serving import serve
     from autotune.search.spec import parse_duration
     from autotune.search.state import Lines
-    from autotune.ship.tune import finish
+    from autotune.ship.tune import Tuning
 
     class Log(Lines):  # each strategy measured on stdout; notes on stderr
         def measured(self, key: str, done: int) -> None:
@@ -68,8 +68,9 @@ def cmd_queue_worker(args: argparse.Namespace) -> int:
         spec = search.spec
         if not args.no_confirm:
             print(f"study {search.name} is done: confirming its pick…", flush=True)
-        path, chosen, _ = finish(search, confirm=not args.no_confirm)
-        print(f"study {search.name}: chosen ({spec.policy}) {chosen.key}; wrote {path}",
+        tuned = Tuning(search).finish(confirm=not args.no_confirm)
+        chosen = tuned.chosen.key if tuned.chosen else "none"
+        print(f"study {search.name}: chosen ({spec.policy}) {chosen}; wrote {tuned.path}",
               flush=True)  # fmt: skip
 
     print("worker serving the queue"

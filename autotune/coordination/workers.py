@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from autotune import device as devices
+import autotune.device
 from autotune import variables
 from autotune.errors import ConfigError
 
@@ -47,7 +47,7 @@ def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
     """A local worker's environment: the study's storage (which ``ps`` does not show), its one
     GPU as ``CUDA_VISIBLE_DEVICES`` (it measures on ``cuda:0``, so caches it makes load on a
     user's ``cuda:0``), and its share of the CPU for Inductor's compile workers."""
-    env = {**os.environ, variables.STORAGE: url, **devices.alone(device)[1]}
+    env = {**os.environ, variables.STORAGE: url, **autotune.device.alone(device)[1]}
     env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     return env
 
@@ -85,9 +85,7 @@ class LocalWorkers:
             raise ConfigError("--workers must be at least 1")
         if not device.startswith("cuda"):
             return [device] * count
-        from autotune import device as devices
-
-        first, seen = int(device.partition(":")[2] or 0), devices.count()
+        first, seen = int(device.partition(":")[2] or 0), autotune.device.count()
         if first + count > seen and not force:
             raise ConfigError(f"--workers {count} from {device} needs GPUs {first} to "
                               f"{first + count - 1}, and {seen} are visible: one worker per "

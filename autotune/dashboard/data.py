@@ -10,8 +10,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from autotune.choice.objectives import SPEEDS
-from autotune.choice.objectives import default as default_objectives
+from autotune.choice.objectives import SPEEDS, default
 from autotune.choice.selection import Point, candidates, gain, pareto
 from autotune.choice.verdict import Answer, answer
 from autotune.errors import ConfigError
@@ -57,7 +56,7 @@ class StudyData:
     @property
     def objectives(self) -> tuple[str, ...]:
         kind = (self.spec.get("workload") or {}).get("kind", "inference")
-        return tuple(self.spec.get("objectives") or default_objectives(kind))
+        return tuple(self.spec.get("objectives") or default(kind))
 
     def trial(self, key: str) -> Trial | None:
         return next((t for t in self.trials if t.key == key), None)

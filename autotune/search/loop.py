@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from autotune import usercode as code
+from autotune import usercode
 from autotune.coordination import LocalWorkers, Tally, reap_s
 from autotune.errors import AutotuneError
 from autotune.search import step
@@ -113,7 +113,7 @@ def run_workers(
         listener.note("warning: parallel trials on a CPU share its cores, which skews both "
                       "compile time and latency")  # fmt: skip
     step.baseline(search, listener)
-    allow = [name for _, name in code.named(search.spec)]  # checked against the command line
+    allow = [name for _, name in usercode.named(search.spec)]  # checked against the command line
     workers = LocalWorkers(search.name, search.store.url, devices, allow)
     stopped = workers.follow(lambda: len(search.measured()), listener)
     if stopped == "interrupted":

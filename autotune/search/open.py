@@ -12,7 +12,7 @@ import socket
 import uuid
 from typing import Any
 
-from autotune import usercode as code
+from autotune import usercode
 from autotune.choice import objectives
 from autotune.coordination import Coordinator, check_environment
 from autotune.environment import fingerprint
@@ -124,7 +124,7 @@ def join(
     if row is None:
         raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
     spec = StudySpec.from_dict(row.spec)
-    code.check_allowed(spec, allow or [], f"study {name!r}")
+    usercode.check_allowed(spec, allow or [], f"study {name!r}")
     if device is not None:
         workload = Workload.create(**{**spec.workload.to_dict(), "device": device})
         spec = dataclasses.replace(spec, workload=workload)

@@ -5,7 +5,7 @@ confirmation. Its clock starts with the search. What a call costs differs 15-20x
 machines (a dtype without native instructions, fewer cores), so the plan reads it here:
 
 - the eager baseline's timed rounds end at :data:`BASELINE_SHARE` of the budget, but never
-  before :func:`deciding_rounds`;
+  before :data:`BASELINE_ROUNDS` (eager against itself has nothing to decide);
 - from the baseline come a round's cost (its timed rounds over their number) and what a trial
   costs besides its compile and its rounds (the process, the build, the first pass, the gate);
 - a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from autotune.choice.confirm import MIN_ROUNDS as CONFIRM_ROUNDS
-from autotune.choice.confirm import RIVALS
+from autotune.choice.confirm import MIN_ROUNDS, RIVALS
 from autotune.trial.timing import ALPHA, sign_test
 
 if TYPE_CHECKING:
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from autotune.workload import Settings
 
 BASELINE_SHARE = 0.15  # of the budget, for the eager baseline's timed rounds
+BASELINE_ROUNDS = 3  # ...at least: eager against itself decides nothing; its median needs some
 # A cold compile before any of its backend is measured: gemma-2b at 2 layers over a traffic
 # took 25-60 s with Inductor on a 2-core CPU; the others trace or replay Python only.
 COMPILE_PRIOR_S = {"inductor": 40.0, "aot_eager": 4.0, "eager": 1.0}
@@ -80,7 +80,7 @@ class Plan:
         if self.budget_s is None:
             return settings
         return dataclasses.replace(settings, deadline=self.started + BASELINE_SHARE
-                                   * self.budget_s, least=deciding_rounds())  # fmt: skip
+                                   * self.budget_s, least=BASELINE_ROUNDS)  # fmt: skip
 
     def learn_baseline(self, m: Measurement, reference_s: float = 0.0) -> None:
         """What the baseline showed of a call, of a round and of the rest of a trial (its
@@ -139,7 +139,7 @@ class Plan:
         its own over a traffic (else all in one), each compile warm."""
         if self.round_s is None or self.fixed_s is None:
             return 0.0
-        rounds = CONFIRM_ROUNDS  # its least: past them, its rounds take what is left
+        rounds = MIN_ROUNDS  # its least: past them, its rounds take what is left
         compiles = WARM * (1 + RIVALS) * max(self.compile_s(b) for b in backends)
         if traffic:
             return (1 + RIVALS) * (self.fixed_s + rounds * self.round_s) + compiles + TAIL_S
@@ -177,7 +177,7 @@ class Plan:
         if self.deadline is None:
             return settings
         return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,
-                                   least=CONFIRM_ROUNDS)  # fmt: skip
+                                   least=MIN_ROUNDS)  # fmt: skip
 
     def line(self, trials: int, backends: list[str], traffic: bool) -> str:
         """The plan in one line: what a call and a trial cost here, and what fits."""

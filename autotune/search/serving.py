@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import usercode as code
+from autotune import usercode
 from autotune.coordination.queue import Queue
 from autotune.errors import AutotuneError
 from autotune.search.loop import run
@@ -43,14 +43,14 @@ def device_for(given: str | None) -> Callable[[str], str | None]:
     """The device this worker measures a study's device on: a CPU study on the CPU (every
     machine has one), a CUDA study on ``given`` or the current GPU; none where this machine has
     no GPU or the worker was given the CPU."""
-    from autotune import device as devices
+    from autotune import device
 
     def choose(study_device: str) -> str | None:
         if not study_device.startswith("cuda"):
             return "cpu"
         if given is not None:
             return given if given.startswith("cuda") else None
-        return devices.resolve("cuda") if devices.count() else None
+        return device.resolve("cuda") if device.count() else None
 
     return choose
 
@@ -62,7 +62,7 @@ def allowed_by(allow: Iterable[str]) -> Callable[[dict[str, Any]], str | None]:
     def check(spec: dict[str, Any]) -> str | None:
         given = [(spec.get("model") or {}).get("name", "")]
         given += list((spec.get("space") or {}).get("backend") or [])
-        refused = [n for n in given if code.is_code(n) and not code.allowed(n, names)]
+        refused = [n for n in given if usercode.is_code(n) and not usercode.allowed(n, names)]
         return f"it names code this worker may not run ({', '.join(refused)})" if refused else None
 
     return check

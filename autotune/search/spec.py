@@ -17,15 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import fields as config
+from autotune import fields
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
 from autotune.choice.objectives import DEFAULT_LIFETIME
 from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
-from autotune.starts.kinds import parse as parse_starts
-from autotune.strategy.space import KEYS as SPACE_KEYS
-from autotune.strategy.space import Space
+from autotune.starts.kinds import parse
+from autotune.strategy.space import KEYS, Space
 from autotune.workload import Settings, Workload
 
 SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
@@ -167,7 +166,7 @@ class StudySpec:
                                "measurement", read=boolean)  # fmt: skip
 
     def __post_init__(self) -> None:
-        config.validate(self)
+        fields.validate(self)
         if self.policy is None:
             object.__setattr__(self, "policy", objectives.lifetime(self.calls))
         if self.objectives is None:
@@ -175,7 +174,7 @@ class StudySpec:
         unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
         if not unknown and (added := objectives.starts_needed(self.objectives,
                                                               self.settings.starts)):  # fmt: skip
-            starts = parse_starts((*self.settings.starts, *added))
+            starts = parse((*self.settings.starts, *added))
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, starts=starts))
             warnings.warn(f"objectives {','.join(self.objectives)} measure {', '.join(added)} "
                           f"starts: --starts is now {','.join(starts)}", AutotuneWarning,
@@ -208,13 +207,13 @@ class StudySpec:
         search = tables["search"]
         if "seed" in search:  # one seed for the weights, the inputs and the sampler
             tables["model"]["seed"] = search["seed"]
-        model = ModelRef(**config.read(ModelRef, tables["model"], "[model] "))
-        fields = config.read(Workload, tables["workload"], "[workload] ")
-        workload = Workload.create(**fields) if resolve_device else Workload(**fields)
+        model = ModelRef(**fields.read(ModelRef, tables["model"], "[model] "))
+        values = fields.read(Workload, tables["workload"], "[workload] ")
+        workload = Workload.create(**values) if resolve_device else Workload(**values)
         space = Space.default(workload.device, workload.kind).for_traffic(workload.traffic)
         space = space.narrow(**tables["space"])
-        settings = Settings(**config.read(Settings, {"seed": model.seed, **search}, "[search] "))
-        chosen = config.read(cls, search, "[search] ")
+        settings = Settings(**fields.read(Settings, {"seed": model.seed, **search}, "[search] "))
+        chosen = fields.read(cls, search, "[search] ")
         return cls(model=model, workload=workload, space=space, settings=settings, **chosen)
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,18 +243,18 @@ class StudySpec:
 
 
 def _keys(cls: type) -> tuple[str, ...]:
-    return tuple(config.toml_key(f) for f in config.fields(cls))
+    return tuple(fields.toml_key(f) for f in fields.fields(cls))
 
 
 TABLES = {
     "model": _keys(ModelRef),
     "workload": _keys(Workload),
-    "space": SPACE_KEYS,
+    "space": KEYS,
     "search": tuple(dict.fromkeys(_keys(StudySpec) + _keys(Settings))),
 }
 # the command line's name of a key, where it differs (--model, --workload)
 DESTS = {
-    config.toml_key(f): config.flag(f).lstrip("-").replace("-", "_")
+    fields.toml_key(f): fields.flag(f).lstrip("-").replace("-", "_")
     for cls in (ModelRef, Workload, Settings, StudySpec)
-    for f in config.fields(cls)
+    for f in fields.fields(cls)
 }

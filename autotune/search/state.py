@@ -104,7 +104,7 @@ class Search:
         measured only when an objective or the policy needs them, or it is a contender."""
         import time
 
-        from autotune.trial import parent as runner
+        from autotune.trial import parent
 
         spec, plan, settings = self.spec, self.plan, self.spec.settings
         if plan is not None and strategy.granularity == "none":
@@ -113,7 +113,7 @@ class Search:
             left = max(1, self.target - len(self.measured()))
             settings = plan.for_trial(settings, self.backends, self.traffic, left)
         began = time.time()
-        m = runner.run_trial(spec.model, spec.workload, strategy, settings, self.reference,
+        m = parent.run_trial(spec.model, spec.workload, strategy, settings, self.reference,
                              self.needs_later_starts, self.keep)  # fmt: skip
         if plan is not None:
             plan.learn_trial(strategy, m, time.time() - began)

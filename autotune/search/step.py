@@ -17,8 +17,8 @@ from autotune.errors import AutotuneError, shorten
 from autotune.search import deduction, surrogate
 from autotune.storage import retrying
 from autotune.strategy.strategy import Strategy
-from autotune.trial import reference as references
 from autotune.trial.measurement import Measurement
+from autotune.trial.reference import Reference, keep, make
 
 if TYPE_CHECKING:
     import optuna
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
     from autotune.coordination import Tally
     from autotune.search.state import Listener, Search
-    from autotune.trial.reference import Reference
 
 T = TypeVar("T")
 POLL_S = 5.0  # how often a worker with nothing to claim looks again
@@ -89,13 +88,13 @@ def reference(search: Search, listener: Listener) -> Reference:
     if found is None:
         listener.now("computing the higher-precision reference")
         spec = search.spec
-        made = references.make(spec.model, spec.workload, spec.settings)
+        made = make(spec.model, spec.workload, spec.settings)
         data = Path(made.path).read_bytes() if made.path else None
         search.store.add_reference(search.name, made.dtype, made.reason, data)
         found = search.store.reference(search.name)
         assert found is not None
     _, reason, data = found
-    search.reference = references.keep(data) if data else references.Reference.none(reason)
+    search.reference = keep(data) if data else Reference.none(reason)
     return search.reference
 
 

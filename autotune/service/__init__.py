@@ -22,6 +22,6 @@ __all__ = ["ServiceSettings", "check_bind", "create_app", "loopback"]
 
 def create_app(settings: ServiceSettings) -> object:
     """The ASGI application over ``settings.storage`` (see :mod:`.app`)."""
-    from autotune.service.app import create_app as create
+    from autotune.service.app import create_app
 
-    return create(settings)
+    return create_app(settings)

@@ -16,8 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autotune import catalog
-from autotune import usercode as code
+from autotune import catalog, usercode
 from autotune.catalog.presets import PRESETS
 from autotune.errors import ConfigError
 from autotune.search.spec import StudySpec, check_tables
@@ -90,8 +89,8 @@ def spec_from_request(data: Any, model_root: Path | None) -> StudySpec:
     try:
         spec = StudySpec.from_tables(tables, resolve_device=False)
     except (TypeError, ValueError, AttributeError) as exc:  # a value of an unexpected shape
-        raise ConfigError(f"bad spec: {code.line(exc)}") from None
-    if code.named(spec):  # what the checks above refused: never reached
+        raise ConfigError(f"bad spec: {usercode.line(exc)}") from None
+    if usercode.named(spec):  # what the checks above refused: never reached
         raise Refused(403, f"refused: the spec names code: {NO_CODE}")
     catalog.check(spec.model, spec.workload)  # presets and directories: reads config.json only
     spec.space.validate(spec.workload.device)

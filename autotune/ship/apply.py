@@ -16,10 +16,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune import usercode as code
+from autotune import usercode
 from autotune.errors import AutotuneWarning, ConfigError
-from autotune.ship import export
-from autotune.ship import exported as use
+from autotune.ship import export, exported
 from autotune.ship.exported import Backends
 from autotune.starts import artifact
 from autotune.strategy import granularity
@@ -59,13 +58,13 @@ def _apply_file(
     model: torch.nn.Module, how: str | Path, backends: Backends, trust_artifact: bool | None
 ) -> torch.nn.Module:
     strategy, data = export.read(how)
-    fitted = use.fitted(strategy, data, how)
+    fitted = exported.fitted(strategy, data, how)
     if fitted is None:
         return model
-    resolve = use.resolver(backends, how)
+    resolve = exported.resolver(backends, how)
     if fitted.granularity != "none":
         fitted.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
-    started, failed = use.load_ahead(model, data, how, trust_artifact)
+    started, failed = exported.load_ahead(model, data, how, trust_artifact)
     if started is not None:
         return started  # a precompiled function or an AOTInductor package: no compile at all
     loaded = artifact.prepare(data, how, trust_artifact)
@@ -76,7 +75,7 @@ def _apply_file(
         compiled.limit_recompiles(limit)  # every bucket compiles, as in the trial
     if failed or loaded is None:  # a load that failed: what it wrote stays out of the compile
         return artifact.isolate(compiled)
-    return use.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled
+    return exported.warn_on_miss(compiled, f"the cache artefact of {how}") if loaded else compiled
 
 
 def apply_generation(
@@ -105,11 +104,11 @@ def _generator(
 ) -> torch.nn.Module:  # fmt: skip
     loaded: bool | None = False
     if isinstance(how, Strategy):
-        strategy, resolve = how, code.resolve
+        strategy, resolve = how, usercode.resolve
     else:
         strategy, data = export.read(how)
-        strategy = use.fitted(strategy, data, how) or Strategy("none")
-        resolve = use.resolver(backends, how)
+        strategy = exported.fitted(strategy, data, how) or Strategy("none")
+        resolve = exported.resolver(backends, how)
         if strategy.granularity != "none":
             strategy.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
             loaded = artifact.prepare(data, how, trust_artifact)
@@ -130,7 +129,7 @@ def load_plugin(path: str | Path) -> Any:
     from accelerate.utils import TorchDynamoPlugin
 
     strategy, _ = export.read(path)
-    if code.is_code(strategy.backend):
+    if usercode.is_code(strategy.backend):
         raise ConfigError(
             f"{path} names backend {strategy.backend!r}, which Accelerate's "
             "TorchDynamoPlugin cannot take (only a registered backend's name): use "

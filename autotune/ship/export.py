@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import variables
-from autotune.choice.objectives import default as default_objectives
+from autotune.choice.objectives import default
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
@@ -81,7 +81,7 @@ def document(
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
     kind = (row.spec.get("workload") or {}).get("kind", "inference")
-    objectives = tuple(row.spec.get("objectives") or default_objectives(kind))
+    objectives = tuple(row.spec.get("objectives") or default(kind))
     told = answer(store.measurements(study), study, row.spec, policy, max_memory_mb,
                   store.confirmation(study, policy))  # fmt: skip
     chosen, points, front = told.chosen, told.points, told.front
@@ -253,7 +253,7 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
     start measured), and its artefacts written beside ``path`` (the compile cache; a
     precompiled function and an AOTInductor package where they were built); a note where
     one of them cannot be shipped."""
-    from autotune.starts import precompiled as ahead
+    from autotune.starts import precompiled
 
     m = _measured(store, study, key)
     if m is None:
@@ -266,7 +266,9 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
         data["autotune"]["cache_artifact"] = block
     shipped = {}
     for kind, meta in m.ahead.items():
-        found, why = artifact.ship(meta if "error" not in meta else None, path, ahead.SUFFIX[kind])
+        found, why = artifact.ship(
+            meta if "error" not in meta else None, path, precompiled.SUFFIX[kind]
+        )
         if found:
             shipped[kind] = found
         note = note or why

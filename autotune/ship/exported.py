@@ -19,7 +19,7 @@ Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
 def resolver(backends: Backends, path: str | Path) -> Callable[[str, str], Any]:
     """How a ``package.module:function`` backend named in an exported file is found: the
     callable the caller passed, or an import the caller allowed by name; never otherwise."""
-    from autotune import usercode as code
+    from autotune import usercode
 
     def resolve(name: str, what: str) -> Any:
         if isinstance(backends, Mapping) and name in backends:
@@ -27,8 +27,8 @@ def resolver(backends: Backends, path: str | Path) -> Callable[[str, str], Any]:
         names = (
             list(backends) if backends is not None and not isinstance(backends, Mapping) else []
         )
-        if code.allowed(name, names):
-            return code.resolve(name, what)
+        if usercode.allowed(name, names):
+            return usercode.resolve(name, what)
         raise ConfigError(
             f"{path} names backend {name!r}, which is code: pass it "
             f"(backends={{{name!r}: fn}}) or allow its import (backends=[{name!r}])"
@@ -42,7 +42,7 @@ def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strate
     (another torch or machine, an unknown mode); None when it cannot compile here at all."""
     import dataclasses
 
-    from autotune import usercode as code
+    from autotune import usercode
     from autotune.environment import fingerprint
     from autotune.strategy.inductor import inductor_modes
     from autotune.strategy.strategy import registered_backends
@@ -59,7 +59,7 @@ def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strate
                 stacklevel=4,
             )
             break
-    if strategy.granularity == "none" or code.is_code(strategy.backend):
+    if strategy.granularity == "none" or usercode.is_code(strategy.backend):
         return strategy
     if strategy.backend not in registered_backends():
         warnings.warn(
@@ -84,13 +84,13 @@ def warn_on_miss(module: Any, name: str) -> Any:
     """After ``module``'s first call, say in one line if the artefact that was loaded did not
     hit the FX graph cache (made on another device index, or for another graph): that first
     call compiled cold."""
-    from autotune.starts import later as starts
+    from autotune.starts import later
 
-    before = starts.cache_counters()
+    before = later.cache_counters()
 
     def after(*_: Any) -> None:
         handle.remove()
-        now = starts.cache_counters()
+        now = later.cache_counters()
         hits = now["fxgraph_cache_hit"] - before["fxgraph_cache_hit"]
         misses = now["fxgraph_cache_miss"] - before["fxgraph_cache_miss"]
         if misses and not hits:
@@ -109,8 +109,7 @@ def load_ahead(
     export ships), when the caller trusts it and it fits; else None, with one line why (the
     compile then goes on as usual), and whether a load failed (the compile should then be
     isolated from what it wrote)."""
-    from autotune.starts import artifact
-    from autotune.starts import precompiled as ahead
+    from autotune.starts import artifact, precompiled
 
     block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
     shipped = block.get("ahead") if isinstance(block.get("ahead"), dict) else {}
@@ -125,11 +124,13 @@ def load_ahead(
     if payload is not None:
         try:
             with artifact.environ_kept():
-                fn = ahead.load(kind, str(Path(path).with_name(shipped[kind]["file"])), model)
+                fn = precompiled.load(
+                    kind, str(Path(path).with_name(shipped[kind]["file"])), model
+                )
         except Exception as exc:  # a file torch refuses: the compile goes on
             why, failed = f"{kind} artefact failed to load ({type(exc).__name__})", True
         else:
-            return _checked(ahead.Ahead(model, fn, kind)), False
+            return _checked(precompiled.Ahead(model, fn, kind)), False
     warnings.warn(f"{why}: compiling as usual", CacheWarning, stacklevel=3)
     return None, failed
 
@@ -137,15 +138,15 @@ def load_ahead(
 def _checked(module: Any) -> Any:
     """After the first call, say in one line if Dynamo compiled anything (the artefact's
     guards did not hold, so it did not skip the compiler)."""
-    from autotune.starts import precompiled as ahead
+    from autotune.starts import precompiled
 
-    before = ahead.frames_compiled()
+    before = precompiled.frames_compiled()
     call = module.fn
 
     def first(*args: Any) -> Any:
         out = call(*args)
         module.fn = call
-        if (frames := ahead.frames_compiled() - before) > 0:
+        if (frames := precompiled.frames_compiled() - before) > 0:
             warnings.warn(f"the {module.kind} artefact compiled {frames} frame(s) at its "
                           "first call: it did not skip the compiler", AutotuneWarning,
                           stacklevel=2)  # fmt: skip

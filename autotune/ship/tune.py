@@ -1,5 +1,6 @@
-"""``tune()``: the library's whole job, search -> confirm -> export, as ``autotune search`` and
-every queue worker run it.
+"""The library's whole job, search -> confirm -> export: one :class:`Tuning` run (open it, run
+it with a listener, finish it), as ``tune()``, ``autotune search`` and every queue worker run
+it; the command line only parses and prints.
 
 >>> from autotune import tune
 >>> result = tune("toy-64", layers=2, backend="eager,aot_eager", trials=3)  # doctest: +SKIP
@@ -29,10 +30,62 @@ class Tuned:
     before an answer)."""
 
     study: str
-    outcome: Outcome
+    outcome: Outcome | None  # None where another process ran the search (a queue's study)
     chosen: Point | None = None
     path: Path | None = None
     notes: list[str] = field(default_factory=list)
+
+
+class Tuning:
+    """One tuning run, as Optuna's ``Study`` is one study: :meth:`open` (create or resume the
+    study, and the plan of a lone search's time budget), :meth:`run` (the search, reporting to
+    a listener), :meth:`finish` (confirm the pick, export it)."""
+
+    def __init__(self, search: Search, workers: int = 1, force: bool = False) -> None:
+        self.search, self.workers, self.force = search, workers, force
+        self.outcome: Outcome | None = None
+
+    @classmethod
+    def open(
+        cls, spec: StudySpec, storage: str | None = None, *, workers: int = 1,
+        force: bool = False, began: float | None = None,
+    ) -> Tuning:  # fmt: skip
+        """Check the model, then open the study in ``storage``; ``began`` (``time.time()``)
+        starts a lone search's time budget earlier than now (the command's own start)."""
+        from autotune import catalog
+        from autotune.search import open_search
+        from autotune.search.plan import Plan
+
+        catalog.check(spec.model, spec.workload)
+        search = open_search(spec, storage, force=force)
+        if workers == 1:  # a lone search keeps its budget whole (autotune.search.plan)
+            search.plan = Plan(spec.time_budget_s, began or time.time(),
+                               iters=spec.settings.iters)  # fmt: skip
+        return cls(search, workers, force)
+
+    @property
+    def name(self) -> str:
+        return self.search.name
+
+    def run(self, listener: Listener | None = None) -> Outcome:
+        """The search, here or in ``workers`` local processes, until its budget, time or space
+        runs out (or it is interrupted: ``outcome.stopped == "interrupted"``)."""
+        from autotune.search import run, run_workers
+
+        if self.workers > 1:
+            self.outcome = run_workers(self.search, self.workers, listener, self.force)
+        else:
+            self.outcome = run(self.search, listener)
+        return self.outcome
+
+    def finish(
+        self, *, confirm: bool = True, fmt: str = "accelerate", out: str | None = None,
+        listener: Listener | None = None,
+    ) -> Tuned:  # fmt: skip
+        """Confirm the pick (within what is left of a time budget) and export it."""
+        path, chosen, notes = finish(self.search, confirm=confirm, fmt=fmt, out=out,
+                                     listener=listener)  # fmt: skip
+        return Tuned(self.name, self.outcome, chosen, path, notes)
 
 
 def tune(
@@ -40,7 +93,7 @@ def tune(
     listener: Listener | None = None, confirm: bool = True, fmt: str = "accelerate",
     out: str | None = None, force: bool = False, **flags: Any,
 ) -> Tuned:  # fmt: skip
-    """Search how to compile a model, confirm the pick and export it.
+    """Search how to compile a model, confirm the pick and export it: one :class:`Tuning`.
 
     ``spec`` is a :class:`~autotune.search.spec.StudySpec`, or a model (a preset, a directory
     or ``package.module:function``) with the command line's settings as keywords
@@ -48,22 +101,15 @@ def tune(
     ``sqlite:///studies/autotune.db``); ``workers`` > 1 runs local worker processes. Bad input
     raises :class:`~autotune.errors.ConfigError` before anything is stored.
     """
-    from autotune import catalog
-    from autotune.search import open_search, run, run_workers
     from autotune.search.spec import StudySpec
 
     if isinstance(spec, str):
         spec = StudySpec.from_sources(None, model=spec, **flags)
-    catalog.check(spec.model, spec.workload)
-    search = open_search(spec, storage, force=force)
-    if workers > 1:
-        outcome = run_workers(search, workers, listener, force)
-    else:
-        outcome = run(search, listener)
+    tuning = Tuning.open(spec, storage, workers=workers, force=force)
+    outcome = tuning.run(listener)
     if outcome.stopped == "interrupted":
-        return Tuned(search.name, outcome)
-    path, chosen, notes = finish(search, confirm=confirm, fmt=fmt, out=out, listener=listener)
-    return Tuned(search.name, outcome, chosen, path, notes)
+        return Tuned(tuning.name, outcome)
+    return tuning.finish(confirm=confirm, fmt=fmt, out=out, listener=listener)
 
 
 def finish(

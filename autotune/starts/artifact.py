@@ -35,11 +35,11 @@ def fingerprint(device: str = "cpu") -> dict[str, Any]:
     (the last three are part of Inductor's cache key)."""
     import torch
 
-    from autotune import device as devices
+    import autotune.device
     from autotune.environment import cpu_isa, cpu_model
 
-    found = devices.fingerprint(device)
-    cuda = devices.is_cuda(device)
+    found = autotune.device.fingerprint(device)
+    cuda = autotune.device.is_cuda(device)
     return {"torch": torch.__version__, "triton": found.get("triton"), "cuda": torch.version.cuda,
             "device": "cuda" if cuda else device.split(":")[0],
             "device_name": found.get("device_name", cpu_model()),

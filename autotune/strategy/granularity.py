@@ -18,8 +18,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from autotune import device
-from autotune import usercode as code
+from autotune import device, usercode
 from autotune.errors import NotApplicable
 from autotune.strategy import shapes
 from autotune.strategy.strategy import Strategy
@@ -104,8 +103,8 @@ def _mark_nested(block: torch.nn.Module, marked: dict[type, type]) -> torch.nn.M
 
 
 def apply(
-    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve,
-    traffic: Any = (),
+    model: torch.nn.Module, strategy: Strategy,
+    resolve: Callable[[str, str], Any] = usercode.resolve, traffic: Any = (),
 ) -> torch.nn.Module:  # fmt: skip
     """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be.
     A ``package.module:function`` backend is found by ``resolve`` (see autotune.usercode).
@@ -208,7 +207,9 @@ def _allocating(forward: Callable[..., Any], model: torch.nn.Module) -> Callable
 
 
 def generator(
-    model: torch.nn.Module, strategy: Strategy, resolve: Callable[[str, str], Any] = code.resolve
+    model: torch.nn.Module,
+    strategy: Strategy,
+    resolve: Callable[[str, str], Any] = usercode.resolve,
 ) -> torch.nn.Module:
     """A model of the same class, sharing parameters, whose forward runs ``strategy``.
 

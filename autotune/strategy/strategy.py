@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import usercode as code
+from autotune import usercode
 from autotune.errors import ConfigError, NotApplicable
 from autotune.strategy.inductor import (
     ONLY_UNDER_MODE,
@@ -125,8 +125,8 @@ class Strategy:
         """Check the backend and mode exist in the running torch; raise ``ConfigError`` if not."""
         if self.granularity == "none":
             return
-        if code.is_code(self.backend):
-            code.resolve(self.backend, "backend")
+        if usercode.is_code(self.backend):
+            usercode.resolve(self.backend, "backend")
         elif self.backend not in (known := registered_backends()):
             raise ConfigError(
                 f"backend {self.backend!r} is not registered in torch "
@@ -166,7 +166,9 @@ class Strategy:
         if reason and not device.startswith("cuda"):
             raise NotApplicable(f"{self.key} is not applicable on {device}: {reason}")
 
-    def compile_kwargs(self, resolve: Callable[[str, str], Any] = code.resolve) -> dict[str, Any]:
+    def compile_kwargs(
+        self, resolve: Callable[[str, str], Any] = usercode.resolve
+    ) -> dict[str, Any]:
         """Keyword arguments for ``torch.compile`` (``none`` has none: it is never compiled).
         A ``package.module:function`` backend goes through ``resolve`` (by default it is
         imported: callers holding a name from data pass one that refuses, see
@@ -174,7 +176,7 @@ class Strategy:
         if self.granularity == "none":
             return {}
         backend: Any = (
-            resolve(self.backend, "backend") if code.is_code(self.backend) else self.backend
+            resolve(self.backend, "backend") if usercode.is_code(self.backend) else self.backend
         )
         kwargs: dict[str, Any] = {"backend": backend, "fullgraph": self.fullgraph}
         kwargs["dynamic"] = self.dynamic

@@ -17,15 +17,19 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NotApplicable
-from autotune.starts import artifact
-from autotune.starts import later as starts
-from autotune.starts import precompiled as ahead
+from autotune.starts import artifact, precompiled
 from autotune.starts.kinds import AHEAD
+from autotune.starts.later import (
+    BRIEF_ITERS,
+    LATENCY_TOLERANCE,
+    PROBES_SHOWN_S,
+    hit_note,
+    no_cache,
+)
 from autotune.strategy.strategy import Strategy
-from autotune.trial import reference as references
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
-from autotune.trial.reference import Reference
+from autotune.trial.reference import Reference, make
 from autotune.trial.request import Request
 from autotune.workload import Settings, Workload
 
@@ -71,26 +75,28 @@ def run_trial(
     except NotApplicable as exc:
         return Measurement(*base, "not-applicable", reason=str(exc))
     if reference is None and strategy.granularity != "none":
-        reference = references.make(model, workload, settings)
+        reference = make(model, workload, settings)
     work = tempfile.mkdtemp(prefix="autotune-trial-")
     request = Request.trial(model, workload, strategy, settings, reference)
     saved = os.path.join(work, "cache.bin")
     cold_caches, empty_caches = os.path.join(work, "cold"), os.path.join(work, "portable")
     built = {
-        k: os.path.join(work, f"built{ahead.SUFFIX[k]}")
+        k: os.path.join(work, f"built{precompiled.SUFFIX[k]}")
         for k in settings.starts
-        if k in AHEAD and not ahead.not_applicable(k, strategy, workload.kind, 0)
+        if k in AHEAD and not precompiled.not_applicable(k, strategy, workload.kind, 0)
     }
     try:
-        caching = not starts.no_cache(strategy)
+        caching = not no_cache(strategy)
         cold = request.but(save_artifact=saved if caching else None, build_ahead=built)
         result = run_child(cold, work, "cold", cold_caches, settings)
         if result.ok and result.artifact and os.path.exists(saved):
             result.artifact = artifact.keep(saved, result.artifact)
         for kind, path in built.items():  # kept by checksum, for export to ship
             if os.path.exists(path) and "error" not in result.ahead.get(kind, {"error": ""}):
-                result.ahead[kind] = artifact.keep(path, result.ahead[kind], ahead.SUFFIX[kind])
-        brief = request.but(iters=min(settings.iters, starts.BRIEF_ITERS), warmup=1)
+                result.ahead[kind] = artifact.keep(
+                    path, result.ahead[kind], precompiled.SUFFIX[kind]
+                )
+        brief = request.but(iters=min(settings.iters, BRIEF_ITERS), warmup=1)
 
         def run(kind: str) -> Measurement:
             if kind == "warm":
@@ -103,7 +109,7 @@ def run_trial(
 
         needed = later is None or not result.ok or later(result)
         result.starts = later_starts(result, strategy, settings.starts, run, needed)
-        if keep and needed and result.ok and not starts.no_cache(strategy):
+        if keep and needed and result.ok and not no_cache(strategy):
             shutil.copytree(cold_caches, cache_folder(keep, strategy.key), dirs_exist_ok=True)
         return result
     finally:
@@ -190,14 +196,14 @@ def start_of(kind: str, m: Measurement, cold: Measurement | None = None) -> Star
     frames = int(m.timings.get("frames_compiled", 0))
     skips = kind in AHEAD
     notes = [f"{kind} start compiled {frames} frame(s): it did not skip the compiler"
-             if frames else ""] if skips else [starts.hit_note(kind, m.cache)]  # fmt: skip
-    if probes > starts.PROBES_SHOWN_S:
+             if frames else ""] if skips else [hit_note(kind, m.cache)]  # fmt: skip
+    if probes > PROBES_SHOWN_S:
         notes.append(f"{probes:.1f} s of its load were Inductor's ISA probes with the host "
                      "compiler (pytorch/pytorch#191715; TORCHINDUCTOR_VEC_ISA_OK=1 skips most of "
                      "them)")  # fmt: skip
     if m.accuracy is not None and not m.accuracy.passed:
         notes.append(f"{kind} start gave wrong answers: {m.accuracy.detail}")
-    if cold.speedup and m.speedup and abs(m.speedup / cold.speedup - 1) > starts.LATENCY_TOLERANCE:
+    if cold.speedup and m.speedup and abs(m.speedup / cold.speedup - 1) > LATENCY_TOLERANCE:
         notes.append(f"{kind} start ran at {m.speedup:.2f}x eager, cold at {cold.speedup:.2f}x")
     start.note = "; ".join(n for n in notes if n)
     return start
@@ -220,7 +226,7 @@ def later_starts(
     for kind in (k for k in wanted if k in AHEAD):
         breaks = cold.graphs.breaks if cold.graphs else 0
         work = cold.workload.kind if cold.workload else "inference"
-        why = ahead.not_applicable(kind, strategy, work, breaks)
+        why = precompiled.not_applicable(kind, strategy, work, breaks)
         built = cold.ahead.get(kind) or {}
         broken = "" if why else built.get("error", "")
         if why or broken or not needed:  # a build that failed costs only its own start
@@ -229,9 +235,9 @@ def later_starts(
             found[kind] = Start(kind, status, measured=False, note=why or broken or SKIPPED)
         else:
             found[kind] = start_of(kind, run(kind), cold)
-    if not needed and not starts.no_cache(strategy):
+    if not needed and not no_cache(strategy):
         return {**found, **{k: Start(k, "skipped", measured=False, note=SKIPPED) for k in rest}}
-    if why := starts.no_cache(strategy):
+    if why := no_cache(strategy):
         for kind in rest:
             found[kind] = Start(
                 kind, compile_s=cold.compile_s, cache=cold.cache, phases=cold.phases,

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune import device as devices
+from autotune import device
 from autotune.trial import child
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
@@ -94,7 +94,7 @@ def run_child(
     spec_path = os.path.join(work, f"{kind}-spec.json")
     result_path, log_path = os.path.join(work, f"{kind}.json"), os.path.join(work, f"{kind}.log")
     base = request.base()
-    used, alone = devices.alone(request.workload.device)  # a GPU as cuda:0, seen alone
+    used, alone = device.alone(request.workload.device)  # a GPU as cuda:0, seen alone
     sent = request.but(launched=time.time(),
                        workload=dataclasses.replace(request.workload, device=used))  # fmt: skip
     with open(spec_path, "w") as f:

@@ -23,8 +23,7 @@ from typing import Any
 
 from autotune import device
 from autotune.catalog import ModelRef
-from autotune.starts import artifact
-from autotune.starts import later as starts
+from autotune.starts import artifact, later
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy, metrics, recompiles, timing
 from autotune.trial.measurement import Accuracy, Measurement, Memory
@@ -146,10 +145,7 @@ class Scenario(ABC):
         self.tally[1] += e < c
         if ran < timing.MIN_ROUNDS:
             return False
-        done = timing.settled(*self.tally, self.ctx.request.iters - ran)
-        if done:
-            self.ctx.timings["rounds"] = float(ran)
-        return done
+        return timing.settled(*self.tally, self.ctx.request.iters - ran)
 
     @abstractmethod
     def record(self, samples: dict[str, list[Any]]) -> None:
@@ -214,7 +210,7 @@ class Scenario(ABC):
         if ctx.strategy.granularity != "none":
             m.graphs = recompiles.describe(m.graphs, self.model, self.probes())
         m.phases = metrics.phases()
-        m.cache = starts.cache_counters()
+        m.cache = later.cache_counters()
         if ctx.request.save_artifact:  # for a portable start, and for export to ship
             m.artifact = artifact.save(ctx.request.save_artifact, ctx.device)
         ctx.lap("child_s", ctx.start)

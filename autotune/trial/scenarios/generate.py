@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import catalog, device
 from autotune.errors import ConfigError
-from autotune.strategy import granularity as compile
+from autotune.strategy import granularity
 from autotune.trial import accuracy
 from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
@@ -194,9 +194,9 @@ class Generate(Scenario):
         ctx = self.ctx
         self.model, inputs = catalog.build(ctx.ref, ctx.workload)
         self.prompt = inputs[0]
-        self.compiled = compile.generator(self.model, ctx.strategy)
+        self.compiled = granularity.generator(self.model, ctx.strategy)
         forward = getattr(self.compiled.forward, "compiled", self.compiled)
-        ctx.result.regions = compile.count_regions(forward)
+        ctx.result.regions = granularity.count_regions(forward)
 
     def first(self) -> None:
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload

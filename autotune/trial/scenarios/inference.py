@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import catalog, device
-from autotune.starts import precompiled as ahead
-from autotune.strategy import granularity as compile
+from autotune.starts import precompiled
+from autotune.strategy import granularity
 from autotune.trial import accuracy
 from autotune.trial.measurement import Latency
 from autotune.trial.scenarios import steps
@@ -40,12 +40,12 @@ class Inference(Scenario):
         if load := ctx.request.load_ahead:  # a start that skips the compiler: (kind, path)
             t = time.perf_counter()
             if ctx.workload.device == "cpu":
-                ctx.timings["isa_probes_s"] = ahead.isa_probes_s()
-            self.compiled = ahead.load(*load, model)
+                ctx.timings["isa_probes_s"] = precompiled.isa_probes_s()
+            self.compiled = precompiled.load(*load, model)
             ctx.result.load_s = time.perf_counter() - t
         else:
-            self.compiled = compile.apply(model, ctx.strategy, traffic=ctx.workload.traffic)
-            ctx.result.regions = compile.count_regions(self.compiled)
+            self.compiled = granularity.apply(model, ctx.strategy, traffic=ctx.workload.traffic)
+            ctx.result.regions = granularity.count_regions(self.compiled)
         self.graphs = ctx.strategy.uses_cuda_graphs()
         kind = ctx.workload.kind
         self.eager_step = steps.make_step(self.eager_model, self.inputs, kind)
@@ -66,10 +66,10 @@ class Inference(Scenario):
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else first_s
         m.accuracy = ctx.judge(*self.compared(expected, actual), self.reference_name(calls))
         if ctx.request.load_ahead:
-            ctx.timings["frames_compiled"] = float(ahead.frames_compiled())
+            ctx.timings["frames_compiled"] = float(precompiled.frames_compiled())
 
     def build(self, kind: str, path: str) -> dict[str, Any]:
-        return ahead.build(kind, self.model, self.inputs, self.ctx.strategy, path)
+        return precompiled.build(kind, self.model, self.inputs, self.ctx.strategy, path)
 
     def calls(self) -> dict[str, Callable[[], Any]]:
         return {"eager": self.eager_step, "compiled": self.compiled_step}

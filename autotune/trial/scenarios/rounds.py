@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import catalog, device
-from autotune.strategy import granularity as compile
+from autotune.strategy import granularity
 from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Measurement
@@ -30,8 +30,8 @@ from autotune.trial.scenarios.generate import Generation, new_cache
 def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> Callable[[], Any]:
     """One timed call of ``strategy``: a step, or one generation's median decode step."""
     w = ctx.workload
-    compiled = compile.apply(model, strategy, traffic=w.traffic) if w.kind != "generate" else (
-        compile.generator(model, strategy))  # fmt: skip
+    compiled = granularity.apply(model, strategy, traffic=w.traffic) if w.kind != "generate" else (
+        granularity.generator(model, strategy))  # fmt: skip
     if w.kind != "generate":
         step = steps.make_step(compiled, inputs, w.kind)
         return lambda: device.timed(step, ctx.device)

@@ -30,8 +30,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from autotune import catalog, device
-from autotune import traffic as traffics
+from autotune import catalog, device, traffic
 from autotune.trial import accuracy, metrics, recompiles
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import steps
@@ -208,7 +207,7 @@ class Served(Inference):
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
         }  # fmt: skip
-        self.weights = traffics.steady(requests, self.eager_shapes)
+        self.weights = traffic.steady(requests, self.eager_shapes)
         if ctx.request.kind != "confirm":  # its trial judged the strategy
             m.accuracy = self.judge_shapes()
 
@@ -218,9 +217,9 @@ class Served(Inference):
         compiled (a shape without a reference is not judged, and counts against K)."""
         ctx = self.ctx
         if ctx.strategy.granularity == "none":
-            return self._judge([traffics.distinct(ctx.workload.traffic)[0][0]], "eager")
+            return self._judge([traffic.distinct(ctx.workload.traffic)[0][0]], "eager")
         covered = set(ctx.reference["outputs"]) if ctx.reference else None
-        extremes = [s for s in traffics.extremes(ctx.workload.traffic)
+        extremes = [s for s in traffic.extremes(ctx.workload.traffic)
                     if s not in self.eager_shapes]  # fmt: skip
         shapes = [s for s in dict.fromkeys([*self.compiled_shapes, *extremes])
                   if s not in self.eager_shapes]  # fmt: skip
