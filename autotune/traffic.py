@@ -177,20 +177,21 @@ def distinct(requests: tuple[Shape, ...]) -> list[tuple[Shape, int]]:
     return sorted(counts.items(), key=lambda item: (-item[1], first[item[0]]))
 
 
-def steady(requests: tuple[Shape, ...], eager: set[Shape] | frozenset[Shape] = frozenset()
-           ) -> dict[Shape, float]:  # fmt: skip
+def steady(requests: tuple[Shape, ...], eager: set[Shape] | frozenset[Shape] = frozenset(),
+           most: int = STEADY_SHAPES) -> dict[Shape, float]:  # fmt: skip
     """The shapes the steady state times, with weights summing to 1: every distinct shape at
-    its share of the requests, or, past :data:`STEADY_SHAPES` of them, shapes at evenly spaced
-    quantiles by size that keep the traffic's mix: the requests whose shape ran ``eager`` in
-    the first pass (past a recompile limit, or by a stance) get their share of the slots, and
-    each group's picks stand for that group's share of the requests."""
+    its share of the requests, or, past ``most`` of them (:data:`STEADY_SHAPES` unless a time
+    budget asks for fewer), shapes at evenly spaced quantiles by size that keep the traffic's
+    mix: the requests whose shape ran ``eager`` in the first pass (past a recompile limit, or
+    by a stance) get their share of the slots, and each group's picks stand for that group's
+    share of the requests."""
     found = distinct(requests)
-    if len(found) <= STEADY_SHAPES:
+    if len(found) <= most:
         return {shape: n / len(requests) for shape, n in found}
     groups = [[r for r in requests if r in eager], [r for r in requests if r not in eager]]
     groups = [g for g in groups if g]
-    slots = [max(1, round(STEADY_SHAPES * len(g) / len(requests))) for g in groups]
-    if sum(slots) > STEADY_SHAPES:  # two groups rounded up: the larger gives one back
+    slots = [max(1, round(most * len(g) / len(requests))) for g in groups]
+    if sum(slots) > most:  # two groups rounded up: the larger gives one back
         slots[slots.index(max(slots))] -= 1
     weights: dict[Shape, float] = {}
     for group, n in zip(groups, slots, strict=True):

@@ -162,9 +162,11 @@ class Settings:
                               "as strict (see autotune/trial/accuracy.py)", read=positive,
                               cli_type=float)  # fmt: skip
     # Set by a search's plan (autotune.search.plan), not by the user: the timed rounds end by
-    # ``deadline`` (time.time(); 0: none), but not before ``least`` rounds.
+    # ``deadline`` (time.time(); 0: none), but not before ``least`` rounds, each over at most
+    # ``steady`` of a traffic's shapes (0: autotune.traffic.STEADY_SHAPES).
     deadline: float = 0.0
     least: int = 0
+    steady: int = 0
 
     def __post_init__(self) -> None:
         fields.validate(self)

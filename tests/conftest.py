@@ -21,12 +21,13 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that mostly wait (fault tests with real outages), then those that compile with
-    inductor, go first, so that pytest-xdist overlaps them with everything else instead of
-    ending on them."""
+    """The tests that mostly wait (fault tests with real outages, several workers), then those
+    that compile with inductor, go first, so that pytest-xdist overlaps them with everything
+    else instead of ending on them."""
+    order = ("long", "waits", "slow")
 
     def rank(item: pytest.Item) -> int:
-        return next((i for i, m in enumerate(("long", "slow")) if item.get_closest_marker(m)), 2)
+        return next((i for i, m in enumerate(order) if item.get_closest_marker(m)), len(order))
 
     items.sort(key=rank)
 

@@ -101,7 +101,7 @@ def test_a_budget_is_kept_whole_and_a_quicker_model_measures_more(tmp_path: Path
     slow_dir.mkdir(), quick_dir.mkdir()
     slow, told, wall = search("pausing", slow_dir)
     assert "plan: eager " in told and "ms per call here" in told
-    per_call = float(told.split("plan: eager ")[1].split(" ms")[0])
+    per_call = float(told.split("plan: eager ")[1].split(" ms per call")[0])
     assert 90 <= per_call <= 200  # the model's 100 ms, read here
     assert wall <= 1.1 * BUDGET_S + 5, f"{wall:.1f} s"  # +5: python's start and torch's import
     assert slow["seconds"]["total"] <= 1.1 * BUDGET_S and slow["budget_s"] == BUDGET_S
@@ -111,3 +111,53 @@ def test_a_budget_is_kept_whole_and_a_quicker_model_measures_more(tmp_path: Path
     assert quick_wall <= 1.1 * BUDGET_S + 5
     more_rounds = rounds_timed(quick_dir) > rounds_timed(slow_dir)
     assert more_rounds or quick["measured"] > slow["measured"], told
+
+
+def traffic_baseline(round_s: float, shapes: int) -> Measurement:
+    m = baseline(round_s / (2 * shapes) * 1e3, 3, child_s=30.0)
+    m.timings["timing_s"] = 3 * round_s
+    m.traffic = {"steady": [{"seq_len": 16 * (i + 1), "weight": 1 / shapes}
+                            for i in range(shapes)]}  # fmt: skip
+    return m
+
+
+def test_dear_rounds_over_a_traffic_time_fewer_steady_shapes() -> None:
+    """A round of 8 shapes at 4 s a shape: the confirmation's 3 processes of 12 rounds would
+    take 1152 s of a 600 s budget, so a round times fewer shapes (and says so); cheap rounds
+    keep every shape."""
+    from autotune import traffic
+
+    dear = Plan(600.0, iters=6)
+    dear.learn_baseline(traffic_baseline(32.0, 8))
+    assert 1 <= dear.steady < 8 and dear.round_s == pytest.approx(4.0 * dear.steady)
+    assert f"each round times {dear.steady} of the traffic's 8 shapes" in dear.line(
+        8, ["inductor"], traffic=True
+    )
+    settings = Settings(iters=6)
+    assert dear.for_trial(settings, ["inductor"], True, 4).steady == dear.steady
+    assert dear.for_confirmation(settings).steady == dear.steady
+    cheap = Plan(600.0, iters=6)
+    cheap.learn_baseline(traffic_baseline(0.8, 8))
+    assert cheap.steady == 8 and "each round times" not in cheap.line(8, ["eager"], True)
+    requests = tuple((1, n) for n in range(16, 144, 8))  # 16 distinct shapes
+    assert len(traffic.steady(requests, most=dear.steady)) == dear.steady
+    assert len(traffic.steady(requests)) == traffic.STEADY_SHAPES
+
+
+def test_a_trial_s_rounds_time_the_steady_shapes_its_plan_allows() -> None:
+    """The child honours the plan's ``steady``: a traffic of 12 lengths is timed over 3 steady
+    shapes instead of 8, and its rounds end by the deadline though 400 were asked for."""
+    import dataclasses
+
+    from autotune.catalog import ModelRef
+    from autotune.strategy.strategy import Strategy
+    from autotune.trial.parent import measure
+    from autotune.workload import Workload
+
+    settings = Settings(iters=400, warmup=1, starts=("cold",), timeout_s=300)
+    planned = dataclasses.replace(settings, steady=3, deadline=time.time() + 25, least=6)
+    w = Workload(seq_len="8,12,16,20,24,28,32,36,40,44,48,52", requests=12)
+    ref, strategy = ModelRef("tests.models:tiny_llama"), Strategy.create("full", "eager")
+    m = measure(ref, w, strategy, planned)
+    assert m.ok and len(m.traffic["steady"]) == 3  # type: ignore[index]
+    assert 6 <= m.timings["rounds"] < 400

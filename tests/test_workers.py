@@ -85,7 +85,8 @@ def _consistent(url: str, study: str, budget: int, returning: int = 0) -> None:
     assert max(_measured_once(url, study).values()) == 1
 
 
-@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.waits
 def test_three_concurrent_workers_measure_each_strategy_once(postgres, tmp_path: Path) -> None:
     url = postgres.url
     _submit(tmp_path, url, "three", 8)
@@ -132,41 +133,40 @@ study = "killed"
 """
 
 
-@pytest.mark.long
-def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.waits
+def test_a_killed_worker_s_strategy_is_measured_by_another(
+    postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     import psutil
 
     url = postgres.url
     _submit(tmp_path, url, "", 0, SLOW)
-    fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "4"}
-    os.environ.update(fast)
-    try:
-        doomed = _worker(tmp_path, url, "killed")
-        slow_key = "full/tests.models:slow_backend/-/dynamic=auto/breaks-ok"
-        deadline = time.time() + 300
-        while time.time() < deadline:  # until it is measuring the strategy that never ends
-            time.sleep(0.5)
-            claims = {c.key: c for c in Store(url).claims("killed")}
-            if slow_key in claims and Store(url).measurement("killed", "none"):
-                break
-        else:
-            raise AssertionError("the first worker never reached the slow strategy")
-        time.sleep(2)
-        from autotune.coordination import Coordinator
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")  # the workers' (a 4 s grace period)
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "4")
+    doomed = _worker(tmp_path, url, "killed")
+    slow_key = "full/tests.models:slow_backend/-/dynamic=auto/breaks-ok"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # until it is measuring the strategy that never ends
+        time.sleep(0.5)
+        claims = {c.key: c for c in Store(url).claims("killed")}
+        if slow_key in claims and Store(url).measurement("killed", "none"):
+            break
+    else:
+        raise AssertionError("the first worker never reached the slow strategy")
+    time.sleep(2)
+    from autotune.coordination import Coordinator
 
-        assert Coordinator(Store(url), "killed", "").live_workers() == 1
-        children = psutil.Process(doomed.pid).children(recursive=True)
-        doomed.kill()  # SIGKILL, mid-trial
-        doomed.wait()
-        killed_trial = claims[slow_key].trial_number
-        rescuer = _worker(tmp_path, url, "killed")
-        _, err = rescuer.communicate(timeout=300)
-        assert rescuer.returncode == 0, err[-2000:]
-    finally:
-        for key in fast:
-            os.environ.pop(key, None)
+    assert Coordinator(Store(url), "killed", "").live_workers() == 1
+    children = psutil.Process(doomed.pid).children(recursive=True)
+    doomed.kill()  # SIGKILL, mid-trial
+    doomed.wait()
+    killed_trial = claims[slow_key].trial_number
+    rescuer = _worker(tmp_path, url, "killed")
+    _, err = rescuer.communicate(timeout=300)
+    assert rescuer.returncode == 0, err[-2000:]
     assert all(not c.is_running() or c.status() == "zombie" for c in children)
     store = Store(url)
     rows = {r.key: r for r in store.measurements("killed")}
@@ -178,12 +178,33 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(postgres, tmp_path: P
     assert max(_measured_once(url, "killed").values()) == 1
 
 
-@pytest.mark.long
-def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) -> None:
-    """Longer than the grace period (30 s): every claim looks silent when the server is back,
-    and no worker may reap a live peer for it."""
+@pytest.mark.slow
+@pytest.mark.waits
+@pytest.mark.parametrize(
+    ("grace_s", "outage_s"),
+    [
+        pytest.param(5, 15, id="15s-outage-5s-grace"),
+        pytest.param(None, 60, marks=pytest.mark.long, id="60s-outage-default-30s-grace"),
+    ],
+)
+def test_three_workers_outlast_a_database_outage_longer_than_the_grace_period(
+    postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace_s: int | None,
+    outage_s: int,
+) -> None:  # fmt: skip
+    """An outage of two grace periods or more (15 s against a 5 s grace; on the long line, 60 s
+    against the default 30 s): every claim looks silent when the server is back, and no worker may
+    reap a live peer for it."""
     import time
 
+    from autotune import variables
+
+    for name in ("AUTOTUNE_GRACE_S", "AUTOTUNE_HEARTBEAT_S"):
+        monkeypatch.delenv(name, raising=False)
+    if grace_s is not None:  # the workers' grace period, and a heartbeat well inside it
+        monkeypatch.setenv("AUTOTUNE_GRACE_S", str(grace_s))
+        monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
+    grace = variables.grace_s()  # as the workers read it
+    assert 2 * grace <= outage_s < variables.db_retry_s()  # past the grace, within the retries
     url = postgres.url
     _submit(
         tmp_path,
@@ -197,7 +218,7 @@ def test_three_workers_outlast_a_60_s_database_outage(postgres, tmp_path: Path) 
     while len(Store(url).measurements("outage")) < 3 and time.time() < deadline:
         time.sleep(0.5)
     postgres.pg_ctl("stop", "-m", "fast")  # every connection drops
-    time.sleep(60)
+    time.sleep(outage_s)
     postgres.pg_ctl("start")
     outs = [w.communicate(timeout=600) for w in workers]
     errs = "".join(err for _, err in outs)
@@ -228,8 +249,11 @@ study = "frozen"
 """
 
 
-@pytest.mark.long
-def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None:
+@pytest.mark.slow
+@pytest.mark.waits
+def test_a_worker_frozen_past_the_grace_period(
+    postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGSTOP a worker with its trial child for 5 grace periods: its peer fails its trial
     and goes on; when it comes back, its measurement is kept (told in a new trial) unless the
     peer has one, nothing is measured twice and nobody crashes."""
@@ -240,30 +264,26 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
 
     url = postgres.url
     _submit(tmp_path, url, "", 0, FROZEN)
-    fast = {"AUTOTUNE_HEARTBEAT_S": "1", "AUTOTUNE_GRACE_S": "6"}
-    os.environ.update(fast)
-    try:
-        frozen, peer = _worker(tmp_path, url, "frozen"), _worker(tmp_path, url, "frozen")
-        deadline, tag = time.time() + 300, f":{frozen.pid}:"
-        while time.time() < deadline:  # until the first worker is mid-trial (each is slow)
-            time.sleep(0.2)
-            busy = [c for c in Store(url).claims("frozen") if tag in c.worker
-                    and c.heartbeat is not None and "sleepy" in c.key]  # fmt: skip
-            if busy:
-                break
-        else:
-            raise AssertionError("the worker never started a slow trial")
-        group = [psutil.Process(frozen.pid), *psutil.Process(frozen.pid).children(True)]
-        for p in group:
-            p.send_signal(signal.SIGSTOP)
-        time.sleep(30)  # 5 grace periods: the peer's own slow trial ends and it reaps, even on
-        # a loaded machine (at 2.5 its trial could outlast the freeze, and nobody was reaped)
-        for p in group:
-            p.send_signal(signal.SIGCONT)
-        outs = [w.communicate(timeout=300) for w in (frozen, peer)]
-    finally:
-        for key in fast:
-            os.environ.pop(key, None)
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")  # the workers' (a 6 s grace period)
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "6")
+    frozen, peer = _worker(tmp_path, url, "frozen"), _worker(tmp_path, url, "frozen")
+    deadline, tag = time.time() + 300, f":{frozen.pid}:"
+    while time.time() < deadline:  # until the first worker is mid-trial (each is slow)
+        time.sleep(0.2)
+        busy = [c for c in Store(url).claims("frozen") if tag in c.worker
+                and c.heartbeat is not None and "sleepy" in c.key]  # fmt: skip
+        if busy:
+            break
+    else:
+        raise AssertionError("the worker never started a slow trial")
+    group = [psutil.Process(frozen.pid), *psutil.Process(frozen.pid).children(True)]
+    for p in group:
+        p.send_signal(signal.SIGSTOP)
+    time.sleep(30)  # 5 grace periods: the peer's own slow trial ends and it reaps, even on
+    # a loaded machine (at 2.5 its trial could outlast the freeze, and nobody was reaped)
+    for p in group:
+        p.send_signal(signal.SIGCONT)
+    outs = [w.communicate(timeout=300) for w in (frozen, peer)]
     errs = "".join(err for _, err in outs)
     assert frozen.returncode == 0 and peer.returncode == 0, errs[-3000:]
     assert "Traceback" not in errs and "IntegrityError" not in errs
@@ -273,7 +293,8 @@ def test_a_worker_frozen_past_the_grace_period(postgres, tmp_path: Path) -> None
     assert study.trials[busy[0].trial_number].state.name == "FAIL"  # reaped by the peer
 
 
-@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.waits
 def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT}
     env.pop("AUTOTUNE_STORAGE", None)
@@ -293,7 +314,8 @@ def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     assert (tmp_path / "studies" / "two" / "best.json").is_file()
 
 
-@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.waits
 def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Path) -> None:
     import sqlalchemy
 
@@ -315,7 +337,8 @@ def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Pa
     assert len(Store(url).measurements("elsewhere")) == 2
 
 
-@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.waits
 def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     import time
 

@@ -11,7 +11,9 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
 - a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
   backend is measured, then the mean of what its trials took beyond the rest;
 - the confirmation is kept its share first: its processes, each with a warm compile and the
-  confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`);
+  confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`); over a
+  traffic, where those rounds would take more than :data:`CONFIRM_SHARE` of the budget, each
+  round times fewer of its steady shapes (evenly spaced quantiles that keep its mix);
 - each trial's rounds end at its share of the time left for trials, never before
   :func:`deciding_rounds`; a trial that cannot fit them is not started.
 
@@ -41,6 +43,9 @@ BASELINE_ROUNDS = 3  # ...at least: eager against itself decides nothing; its me
 # took 25-60 s with Inductor on a 2-core CPU; the others trace or replay Python only.
 COMPILE_PRIOR_S = {"inductor": 40.0, "aot_eager": 4.0, "eager": 1.0}
 WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against the cold one
+# Over a traffic, a round times each steady shape on both sides: where that makes the
+# confirmation's least rounds cost more than this share of the budget, fewer shapes are timed.
+CONFIRM_SHARE = 0.35
 TAIL_S = 5.0  # the export and the answer, after the confirmation
 
 
@@ -65,6 +70,8 @@ class Plan:
     compiles: dict[str, list[float]] = field(default_factory=dict)  # backend -> seen
     iters: int = 0
     eager_ms: float = 0.0  # eager's latency per call here (weighted over a traffic)
+    shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
+    steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
 
     @property
@@ -88,6 +95,12 @@ class Plan:
         t = m.timings
         rounds = max(1.0, t.get("rounds", float(self.iters or 1)))
         self.round_s = t.get("timing_s", 0.0) / rounds
+        self.shapes = len((m.traffic or {}).get("steady") or [])
+        if self.shapes and self.budget_s is not None:  # fewer shapes where rounds are dear
+            per_shape = self.round_s / self.shapes
+            afford = CONFIRM_SHARE * self.budget_s / ((1 + RIVALS) * MIN_ROUNDS * per_shape)
+            self.steady = max(1, min(self.shapes, int(afford)))
+            self.round_s = per_shape * self.steady
         self.fixed_s = max(0.0, t.get("startup_s", 0.0) + t.get("child_s", 0.0)
                            - t.get("timing_s", 0.0))  # fmt: skip
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
@@ -169,7 +182,7 @@ class Plan:
             return settings
         share = (end - time.time()) / max(1, trials_left)
         return dataclasses.replace(settings, deadline=time.time() + share,
-                                   least=deciding_rounds())  # fmt: skip
+                                   least=deciding_rounds(), steady=self.steady)  # fmt: skip
 
     def for_confirmation(self, settings: Settings) -> Settings:
         """The confirmation's settings: its rounds end by the budget's end, less the tail,
@@ -177,17 +190,21 @@ class Plan:
         if self.deadline is None:
             return settings
         return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,
-                                   least=MIN_ROUNDS)  # fmt: skip
+                                   least=MIN_ROUNDS, steady=self.steady)  # fmt: skip
 
     def line(self, trials: int, backends: list[str], traffic: bool) -> str:
         """The plan in one line: what a call and a trial cost here, and what fits."""
         assert self.round_s is not None and self.fixed_s is not None
         slowest = max(backends, key=self.compile_s)
         trial = self.trial_s(slowest, self.iters)
+        ms = self.eager_ms
+        call = f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
         head = (
-            f"plan: eager {self.eager_ms:.3g} ms per call here; a trial of {self.iters} "
+            f"plan: eager {call} per call here; a trial of {self.iters} "
             f"rounds ≈ {trial:.0f} s ({self.compile_s(slowest):.0f} s of it compiling)"
         )
+        if self.steady and self.steady < self.shapes:
+            head += f"; each round times {self.steady} of the traffic's {self.shapes} shapes"
         if self.deadline is None:
             return f"{head}; {trials} trials ≈ {trials * trial / 60:.1f} min (no time budget)"
         end = self.trials_end(backends, traffic)

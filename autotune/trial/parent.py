@@ -135,7 +135,8 @@ def confirm(
                 shutil.copytree(folder, merged, dirs_exist_ok=True)
         request = Request("confirm", strategies[0], model, workload, settings.iters,
                           settings.warmup, settings.seed, confirm=tuple(strategies),
-                          deadline=settings.deadline, least=settings.least)  # fmt: skip
+                          deadline=settings.deadline, least=settings.least,
+                          steady=settings.steady)  # fmt: skip
         return run_child(request, work, "confirm", merged, settings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -164,7 +165,8 @@ def confirm_apart(
                 shutil.copytree(kept[n], caches)
             request = Request("confirm", strategy, model, workload, settings.iters,
                               settings.warmup, settings.seed, confirm=(strategy,),
-                              deadline=settings.deadline, least=settings.least)  # fmt: skip
+                              deadline=settings.deadline, least=settings.least,
+                              steady=settings.steady)  # fmt: skip
             m = run_child(request, work, "confirm", caches, settings)
         finally:
             shutil.rmtree(work, ignore_errors=True)

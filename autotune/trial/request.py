@@ -44,6 +44,7 @@ class Request:
     launched: float = 0.0  # when the parent started the process (time.time())
     deadline: float = 0.0  # the timed rounds end by then (time.time(); 0: none), see timing
     least: int = 0  # ...but not before this many rounds
+    steady: int = 0  # a traffic's steady shapes a round times, at most (0: traffic's default)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -66,7 +67,7 @@ class Request:
                      "reference_reason": reference.reason}  # fmt: skip
         return cls("trial", strategy, model, workload, settings.iters, settings.warmup,
                    settings.seed, settings.tolerance, **found, deadline=settings.deadline,
-                   least=settings.least)  # fmt: skip
+                   least=settings.least, steady=settings.steady)  # fmt: skip
 
     def but(self, **changes: Any) -> Request:
         """This request with ``changes`` (another start of the same trial, say)."""

@@ -207,7 +207,8 @@ class Served(Inference):
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
         }  # fmt: skip
-        self.weights = traffic.steady(requests, self.eager_shapes)
+        self.weights = traffic.steady(requests, self.eager_shapes,
+                                      ctx.request.steady or traffic.STEADY_SHAPES)  # fmt: skip
         if ctx.request.kind != "confirm":  # its trial judged the strategy
             m.accuracy = self.judge_shapes()
 
