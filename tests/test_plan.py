@@ -161,3 +161,18 @@ def test_a_trial_s_rounds_time_the_steady_shapes_its_plan_allows() -> None:
     m = measure(ref, w, strategy, planned)
     assert m.ok and len(m.traffic["steady"]) == 3  # type: ignore[index]
     assert 6 <= m.timings["rounds"] < 400
+
+
+def test_the_confirmation_s_share_grows_with_the_rivals_measured() -> None:
+    """Before any compiled trial, a confirmation would time one strategy beside eager: keeping
+    three processes' time for it left a 10-minute main job no room for its first trial."""
+    plan = Plan(600.0, iters=6)
+    plan.learn_baseline(traffic_baseline(5.0, 8))
+    first = plan.confirmation_s(["inductor"], traffic=True)
+    plan.compiled = 1
+    second = plan.confirmation_s(["inductor"], traffic=True)
+    plan.compiled = 5
+    most = plan.confirmation_s(["inductor"], traffic=True)
+    assert first < second < most
+    plan.compiled = 9
+    assert plan.confirmation_s(["inductor"], traffic=True) == most  # the pick and 2 rivals

@@ -10,7 +10,8 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
   costs besides its compile and its rounds (the process, the build, the first pass, the gate);
 - a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
   backend is measured, then the mean of what its trials took beyond the rest;
-- the confirmation is kept its share first: its processes, each with a warm compile and the
+- the confirmation is kept its share first: its processes (the pick and its rivals, no more
+  than the compiled strategies measured once the next trial is), each with a warm compile and the
   confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`); over a
   traffic, where those rounds would take more than :data:`CONFIRM_SHARE` of the budget, each
   round times fewer of its steady shapes (evenly spaced quantiles that keep its mix);
@@ -72,6 +73,7 @@ class Plan:
     eager_ms: float = 0.0  # eager's latency per call here (weighted over a traffic)
     shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
+    compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
 
     @property
@@ -139,6 +141,7 @@ class Plan:
         self.account(m)
         if strategy.granularity == "none" or self.round_s is None or self.fixed_s is None:
             return
+        self.compiled += m.ok
         rounds = m.timings.get("rounds", float(self.iters))
         extra = max(0.0, wall_s - self.fixed_s - rounds * self.round_s)
         self.compiles.setdefault(strategy.backend, []).append(extra)
@@ -148,15 +151,17 @@ class Plan:
         return self.fixed_s + self.compile_s(backend) + rounds * self.round_s
 
     def confirmation_s(self, backends: list[str], traffic: bool) -> float:
-        """The confirmation's share: the pick and :data:`RIVALS` rivals, each in a process of
-        its own over a traffic (else all in one), each compile warm."""
+        """The confirmation's share once one more trial is measured: the pick and up to
+        :data:`RIVALS` rivals (no more than the compiled strategies measured by then), each in
+        a process of its own over a traffic (else all in one), each compile warm."""
         if self.round_s is None or self.fixed_s is None:
             return 0.0
         rounds = MIN_ROUNDS  # its least: past them, its rounds take what is left
-        compiles = WARM * (1 + RIVALS) * max(self.compile_s(b) for b in backends)
+        timed = min(1 + RIVALS, self.compiled + 1)  # strategies it may time besides eager
+        compiles = WARM * timed * max(self.compile_s(b) for b in backends)
         if traffic:
-            return (1 + RIVALS) * (self.fixed_s + rounds * self.round_s) + compiles + TAIL_S
-        sides = 2 + RIVALS  # eager, the pick and its rivals, one call each a round
+            return timed * (self.fixed_s + rounds * self.round_s) + compiles + TAIL_S
+        sides = 1 + timed  # eager, the pick and its rivals, one call each a round
         return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
 
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
