@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from autotune.search import Search, open_search, run
 from tests.helpers import fast_spec
@@ -18,6 +19,15 @@ from tests.helpers import fast_spec
 # user may with the same variable; the product and the benchmarks run with torch's default.
 # This takes the suite from 6 min 50 s to 5 min 13 s on 2 cores.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# One intra-op thread per process: the suite runs 4 xdist workers, each with trial children, on
+# 2 cores, and torch's default (a thread per core) oversubscribes them; an OpenMP barrier then
+# waits out a descheduled thread's time slice at every op. Under load one round of the tiny
+# Llama over a traffic took 3.6 s instead of 25 ms, and test_traffic's four trials 150 s of
+# CPU instead of 40. The tests check what autotune does, not torch's threading; the product and
+# the benchmarks run with torch's default.
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "1"  # every process the tests start inherits it
+    torch.set_num_threads(1)  # this one imported torch before it was set
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,24 +120,31 @@ from autotune.catalog import ModelRef
 from autotune.workload import Workload
 model, inputs = catalog.build(ModelRef("tests.models:chain"), Workload(device="cpu"))
 ours = autotune.AutotuneWarning
-with warnings.catch_warnings(record=True) as caught, torch.no_grad():
-    warnings.simplefilter("always")
-    started = autotune.apply(model, sys.argv[1], trust_artifact=sys.argv[2] == "trust")
-    out, expected = started(*inputs), model(*inputs)
-print(json.dumps({"kind": getattr(started, "kind", None), "frames": precompiled.frames_compiled(),
-                  "equal": torch.allclose(out, expected, rtol=1e-4, atol=1e-5),
-                  "warnings": [str(w.message) for w in caught if issubclass(w.category, ours)]}))
+for path, trust in zip(sys.argv[1::2], sys.argv[2::2]):  # each after a reset of dynamo
+    torch._dynamo.reset()
+    before = precompiled.frames_compiled()
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        started = autotune.apply(model, path, trust_artifact=trust == "trust")
+        out, expected = started(*inputs), model(*inputs)
+    print(json.dumps({"kind": getattr(started, "kind", None),
+                      "frames": precompiled.frames_compiled() - before,
+                      "equal": torch.allclose(out, expected, rtol=1e-4, atol=1e-5),
+                      "warnings": [str(w.message) for w in caught
+                                   if issubclass(w.category, ours)]}))
 """
 
 
-def _apply(json_path: Path, trust: bool = True) -> dict:
+def _apply(*cases: tuple[Path, bool]) -> list[dict]:
+    """Apply each ``(json, trusted)`` in turn in one fresh process, with empty caches."""
     env = {**os.environ, "PYTHONPATH": ROOT,
-           "TORCHINDUCTOR_CACHE_DIR": str(json_path.parent / "fresh-cache")}  # fmt: skip
+           "TORCHINDUCTOR_CACHE_DIR": str(cases[0][0].parent / "fresh-cache")}  # fmt: skip
     env.pop("AUTOTUNE_TRUST_ARTIFACTS", None)
-    out = subprocess.run([sys.executable, "-c", APPLY, str(json_path), "trust" if trust else "no"],
-                         env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    argv = [str(a) for path, trust in cases for a in (path, "trust" if trust else "no")]
+    out = subprocess.run([sys.executable, "-c", APPLY, *argv], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in out.stdout.strip().splitlines()[-len(cases) :]]
 
 
 @pytest.mark.slow
@@ -161,19 +169,22 @@ def test_a_search_for_precompiled_starts_ships_one_and_apply_compiles_nothing(in
     assert block["objectives"] == ["precompiled", "latency"]
     shipped = block["ahead"]["precompiled"]
     assert (best.parent / shipped["file"]).is_file() and shipped["fingerprint"]["torch"]
-    started = _apply(best)
+    [started] = _apply((best, True))
     assert started["kind"] == "precompiled" and started["frames"] == 0 and started["equal"]
     assert started["warnings"] == []
-    refused = _apply(best, trust=False)  # not trusted: compiles as usual, one line
-    assert refused["kind"] is None and refused["equal"] and len(refused["warnings"]) == 1
     data = json.loads(best.read_text())
     data["autotune"]["ahead"]["precompiled"]["fingerprint"]["torch"] = "2.12.0"
     foreign = best.with_name("foreign.json")
     foreign.write_text(json.dumps(data))  # the same file, said to be built by another torch
-    other = _apply(foreign)
-    [line] = other["warnings"]
+    damaged = best.parent / "damaged"
+    damaged.mkdir()
+    for f in best.parent.glob("best.*"):  # the same export, its precompiled file damaged
+        shutil.copy(f, damaged / f.name)
+    (damaged / shipped["file"]).write_bytes(b"not what was shipped")
+    # the fall-backs in one more fresh process: none of them loads the precompiled file
+    refused, other, corrupt = _apply((best, False), (foreign, True), (damaged / best.name, True))
+    assert refused["kind"] is None and refused["equal"] and len(refused["warnings"]) == 1
+    [line] = other["warnings"]  # not trusted (refused) or foreign: compiles as usual, one line
     assert "2.12.0" in line and other["kind"] is None and other["equal"]
-    (best.parent / shipped["file"]).write_bytes(b"not what was shipped")
-    corrupt = _apply(best)
     [line] = [w for w in corrupt["warnings"] if "precompiled" in w or "corrupt" in w]
     assert "corrupt" in line and corrupt["kind"] is None and corrupt["equal"]

@@ -205,17 +205,17 @@ def test_three_workers_outlast_a_database_outage_longer_than_the_grace_period(
         monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
     grace = variables.grace_s()  # as the workers read it
     assert 2 * grace <= outage_s < variables.db_retry_s()  # past the grace, within the retries
-    url = postgres.url
+    url, study = postgres.url, f"outage-{outage_s}s"  # one server: each outage a study
     _submit(
         tmp_path,
         url,
         "",
         0,
-        SPEC.format(trials=10, study="outage").replace("iters = 10", "iters = 30"),
+        SPEC.format(trials=10, study=study).replace("iters = 10", "iters = 30"),
     )
-    workers = [_worker(tmp_path, url, "outage") for _ in range(3)]
+    workers = [_worker(tmp_path, url, study) for _ in range(3)]
     deadline = time.time() + 180
-    while len(Store(url).measurements("outage")) < 3 and time.time() < deadline:
+    while len(Store(url).measurements(study)) < 3 and time.time() < deadline:
         time.sleep(0.5)
     postgres.pg_ctl("stop", "-m", "fast")  # every connection drops
     time.sleep(outage_s)
@@ -227,7 +227,7 @@ def test_three_workers_outlast_a_database_outage_longer_than_the_grace_period(
     assert "unreachable" in errs and "retrying" in errs  # the retry path was taken
     assert "Traceback" not in errs and PASSWORD not in errs
     assert "failed by another worker" not in errs  # nobody was reaped for the outage
-    _consistent(url, "outage", 10)
+    _consistent(url, study, 10)
 
 
 FROZEN = """

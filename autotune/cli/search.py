@@ -56,12 +56,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.cli import report
     from autotune.environment import slow_dtype
     from autotune.search.progress import BestSoFar, Progress, counts
-    from autotune.search.spec import StudySpec, check_name
+    from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name
     from autotune.ship.tune import Tuning
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
     flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
+    if flags.get("time_budget") is None and args.space is None:
+        flags["time_budget"] = DEFAULT_BUDGET_S
     if args.study is not None:
         check_name(args.study)
     spec = StudySpec.from_sources(args.space, **flags)

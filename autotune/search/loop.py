@@ -10,7 +10,6 @@ from autotune import usercode
 from autotune.coordination import LocalWorkers, Tally, reap_s
 from autotune.errors import AutotuneError
 from autotune.search import step
-from autotune.search.plan import Plan
 from autotune.search.state import Lines, Listener, Search
 
 
@@ -37,9 +36,6 @@ def run(
     worker serving a queue has other studies to measure."""
     listener = listener or Lines()
     start = time.monotonic()
-    lone = max_measure is None and not leave
-    if lone and search.plan is None:  # a worker's budget stops its claims only (stop_reason)
-        search.plan = Plan(search.spec.time_budget_s, iters=search.spec.settings.iters)
     step.baseline(search, listener)
     if search.plan is not None and search.plan.round_s is not None:
         listener.note(search.plan.line(search.target, search.backends, search.traffic))

@@ -116,8 +116,9 @@ def check_tables(data: Any, where: str) -> dict[str, dict[str, Any]]:
     return data
 
 
-# A search's default time: a newcomer's first search answers within a coffee break on any
-# machine (its plan fits the rounds and trials to it); --time-budget none lifts it.
+# `autotune search`'s and tune()'s default time, where neither a flag nor a spec file gives one:
+# a newcomer's first search answers within a coffee break on any machine (its plan fits the
+# rounds and trials to it); --time-budget none lifts it. Workers and submitted studies have none.
 DEFAULT_BUDGET_S = 600.0
 
 
@@ -130,10 +131,10 @@ class StudySpec:
     space: Space
     trials: int = option(30, "strategies to measure in the study", read=whole(1), cli_type=int)
     time_budget_s: float | None = option(
-        DEFAULT_BUDGET_S,
-        "the whole search's time, e.g. 30m or 2h, baseline and confirmation "
-        "included (a lone search fits its rounds and trials to it; a worker only stops "
-        "claiming); none: no limit",
+        None,
+        "the whole search's time, e.g. 30m or 2h, baseline and confirmation included (a lone "
+        "search fits its rounds and trials to it; a worker only stops claiming); none: no "
+        "limit; autotune search without --space: 10m unless given",
         toml="time_budget",
         read=parse_duration,
     )
