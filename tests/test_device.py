@@ -15,7 +15,7 @@ from autotune import device
 from autotune.coordination import LocalWorkers, check_environment
 from autotune.coordination.workers import worker_env
 from autotune.errors import ConfigError
-from autotune.ship.export import MARK_STEPS, caveats
+from autotune.ship.formats import MARK_STEPS, caveats
 from autotune.strategy.strategy import Strategy
 from autotune.workload import Workload
 

@@ -15,6 +15,7 @@ from accelerate.utils import TorchDynamoPlugin
 import autotune
 from autotune.catalog.toy import Toy
 from autotune.cli import main
+from autotune.ship import formats
 from autotune.ship.export import export
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
@@ -148,7 +149,7 @@ def test_options_export_builds_the_plugin_and_prepare_gives_eager_s_outputs(
     with torch.no_grad():
         expected = model(x)
         torch.testing.assert_close(prepared(x), expected)  # compiled with freezing, by Inductor
-    assert Strategy.from_accelerate(plugin) == frozen
+    assert formats.from_accelerate(plugin) == frozen
 
 
 def test_yaml_says_what_it_cannot_express_and_gives_the_closest(tmp_path: Path, capsys) -> None:

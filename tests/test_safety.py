@@ -56,7 +56,7 @@ def test_apply_never_imports_a_backend_the_file_names(side_effect: Path, in_tmp:
     with pytest.raises(ConfigError, match="needs a transformers model that generates"):
         autotune.apply_generation(model, best)
     assert not side_effect.exists() and sys.path == before
-    from autotune.ship.export import torch_kwargs
+    from autotune.ship.formats import torch_kwargs
 
     assert torch_kwargs(Strategy.create("full", "sideeffect:backend"))["backend"] == (
         "sideeffect:backend")  # fmt: skip

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from accelerate.utils import TorchDynamoPlugin
 
 from autotune.errors import ConfigError, NotApplicable
 from autotune.strategy.strategy import Strategy
@@ -63,33 +62,6 @@ def test_cuda_only_choices_are_not_applicable_on_cpu(backend: str, mode: str | N
     with pytest.raises(NotApplicable, match="CUDA"):
         s.check_applicable("cpu")
     assert Strategy.create("full", "inductor", "max-autotune-no-cudagraphs").needs_cuda() is None
-
-
-@pytest.mark.parametrize(
-    "strategy",
-    [
-        Strategy.create("none"),
-        Strategy.create("full", "inductor", "max-autotune-no-cudagraphs", False, True),
-        Strategy.create("regional", "aot_eager", dynamic=True),
-        Strategy.create("full", "eager"),
-    ],
-)
-def test_accelerate_round_trip_through_the_real_plugin(strategy: Strategy) -> None:
-    fields = strategy.to_accelerate()
-    plugin = TorchDynamoPlugin(**fields)
-    assert Strategy.from_accelerate(plugin) == strategy
-    assert Strategy.from_accelerate(fields) == strategy
-
-
-def test_nested_is_never_silently_dropped_for_accelerate() -> None:
-    nested = Strategy.create("nested", "inductor")
-    assert "nested" in (nested.accelerate_caveat() or "")
-    with pytest.raises(NotApplicable, match="cannot express granularity 'nested'"):
-        nested.to_accelerate()
-    approx = nested.to_accelerate(approximate=True)
-    assert approx["use_regional_compilation"] is False and approx["backend"] == "inductor"
-    with pytest.raises(NotApplicable, match="DynamoBackend has no backend"):
-        Strategy.create("full", "aot_eager_decomp_partition").to_accelerate()
 
 
 def test_compile_kwargs() -> None:
@@ -154,21 +126,6 @@ def test_mode_is_never_passed_with_options_and_torch_takes_the_kwargs() -> None:
         "full", "inductor", "max-autotune-no-cudagraphs", None, False, ["freezing"]
     )
     torch.compile(model, **s.compile_kwargs())  # accepted (compiling happens on the first call)
-
-
-def test_options_round_trip_through_accelerate_s_plugin() -> None:
-    from accelerate.utils import TorchDynamoPlugin
-
-    s = Strategy.create(
-        "regional", "inductor", "default", False, True, ["freezing", "cpp_wrapper"]
-    )
-    fields = s.to_accelerate()
-    assert fields["mode"] is None and fields["options"] == {"freezing": True, "cpp_wrapper": True}
-    plugin = TorchDynamoPlugin(**fields)
-    assert Strategy.from_accelerate(plugin) == s
-    plain = Strategy.create("full", "inductor", "max-autotune-no-cudagraphs")
-    assert plain.to_accelerate()["options"] is None  # a mode alone stays a mode
-    assert Strategy.from_accelerate(TorchDynamoPlugin(**plain.to_accelerate())) == plain
 
 
 def test_the_cudagraphs_option_is_cuda_only_and_marks_steps() -> None:

@@ -76,7 +76,7 @@ def _add_storage_args(p: argparse.ArgumentParser, study: bool = True) -> None:
 
 
 def _add_format_arg(p: argparse.ArgumentParser) -> None:
-    from autotune.ship.export import FORMATS
+    from autotune.ship.formats import FORMATS
 
     p.add_argument("--format", default="accelerate", choices=FORMATS,
                    help="what to write (default accelerate)")  # fmt: skip

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import usercode
 from autotune.errors import AutotuneWarning, ConfigError
-from autotune.ship import export, exported
+from autotune.ship import exported, formats
 from autotune.ship.exported import Backends
 from autotune.starts import artifact
 from autotune.strategy import granularity
@@ -57,7 +57,7 @@ def apply(
 def _apply_file(
     model: torch.nn.Module, how: str | Path, backends: Backends, trust_artifact: bool | None
 ) -> torch.nn.Module:
-    strategy, data = export.read(how)
+    strategy, data = exported.read(how)
     fitted = exported.fitted(strategy, data, how)
     if fitted is None:
         return model
@@ -106,7 +106,7 @@ def _generator(
     if isinstance(how, Strategy):
         strategy, resolve = how, usercode.resolve
     else:
-        strategy, data = export.read(how)
+        strategy, data = exported.read(how)
         strategy = exported.fitted(strategy, data, how) or Strategy("none")
         resolve = exported.resolver(backends, how)
         if strategy.granularity != "none":
@@ -128,14 +128,14 @@ def load_plugin(path: str | Path) -> Any:
     ``nested`` becomes one full compile)."""
     from accelerate.utils import TorchDynamoPlugin
 
-    strategy, _ = export.read(path)
+    strategy, _ = exported.read(path)
     if usercode.is_code(strategy.backend):
         raise ConfigError(
             f"{path} names backend {strategy.backend!r}, which Accelerate's "
             "TorchDynamoPlugin cannot take (only a registered backend's name): use "
             "autotune.apply(model, file, backends=...)"
         )
-    if caveat := strategy.accelerate_caveat():
+    if caveat := formats.accelerate_caveat(strategy):
         warnings.warn(f"{caveat}; the plugin compiles it as granularity 'full'",
                       AutotuneWarning, stacklevel=2)  # fmt: skip
-    return TorchDynamoPlugin(**export.accelerate_fields(strategy))
+    return TorchDynamoPlugin(**formats.accelerate_fields(strategy))

@@ -1,10 +1,9 @@
 """Export: write the strategy that :mod:`autotune.choice.selection` chose as a config file.
 
-Formats: ``accelerate`` (JSON: ``TorchDynamoPlugin``'s fields plus an ``autotune`` block),
-``accelerate-yaml`` (the ``dynamo_config`` section of an Accelerate config file), ``torch``
-(``torch.compile`` keyword arguments plus the granularity) and ``transformers`` (a
-``generation_config`` with ``CompileConfig``'s fields). Every export is also recorded in the
-store. ``read`` loads an exported JSON file back.
+The study's choice, its numbers and its caveats in one of :data:`~.formats.FORMATS` (each
+format's fields are :mod:`.formats`'), beside a JSON one the artefacts of its starts; every
+export is also recorded in the store. :func:`autotune.ship.exported.read` loads a JSON export
+back.
 """
 
 from __future__ import annotations
@@ -19,64 +18,20 @@ from autotune.choice.objectives import default
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
+from autotune.ship import formats
 from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy import shapes
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 
-FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
-ACCELERATE_YAML_MODES = ("default", "reduce-overhead", "max-autotune")
-
-
-def accelerate_fields(strategy: Strategy) -> dict[str, Any]:
-    """Exactly ``TorchDynamoPlugin``'s fields, with nested approximated (callers say so)."""
-    from accelerate.utils import TorchDynamoPlugin
-
-    fields = strategy.to_accelerate(approximate=True)
-    return {f.name: fields.get(f.name, f.default) for f in dataclasses.fields(TorchDynamoPlugin)}
-
-
-MARK_STEPS = ("it replays CUDA graphs: with a regional or nested compile, or graph breaks, call "
-              "torch.compiler.cudagraph_mark_step_begin() before each step, or outputs get "
-              "overwritten (autotune.apply and apply_generation do it for you)")  # fmt: skip
-
-
-def caveats(strategy: Strategy, fmt: str) -> list[str]:
-    """What the chosen format cannot say about the strategy."""
-    notes = [MARK_STEPS] if strategy.uses_cuda_graphs() else []
-    if strategy.shaped and fmt in ("torch", "transformers"):
-        notes.append(
-            f"{fmt} has no setting to pad to buckets or mark dimensions "
-            f"({strategy.key}); autotune.apply(model, file) serves it as measured"
-        )
-    if fmt == "transformers":
-        return notes + transformers_caveats(strategy)
-    if fmt != "torch" and (caveat := strategy.accelerate_caveat()):
-        notes.append(caveat)
-    if fmt == "accelerate-yaml" and strategy.options:
-        closest = strategy.without_options()
-        notes.append(
-            f"Accelerate's config file and environment variables have no key for Inductor "
-            f"options ({', '.join(strategy.options)}), and Transformers' Trainer passes only "
-            f"backend, mode and dynamic: this section is the closest expressible config, "
-            f"{closest.key}; pass options= to TorchDynamoPlugin (the accelerate JSON export) to "
-            "get the measured one"
-        )
-    if fmt == "accelerate-yaml" and strategy.mode and strategy.mode not in ACCELERATE_YAML_MODES:
-        notes.append(
-            f"Accelerate's config file accepts dynamo_mode {', '.join(ACCELERATE_YAML_MODES)}, "
-            f"not {strategy.mode!r}: pass mode={strategy.mode!r} to TorchDynamoPlugin instead"
-        )
-    return notes
-
 
 def document(
     store: Store, study: str, policy: str, fmt: str, max_memory_mb: float | None = None
 ) -> tuple[str, Point, list[str]]:
     """The export's text, the chosen point, and its caveats."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"bad format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt not in formats.FORMATS:
+        raise ConfigError(f"bad format {fmt!r}: use one of {', '.join(formats.FORMATS)}")
     row = store.study(study)
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
@@ -86,7 +41,7 @@ def document(
                   store.confirmation(study, policy))  # fmt: skip
     chosen, points, front = told.chosen, told.points, told.front
     strategy = Strategy.from_dict(chosen.strategy)
-    notes = caveats(strategy, fmt)
+    notes = formats.caveats(strategy, fmt)
     if chosen.no_graphs == "all":
         notes.append("measured without CUDA graphs: Inductor fell back from them (autotune "
                      "show says why), so it ran, and will run, as plain Inductor")  # fmt: skip
@@ -112,21 +67,12 @@ def document(
         **told.block(),
         "caveats": notes,
     }
-    if fmt == "accelerate":
-        text = json.dumps({**accelerate_fields(strategy), "autotune": block}, indent=2)
-    elif fmt == "transformers":
-        if (row.spec.get("workload") or {}).get("kind") != "generate":
-            notes.append("the study measured one forward pass, not generation (prefill and "
-                         "decode): search with --workload generate")  # fmt: skip
-        body = {"generation_config": transformers_fields(strategy), "autotune": block}
-        text = json.dumps(body, indent=2)
-    elif fmt == "torch":
-        body = {"granularity": strategy.granularity, **torch_kwargs(strategy), "autotune": block}
-        text = json.dumps(body, indent=2)
-    else:
-        if strategy.options:
-            notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
-        text = yaml_section(strategy, notes, study)
+    if fmt == "transformers" and (row.spec.get("workload") or {}).get("kind") != "generate":
+        notes.append("the study measured one forward pass, not generation (prefill and "
+                     "decode): search with --workload generate")  # fmt: skip
+    if fmt == "accelerate-yaml" and strategy.options:
+        notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
+    text = formats.render(strategy, fmt, block, notes, study)
     return text + "\n", chosen, notes
 
 
@@ -139,15 +85,9 @@ def bucket_limit(strategy: Strategy, workload: dict[str, Any]) -> dict[str, int]
     return {} if limit is None else {"recompile_limit": limit}
 
 
-def torch_kwargs(strategy: Strategy) -> dict[str, Any]:
-    """Exactly ``torch.compile``'s keyword arguments (an import-path backend as its text: an
-    export never imports it)."""
-    return strategy.compile_kwargs(resolve=lambda name, what: name)
-
-
 def closest_numbers(store: Store, study: str, strategy: Strategy) -> str:
     """What the closest expressible config (the strategy without its options) measured."""
-    closest = strategy.without_options()
+    closest = formats.yaml_closest(strategy)
     row = store.measurement(study, closest.key)
     if row is None:
         return f"{closest.key} was not measured in this study"
@@ -156,57 +96,6 @@ def closest_numbers(store: Store, study: str, strategy: Strategy) -> str:
         return f"{closest.key} was measured: {m.status} ({shorten(m.reason.splitlines()[0], 120)})"
     return (f"{closest.key} measured {m.compile_s:.1f} s to compile, "
             f"{m.latency.median_ms:.3g} ms per call ({m.speedup:.2f}x eager)")  # fmt: skip
-
-
-def transformers_fields(strategy: Strategy) -> dict[str, Any]:
-    """``generation_config`` fields: a static KV cache and exactly ``CompileConfig``'s fields."""
-    from transformers import CompileConfig
-
-    s = strategy
-    if s.granularity == "none":
-        return {"cache_implementation": "static", "disable_compile": True}
-    options = s.inductor_options() if s.options else None  # then its mode is inside
-    given = {"fullgraph": s.fullgraph, "dynamic": s.dynamic, "backend": s.backend,
-             "mode": None if options else s.mode, "options": options}  # fmt: skip
-    fields = {f.name: given.get(f.name, f.default) for f in dataclasses.fields(CompileConfig)}
-    return {"cache_implementation": "static", "compile_config": fields}
-
-
-def transformers_caveats(strategy: Strategy) -> list[str]:
-    """What ``generation_config.compile_config`` cannot say about the measured strategy."""
-    s = strategy
-    if s.granularity == "none":
-        return []
-    run = "use autotune.apply_generation(model, file) to generate as measured"
-    notes = [
-        "transformers compiles only the decode steps (its prefill runs eager), and only on "
-        f"CUDA-class devices (a CPU's generate skips compile_config); {run}"
-    ]
-    if s.granularity != "full":
-        notes.append(f"compile_config compiles the whole forward: it cannot express granularity "
-                     f"{s.granularity!r}; {run}")  # fmt: skip
-    if ":" in s.backend:
-        notes.append(f"backend {s.backend!r} is an import path: pass the function itself")
-    return notes
-
-
-def yaml_section(strategy: Strategy, notes: list[str], study: str) -> str:
-    """The ``dynamo_config`` section of an Accelerate config file (for a strategy with Inductor
-    options, of the closest expressible one, with what that one measured)."""
-    fields = strategy.without_options().to_accelerate(approximate=True)
-    lines = [f"# autotune: study {study}, strategy {strategy.key}"]
-    lines += [f"# NOTE: {n}" for n in notes]
-    lines.append("dynamo_config:")
-    lines.append(f"  dynamo_backend: {str(fields['backend']).upper()}")
-    if fields["backend"] != "no":
-        lines.append(f"  dynamo_mode: {fields['mode'] or 'default'}")
-        lines.append(f"  dynamo_use_fullgraph: {str(bool(fields['fullgraph'])).lower()}")
-        dynamic = fields["dynamic"]
-        if dynamic is not None:
-            lines.append(f"  dynamo_use_dynamic: {str(dynamic).lower()}")
-        regional = str(bool(fields["use_regional_compilation"])).lower()
-        lines.append(f"  dynamo_use_regional_compilation: {regional}")
-    return "\n".join(lines)
 
 
 def export(
@@ -275,20 +164,3 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
     if shipped:
         data["autotune"]["ahead"] = shipped
     return json.dumps(data, indent=2) + "\n", note
-
-
-def read(path: str | Path) -> tuple[Strategy, dict[str, Any]]:
-    """The strategy an exported JSON file names (exact, nested included), and its fields."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no such file: {path}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not an autotune JSON export: {exc}") from None
-    block = data.get("autotune") or {}
-    if "strategy" in block:
-        return Strategy.from_dict(block["strategy"]), data
-    if "granularity" in data:
-        fields = {k: data.get(k) for k in ("backend", "mode", "dynamic", "fullgraph")}
-        return Strategy.create(data["granularity"], **fields), data
-    return Strategy.from_accelerate(data), data

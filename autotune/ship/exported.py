@@ -1,19 +1,33 @@
-"""Using an exported file here: what of it fits this machine, and how the code it names is
-found. A file is data: it never makes autotune import code its user did not pass or allow
-(:mod:`autotune.usercode`), and what does not fit gets one warning line, not a traceback.
+"""Using an exported file here: the strategy it names (:func:`read`), what of it fits this
+machine, and how the code it names is found. A file is data: it never makes autotune import
+code its user did not pass or allow (:mod:`autotune.usercode`), and what does not fit gets one
+warning line, not a traceback.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneWarning, CacheWarning, ConfigError
+from autotune.ship import formats
 from autotune.strategy.strategy import Strategy
 
 Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
+
+
+def read(path: str | Path) -> tuple[Strategy, dict[str, Any]]:
+    """The strategy an exported JSON file names (exact, nested included), and its fields."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"no such file: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not an autotune JSON export: {exc}") from None
+    return formats.strategy_of(data), data
 
 
 def resolver(backends: Backends, path: str | Path) -> Callable[[str, str], Any]:

@@ -2,8 +2,10 @@
 Inductor options).
 
 A strategy is validated against the running torch, has one canonical form (fields that cannot
-matter are normalised away, so equivalent strategies share one key), and converts to
-``torch.compile`` keyword arguments and to and from Accelerate's ``TorchDynamoPlugin`` fields.
+matter are normalised away, so equivalent strategies share one key), and gives the
+``torch.compile`` keyword arguments it compiles with (what the trial runs). It is a plain value:
+what Accelerate, transformers and an export file call its fields is
+:mod:`autotune.ship.formats`' business.
 
 Inductor's options are named switches (:mod:`autotune.strategy.inductor`); an Inductor strategy
 compiles with ``options=`` only: its mode's bundle merged with its switches.
@@ -11,7 +13,6 @@ compiles with ``options=`` only: its mode's bundle merged with its switches.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,8 +32,6 @@ from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
 
 GRANULARITIES = ("none", "full", "regional", "nested")
 EAGER_BACKEND = "none"
-# Backends that Accelerate's DynamoBackend enum can name (besides "no").
-ACCELERATE_BACKENDS = ("eager", "aot_eager", "inductor", "cudagraphs", "tvm")
 
 
 def registered_backends() -> list[str]:
@@ -113,11 +112,6 @@ class Strategy:
         """Whether it pads to buckets, marks dimensions or sets a stance (for a traffic)."""
         return self.buckets != "none" or self.marks != "none" or self.stance != "default"
 
-    def without_options(self) -> Strategy:
-        """The same strategy with no Inductor option switches (what Accelerate's config file
-        and Trainer can express)."""
-        return dataclasses.replace(self, options=())
-
     def __str__(self) -> str:
         return self.key
 
@@ -183,76 +177,6 @@ class Strategy:
         if (options := self.inductor_options()) is not None:  # never with mode: torch refuses both
             kwargs["options"] = options
         return kwargs
-
-    def accelerate_caveat(self) -> str | None:
-        """Why Accelerate's ``TorchDynamoPlugin`` cannot express this strategy exactly, if so."""
-        if self.granularity == "nested":
-            return (
-                "Accelerate cannot express granularity 'nested' (nested_compile_region); "
-                "use autotune.apply(model, file) to compile it as measured"
-            )
-        if self.granularity != "none" and self.backend not in ACCELERATE_BACKENDS:
-            return f"Accelerate's DynamoBackend has no backend {self.backend!r}"
-        if self.shaped:
-            return (
-                f"Accelerate cannot pad to buckets, mark dimensions or set a stance "
-                f"({self.key}); use autotune.apply(model, file) to serve it as measured"
-            )
-        return None
-
-    def to_accelerate(self, *, approximate: bool = False) -> dict[str, Any]:
-        """``TorchDynamoPlugin`` fields. Raises ``NotApplicable`` where Accelerate cannot say it.
-
-        With ``approximate=True`` a ``nested`` strategy becomes its nearest expressible form
-        (one full compile); callers must show :meth:`accelerate_caveat` beside it.
-        """
-        caveat = self.accelerate_caveat()
-        if caveat and not (approximate and (self.granularity == "nested" or self.shaped)):
-            raise NotApplicable(caveat)
-        if self.granularity == "none":
-            return {
-                "backend": "no",
-                "mode": None,
-                "fullgraph": False,
-                "dynamic": None,
-                "options": None,
-                "use_regional_compilation": False,
-            }
-        options = self.inductor_options() if self.options else None  # then the mode is inside
-        return {
-            "backend": self.backend,
-            "mode": None if options else self.mode,
-            "fullgraph": self.fullgraph,
-            "dynamic": self.dynamic,
-            "options": options,
-            "use_regional_compilation": self.granularity == "regional",
-        }
-
-    @classmethod
-    def from_accelerate(cls, fields: dict[str, Any] | Any) -> Strategy:
-        """Read ``TorchDynamoPlugin`` fields (a dict, or the plugin itself)."""
-        if not isinstance(fields, dict):
-            names = (
-                "backend",
-                "mode",
-                "fullgraph",
-                "dynamic",
-                "options",
-                "use_regional_compilation",
-            )
-            fields = {name: getattr(fields, name, None) for name in names}
-        backend = fields.get("backend") or "no"
-        backend = str(getattr(backend, "value", backend)).lower()
-        if backend == "no":
-            return cls.create("none")
-        granularity = "regional" if fields.get("use_regional_compilation") else "full"
-        mode, names = fields.get("mode"), ()
-        if fields.get("options") and backend == "inductor":
-            options = {**merged(mode or "default", ()), **fields["options"]}
-            mode, names = spell(options, mode or "default")
-        return cls.create(
-            granularity, backend, mode, fields.get("dynamic"), bool(fields.get("fullgraph")), names
-        )
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _FIELDS}
