@@ -172,14 +172,17 @@ class Settings:
         fields.validate(self)
 
 
-def describe(workload: dict[str, Any]) -> str:
-    """A stored workload in one line, as the dashboard and the service show it."""
-    line = (f"{workload.get('kind', 'inference')} · batch {workload.get('batch_size')} · "
-            f"seq {workload.get('seq_len')} · {workload.get('dtype')}")  # fmt: skip
-    if workload.get("kind") == "generate":
-        line += f" · {workload.get('new_tokens')} new tokens"
-    if workload.get("traffic"):
-        line = (f"{workload.get('kind', 'inference')} · traffic of "
-                f"{autotune.traffic.describe(workload['traffic'])} · "
-                f"{workload.get('dtype')}")  # fmt: skip
-    return line
+def default_objectives(kind: str = "inference") -> tuple[str, ...]:
+    """The objectives a study of a workload kind has unless told: a cold start (``compile``),
+    and the kind's speed (``decode`` for generate, else ``latency``); every objective is
+    :mod:`autotune.choice.objectives`'."""
+    return ("compile", "decode" if kind == "generate" else "latency")
+
+
+def describe(workload: Workload) -> str:
+    """A workload in one line, as the dashboard and the service show a stored one."""
+    w = workload
+    if w.traffic:
+        return f"{w.kind} · traffic of {autotune.traffic.describe(w.traffic)} · {w.dtype}"
+    line = f"{w.kind} · batch {w.batch_size} · seq {w.seq_len} · {w.dtype}"
+    return line + (f" · {w.new_tokens} new tokens" if w.kind == "generate" else "")

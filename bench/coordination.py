@@ -104,7 +104,7 @@ def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> None:
     from autotune.search.spec import StudySpec
     from autotune.storage import Store
 
-    spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec)
+    spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec.to_dict())
     spec = StudySpec.from_dict({**spec.to_dict(), "trials": trials, "sampler": sampler,
                                 "study": f"coord-{sampler}-{count}-{os.getpid()}"})  # fmt: skip
     name = submit(spec, url)

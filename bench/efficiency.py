@@ -177,7 +177,7 @@ class Record:
             stored = store.measurements(study)
         record = {r.key: Measurement.from_dict(r.payload) for r in stored}
         everything = candidates(stored)
-        spec = StudySpec.from_dict(row.spec)
+        spec = StudySpec.from_dict(row.spec.to_dict())
         front = pareto(everything)
         scale = Scale(front)
         size = len(spec.space.validate(spec.workload.device))

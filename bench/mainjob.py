@@ -44,7 +44,7 @@ def main() -> None:
             total[k] += t.get(k, 0.0)
         print(f"| {row.key} ({m.status}) | {phases} | {t.get('rounds', 0):.0f} | {later:.1f} s | "
               f"{(m.wall_s or 0.0) + later:.1f} s |")  # fmt: skip
-    confirmation = store.confirmation(name, study.spec.get("policy", "knee"))
+    confirmation = store.confirmation(name, study.spec.policy)
     confirm_s = float(confirmation[1].get("wall_s", 0.0)) if confirmation else 0.0
     measured = total["cold"] + total["later"]
     rest = args.wall - measured - confirm_s

@@ -135,9 +135,9 @@ def test_resuming_with_another_space_is_refused_and_a_narrower_one_kept(in_tmp: 
         open_search(fast_spec(trials=2, backend="eager,inductor"), None)
     narrow = open_search(fast_spec(trials=2, backend="eager"), None)
     assert {s.backend for s in narrow.members} <= {"eager", "none"}
-    stored = first.store.study(first.name).spec["space"]["backend"]
-    assert stored == ["eager", "aot_eager"]  # the study's space, which its trials' use
-    assert Space.from_dict(narrow.store.study(narrow.name).spec["space"]).contains(
+    stored = first.store.study(first.name).spec.backends
+    assert stored == ("eager", "aot_eager")  # the study's space, which its trials' use
+    assert Space.from_dict(narrow.store.study(narrow.name).spec.space_table).contains(
         narrow.spec.space
     )
 

@@ -237,9 +237,9 @@ def test_every_refusal_is_4xx_one_line_and_changes_nothing(site: Site) -> None:
         served = spec(model={"name": "tiny-gpt2"}, workload={"traffic": [[1, 8], [2, 16]]},
                       search={"study": "served"})  # fmt: skip
         assert http.post("/api/studies", json=served, headers=AUTH).status_code == 201
-    assert Store(site.url).study("served").spec["workload"]["traffic"] == [[1, 8], [2, 16]]
+    assert Store(site.url).study("served").spec.traffic == ((1, 8), (2, 16))
     stored = Store(site.url).study("local")
-    assert stored is not None and stored.spec["model"]["name"] == str(root / "tiny-gpt2")
+    assert stored is not None and stored.spec.model_name == str(root / "tiny-gpt2")
     assert {"accepted", "local"} <= set(optuna.get_all_study_names(site.url))
     assert "tests.models" not in site.server.output()
 
@@ -443,13 +443,13 @@ def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     from autotune.search import submit
     from autotune.search.serving import allowed_by, device_for
     from autotune.search.spec import StudySpec
-    from autotune.storage import StudyRecord
+    from autotune.storage import StoredSpec, StudyRecord
 
     url = f"sqlite:///{in_tmp}/q.db"
     spec = StudySpec.from_tables(SPEC, study="q")
     submit(spec, url)
     store = Store(url)
-    keys = space_keys(spec.to_dict(), "cpu")
+    keys = space_keys(StoredSpec(spec.to_dict()), "cpu")
     assert len(keys) == 5 and progress(store, "q", keys, 3).open
     store.add_measurement("q", "none", 0, point(S["none"], 0.0, 10.0))
     full = next(k for k in keys if k.startswith("full/eager"))
@@ -472,10 +472,12 @@ def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     other.set_environment("q", {**here, "torch": "2.0.0"})  # measured with another torch
     assert queue.next() is None
     assert "differs" in (queue.why_not(other.study("q")) or "")  # type: ignore[arg-type]
-    gpu = StudyRecord("g", {"workload": {"device": "cuda"}}, {}, None)
+    gpu = StudyRecord("g", StoredSpec({"workload": {"device": "cuda"}}), {}, None)
     assert "not on this machine" in (queue.why_not(gpu) or "")  # a CPU machine's worker
-    assert allowed_by([])({"model": {"name": "pkg.mod:fn"}}) is not None
-    assert allowed_by(["pkg.mod"])({"model": {"name": "pkg.mod:fn"}}) is None
+    code = StoredSpec({"model": {"name": "pkg.mod:fn"}})
+    assert allowed_by([])(code) is not None and allowed_by(["pkg.mod"])(code) is None
+    backend = StoredSpec({"model": {"name": "toy-64"}, "space": {"backend": ["pkg.mod:be"]}})
+    assert "pkg.mod:be" in (allowed_by(["pkg.mod:fn"])(backend) or "")
 
 
 def test_a_queue_worker_exits_when_asked(in_tmp: Path) -> None:

@@ -23,12 +23,16 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.choice.objectives import values
 from autotune.choice.selection import Point, pareto, pick
 from autotune.errors import shorten
 from autotune.trial.timing import ALPHA, sign_test
+
+if TYPE_CHECKING:
+    from autotune.catalog import ModelRef
+    from autotune.workload import Settings, Workload
 
 RIVALS = 2
 PASSES = 3  # confirmations at most, each after the policy moved to an untimed strategy
@@ -37,6 +41,22 @@ PASSES = 3  # confirmations at most, each after the policy moved to an untimed s
 # flipped between runs; at 12, 10 wins of 12 still show it (p = 0.039).
 MIN_ROUNDS = 12
 Rounds = tuple[dict[str, list[float]] | None, float | str]
+
+
+class Confirmable(Protocol):
+    """What a confirmation reads of a study's spec (a ``StudySpec`` is one): the model and
+    workload to time, the settings to time them with, and the policy that picks again."""
+
+    @property
+    def model(self) -> ModelRef: ...
+    @property
+    def workload(self) -> Workload: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def objectives(self) -> tuple[str, ...]: ...
 
 
 def contenders(points: list[Point], front: list[Point]) -> list[Point]:
@@ -197,7 +217,7 @@ def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
     return shown
 
 
-def confirm(spec: Any, chosen: Point, points: list[Point], front: list[Point],
+def confirm(spec: Confirmable, chosen: Point, points: list[Point], front: list[Point],
             kept: str | None = None) -> Confirmation:  # fmt: skip
     """Re-measure ``chosen`` against its nearest rivals and eager (see the module's text), in
     fresh processes warm from the caches kept under ``kept``."""

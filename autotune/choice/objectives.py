@@ -10,6 +10,9 @@ start's cost comes from the start-kind table (:mod:`autotune.starts.kinds`).
 Policies (eager is a candidate in every one): ``knee``, ``fastest``, ``quickest``,
 ``amortized:CALLS``, ``amortized:TIME`` (a lifetime in serving time, the default),
 ``restarts:STARTS:CALLS``, ``latency-budget:MS`` (see :mod:`autotune.choice.selection`).
+
+A study's objectives unless told are its workload kind's
+(:func:`autotune.workload.default_objectives`: a stored spec is read with them too).
 """
 
 from __future__ import annotations
@@ -31,11 +34,6 @@ ATTRIBUTE = {"latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
              "memory": "memory_mb"}  # fmt: skip  # a Point's field; a start's is Point.start_s
 START_KIND = {k.objective: k.name for k in kinds.TABLE}  # what each start objective costs
 POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
-
-
-def default(kind: str = "inference") -> tuple[str, ...]:
-    """The objectives a study has unless told: a cold start, and the workload's speed."""
-    return ("compile", "decode" if kind == "generate" else "latency")
 
 
 def parse(objectives: Any) -> tuple[str, ...]:

@@ -221,16 +221,14 @@ class Answer:
                 "accuracy_gate": self.gate, "confirmation": self.confirmation}  # fmt: skip
 
 
-def answer(rows: list[Stored], study: str, spec: dict[str, Any], policy: str,
+def answer(rows: list[Stored], study: str, objectives: tuple[str, ...], policy: str,
            max_memory_mb: float | None = None,
            confirmation: tuple[str, dict[str, Any]] | None = None) -> Answer:  # fmt: skip
-    """The study's answer under ``policy`` from its stored rows; a confirmation of the same
-    pick (as stored by :mod:`autotune.choice.confirm`) decides it."""
-    from autotune.choice.objectives import default
+    """The study's answer under ``policy`` over ``objectives`` (a stored study's
+    ``StoredSpec.objectives``) from its stored rows; a confirmation of the same pick (as stored
+    by :mod:`autotune.choice.confirm`) decides it."""
     from autotune.choice.selection import choose
 
-    kind = (spec.get("workload") or {}).get("kind", "inference")
-    objectives = tuple(spec.get("objectives") or default(kind))
     chosen, points, front = choose(rows, policy, objectives, max_memory_mb)
     confirmed = None
     if confirmation is not None and confirmation[1].get("chosen") == chosen.key:

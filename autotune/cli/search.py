@@ -99,7 +99,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     rows, study = search.store.measurements(search.name), search.store.study(search.name)
     assert study is not None
     confirmation = search.store.confirmation(search.name, spec.policy)
-    told = answer(rows, search.name, study.spec, spec.policy, spec.max_memory_mb, confirmation)
+    told = answer(rows, search.name, study.spec.objectives, spec.policy, spec.max_memory_mb,
+                  confirmation)  # fmt: skip
     front = told.front
     tally = counts(study, rows)
     if args.json:

@@ -80,11 +80,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     rows = store.measurements(study.name)
     if args.trial is not None:
         return _show_trial(rows, args.trial, study.name)
-    max_memory = study.spec.get("max_memory_mb")
+    max_memory = study.spec.max_memory_mb
     print(report.trials_table(rows, exclusions(rows, max_memory)))
-    policy = args.policy or study.spec.get("policy", "knee")
+    policy = args.policy or study.spec.policy
     if any(r.key == "none" and r.status == "ok" for r in rows):
-        told = answer(rows, study.name, study.spec, policy, max_memory,
+        told = answer(rows, study.name, study.spec.objectives, policy, max_memory,
                       store.confirmation(study.name, policy))  # fmt: skip
         print()
         print("\n".join(told.lines()[:-1]))
@@ -152,8 +152,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     name = check_name(args.study)
     store = Store(args.storage, create=False)
     study = store.study(name)
-    policy = args.policy or (study.spec.get("policy") if study else None) or (
-        objectives.lifetime(None))  # fmt: skip
+    policy = args.policy or (study.spec.policy if study else objectives.lifetime(None))
     path, chosen, notes = export.export(
         store, name, policy, args.format, args.out, parse_memory(args.max_memory)
     )

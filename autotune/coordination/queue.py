@@ -18,7 +18,7 @@ from typing import Any
 from autotune.coordination.claims import Coordinator
 from autotune.coordination.workers import comparable
 from autotune.errors import AutotuneError
-from autotune.storage import Store, StudyRecord
+from autotune.storage import Store, StoredSpec, StudyRecord
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,11 @@ class Progress:
         return self.settled < self.size and self.measured + self.held < min(self.budget, self.size)
 
 
-def space_keys(spec: dict[str, Any], device: str) -> set[str]:
+def space_keys(spec: StoredSpec, device: str) -> set[str]:
     """The keys of a stored spec's space that can run on ``device``."""
     from autotune.search.spec import StudySpec
 
-    return {s.key for s in StudySpec.from_dict(spec).space.validate(device)}
+    return {s.key for s in StudySpec.from_dict(spec.to_dict()).space.validate(device)}
 
 
 def progress(store: Store, name: str, keys: set[str], budget: int) -> Progress:
@@ -68,7 +68,7 @@ class Queue:
     store: Store
     device_for: Callable[[str], str | None]
     environment: Callable[[str, str | None], dict[str, Any]]
-    allowed: Callable[[dict[str, Any]], str | None]
+    allowed: Callable[[StoredSpec], str | None]
 
     def __post_init__(self) -> None:
         self.skipped: dict[str, str] = {}  # studies this worker will not take, and why
@@ -76,13 +76,12 @@ class Queue:
 
     def why_not(self, study: StudyRecord) -> str | None:
         """Why this worker cannot take ``study`` (None when it can)."""
-        if not study.spec:
+        if study.spec.empty:
             return "it has no spec"
-        workload = study.spec.get("workload") or {}
-        device = self.device_for(str(workload.get("device", "cpu")))
+        device = self.device(study)
         if device is None:
             return "its device is not on this machine"
-        dtype = str(workload.get("dtype", "float32"))  # as its trials run (Workload's default)
+        dtype = study.spec.workload.dtype  # as its trials run
         if study.environment and comparable(study.environment) != comparable(
             self.environment(device, dtype)
         ):
@@ -90,7 +89,7 @@ class Queue:
         return self.allowed(study.spec)
 
     def device(self, study: StudyRecord) -> str | None:
-        return self.device_for(str((study.spec.get("workload") or {}).get("device", "cpu")))
+        return self.device_for(study.spec.device)
 
     def next(self, exclude: Iterable[str] = ()) -> StudyRecord | None:
         """The oldest open study this worker can take (None when there is none)."""
@@ -98,21 +97,22 @@ class Queue:
         for study in self.store.studies():
             if study.name in left_out or study.name in self.skipped:
                 continue
-            if self.why_not(study) is not None:
-                continue  # another machine's, or code this worker may not run: not an error
-            device = self.device(study)
-            assert device is not None
             try:
+                if self.why_not(study) is not None:
+                    continue  # another machine's, or code this worker may not run: not an error
+                device = self.device(study)
+                assert device is not None
                 keys = self._space(study, device)
+                budget = study.spec.trials or 0
             except AutotuneError as exc:  # a spec this autotune cannot read: say so once
                 self.skipped[study.name] = str(exc)
                 continue
-            if progress(self.store, study.name, keys, int(study.spec.get("trials") or 0)).open:
+            if progress(self.store, study.name, keys, budget).open:
                 return study
         return None
 
     def _space(self, study: StudyRecord, device: str) -> set[str]:
-        cached = (study.name, repr(study.spec.get("space")))
+        cached = (study.name, repr(study.spec.space_table))
         if cached not in self._keys:
             self._keys[cached] = space_keys(study.spec, device)
         return self._keys[cached]

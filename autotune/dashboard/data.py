@@ -10,11 +10,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from autotune.choice.objectives import SPEEDS, default
+from autotune.choice.objectives import SPEEDS
 from autotune.choice.selection import Point, candidates, gain, pareto
 from autotune.choice.verdict import Answer, answer
 from autotune.errors import ConfigError
-from autotune.storage import Store, mask
+from autotune.storage import Store, StoredSpec, mask
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.workload import describe
@@ -44,7 +44,7 @@ class StudyData:
 
     name: str
     storage: str
-    spec: dict[str, Any]
+    spec: StoredSpec
     environment: dict[str, Any]
     trials: list[Trial]
     points: list[Point]
@@ -55,8 +55,7 @@ class StudyData:
 
     @property
     def objectives(self) -> tuple[str, ...]:
-        kind = (self.spec.get("workload") or {}).get("kind", "inference")
-        return tuple(self.spec.get("objectives") or default(kind))
+        return self.spec.objectives
 
     def trial(self, key: str) -> Trial | None:
         return next((t for t in self.trials if t.key == key), None)
@@ -72,11 +71,12 @@ def load(store: Store, study: str, policy: str | None = None) -> StudyData:
     trials = [Trial(r.key, Strategy.from_dict(r.payload["strategy"]),
                     Measurement.from_dict(r.payload), r.trial_number) for r in stored]  # fmt: skip
     exports = store.exports(study)
-    policy = policy or (exports[-1].policy if exports else row.spec.get("policy", "knee"))
-    points = candidates(stored, row.spec.get("max_memory_mb"))
-    d = StudyData(study, mask(store.url), row.spec, row.environment, trials, points, None, policy)
+    spec = row.spec
+    policy = policy or (exports[-1].policy if exports else spec.policy)
+    points = candidates(stored, spec.max_memory_mb)
+    d = StudyData(study, mask(store.url), spec, row.environment, trials, points, None, policy)
     try:
-        d.answer = answer(stored, study, row.spec, policy, row.spec.get("max_memory_mb"),
+        d.answer = answer(stored, study, spec.objectives, policy, spec.max_memory_mb,
                           store.confirmation(study, policy))  # fmt: skip
         d.chosen, d.points = d.answer.chosen, d.answer.points
     except Exception:  # nothing feasible yet, or a policy no point meets: show none
@@ -109,13 +109,12 @@ class Header(NamedTuple):
 
 def header_info(d: StudyData) -> Header:
     """The header: what was studied where, trial counts, the baseline and the choice."""
-    w = d.spec.get("workload", {})
+    w = d.spec.workload
     baseline = d.trial("none")
     latency = baseline.measurement.latency if baseline else None
     return Header(
-        d.name, d.storage, (d.spec.get("model") or {}).get("name"),
-        describe(w),
-        f"{w.get('device')} · {d.environment.get('device_name')}", d.environment.get("torch"),
+        d.name, d.storage, d.spec.model_name, describe(w),
+        f"{w.device} · {d.environment.get('device_name')}", d.environment.get("torch"),
         dict(sorted(d.counts.items())), latency.median_ms if latency else None,
         d.chosen.key if d.chosen else None, d.policy, d.answer.lines() if d.answer else [],
     )  # fmt: skip

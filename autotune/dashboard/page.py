@@ -84,7 +84,7 @@ def render(d: StudyData, importances: dict[str, float], plotly_src: str | None =
         figures.importance_figure(importances),
         figures.phases_figure(phases_info(d)),
     ]
-    if (d.spec.get("workload") or {}).get("traffic") and (passes := timeline_info(d)):
+    if d.spec.traffic and (passes := timeline_info(d)):
         drawn[1:1] = [timeline_figure(passes), steady_figure(passes)]
     plots = "".join(
         '<div class="plot">'

@@ -70,7 +70,9 @@ def open_search(
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     store = Store(storage)
     row = store.study(name)
-    stored = StudySpec.from_dict(row.spec) if row is not None and row.spec else None
+    stored = None
+    if row is not None and not row.spec.empty:
+        stored = StudySpec.from_dict(row.spec.to_dict())
     if row is not None and row.environment:
         check_environment(row.environment, environment, force)
     saved = resumable(stored, spec, name)
@@ -123,7 +125,7 @@ def join(
     row = store.study(name)
     if row is None:
         raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
-    spec = StudySpec.from_dict(row.spec)
+    spec = StudySpec.from_dict(row.spec.to_dict())
     usercode.check_allowed(spec, allow or [], f"study {name!r}")
     if device is not None:
         workload = Workload.create(**{**spec.workload.to_dict(), "device": device})

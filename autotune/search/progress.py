@@ -105,7 +105,7 @@ class Progress:
 def counts(study: StudyRecord, rows: Iterable[Stored]) -> dict[str, int]:
     """A study's ``measured`` (by a trial, of its space) and ``deduced`` strategies, and of
     the measured ones how many ran ``ok`` and how many ``failed``."""
-    space = (study.spec.get("space") or {}).get("granularity")
+    space = study.spec.granularities
     eager_counts = space is None or "none" in space  # the baseline is measured either way
     measured = [r for r in rows if r.measured and (eager_counts or r.key != "none")]
     deduced = [r for r in rows if not r.measured]
@@ -123,9 +123,9 @@ def overview(store: Store) -> list[dict[str, Any]]:
         last = max((r.created_at for r in rows if r.created_at), default=study.created_at)
         table.append({
             "study": study.name,
-            "model": (study.spec.get("model") or {}).get("name"),
+            "model": study.spec.model_name,
             **counts(study, rows),
-            "budget": study.spec.get("trials"),
+            "budget": study.spec.trials,
             "runs": len(store.runs(study.name)),
             "live workers": Coordinator(store, study.name, "").live_workers(),
             "last": last.isoformat(timespec="seconds") if last else "",

@@ -13,7 +13,6 @@ import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from autotune import usercode
 from autotune.coordination.queue import Queue
@@ -21,7 +20,7 @@ from autotune.errors import AutotuneError
 from autotune.search.loop import run
 from autotune.search.open import join
 from autotune.search.state import Lines, Listener, Search
-from autotune.storage import Store
+from autotune.storage import Store, StoredSpec
 
 POLL_S = 2.0  # how often an idle worker looks at the queue again
 AGAIN_S = 10.0  # a study left with nothing to do here is not looked at again for this long
@@ -55,13 +54,12 @@ def device_for(given: str | None) -> Callable[[str], str | None]:
     return choose
 
 
-def allowed_by(allow: Iterable[str]) -> Callable[[dict[str, Any]], str | None]:
+def allowed_by(allow: Iterable[str]) -> Callable[[StoredSpec], str | None]:
     """Whether the code a stored spec names was allowed on this worker's command line."""
     names = list(allow)
 
-    def check(spec: dict[str, Any]) -> str | None:
-        given = [(spec.get("model") or {}).get("name", "")]
-        given += list((spec.get("space") or {}).get("backend") or [])
+    def check(spec: StoredSpec) -> str | None:
+        given = [spec.model_name or "", *spec.backends]
         refused = [n for n in given if usercode.is_code(n) and not usercode.allowed(n, names)]
         return f"it names code this worker may not run ({', '.join(refused)})" if refused else None
 

@@ -25,7 +25,7 @@ from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
 from autotune.starts.kinds import parse
 from autotune.strategy.space import KEYS, Space
-from autotune.workload import Settings, Workload
+from autotune.workload import Settings, Workload, default_objectives
 
 SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -171,7 +171,7 @@ class StudySpec:
         if self.policy is None:
             object.__setattr__(self, "policy", objectives.lifetime(self.calls))
         if self.objectives is None:
-            object.__setattr__(self, "objectives", objectives.default(self.workload.kind))
+            object.__setattr__(self, "objectives", default_objectives(self.workload.kind))
         unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
         if not unknown and (added := objectives.starts_needed(self.objectives,
                                                               self.settings.starts)):  # fmt: skip

@@ -25,7 +25,7 @@ def _policy(store: Store, study: str, policy: str | None) -> str:
     row = store.study(study)
     if row is None:
         raise Refused(404, f"no study named {study!r}")
-    chosen = policy or row.spec.get("policy", "knee")
+    chosen = policy or row.spec.policy
     objectives.parse_policy(chosen)
     return chosen
 
@@ -74,7 +74,7 @@ def artefact_path(store: Store, study: str, policy: str | None) -> tuple[Path, s
     assert row is not None
     rows, confirmed = store.measurements(study), store.confirmation(study, chosen_policy)
     try:
-        told = answer(rows, study, row.spec, chosen_policy, row.spec.get("max_memory_mb"),
+        told = answer(rows, study, row.spec.objectives, chosen_policy, row.spec.max_memory_mb,
                       confirmed)  # fmt: skip
     except (ConfigError, StorageError):
         raise

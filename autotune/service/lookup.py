@@ -49,14 +49,13 @@ def torch_matches(have: Any, want: str) -> bool:
 
 def matches(study: StudyRecord, q: Query) -> bool:
     """Whether a study measured what ``q`` asks about."""
-    spec, env = study.spec or {}, study.environment or {}
-    model, w = spec.get("model") or {}, spec.get("workload") or {}
-    if (model.get("name"), model.get("layers")) != (q.model, q.layers):
+    spec, env = study.spec, study.environment or {}
+    if (spec.model_name, spec.layers) != (q.model, q.layers):
         return False
-    shape = (w.get("kind", "inference"), w.get("batch_size"), w.get("seq_len"), w.get("dtype"))
-    if shape != (q.kind, q.batch_size, q.seq_len, q.dtype):
+    w = spec.workload
+    if (w.kind, w.batch_size, w.seq_len, w.dtype) != (q.kind, q.batch_size, q.seq_len, q.dtype):
         return False
-    if q.kind == "generate" and w.get("new_tokens", 32) != q.new_tokens:
+    if q.kind == "generate" and w.new_tokens != q.new_tokens:
         return False
     if str(env.get("device") or "").partition(":")[0] != q.device:
         return False
@@ -86,10 +85,10 @@ def lookup(store: Store, q: Query) -> dict[str, Any] | None:
 def _live(store: Store, study: StudyRecord) -> tuple[int, dict[str, Any]] | None:
     from autotune.ship import export
 
-    policy = study.spec.get("policy", "knee")
+    policy = study.spec.policy
     try:
         text, chosen, _ = export.document(store, study.name, policy, "accelerate",
-                                          study.spec.get("max_memory_mb"))  # fmt: skip
+                                          study.spec.max_memory_mb)  # fmt: skip
     except AutotuneError:  # no baseline yet, or nothing the policy may pick
         return None
     measured = len(store.measured_keys(study.name))

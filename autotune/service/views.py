@@ -36,10 +36,10 @@ def clean(value: Any) -> Any:
 
 def study_answer(store: Store, study: StudyRecord, rows: list[Stored]) -> Answer | None:
     """The study's current pick under its policy (confirmed where it was), or None."""
-    policy = study.spec.get("policy", "knee")
+    spec = study.spec
     try:
-        return answer(rows, study.name, study.spec, policy, study.spec.get("max_memory_mb"),
-                      store.confirmation(study.name, policy))  # fmt: skip
+        return answer(rows, study.name, spec.objectives, spec.policy, spec.max_memory_mb,
+                      store.confirmation(study.name, spec.policy))  # fmt: skip
     except AutotuneError:  # no baseline yet, or nothing the policy may pick
         return None
 
@@ -56,20 +56,19 @@ def pick(told: Answer | None) -> dict[str, Any] | None:
 def summary(store: Store, study: StudyRecord) -> dict[str, Any]:
     """One study as the index shows it (live workers are added per request)."""
     rows = store.measurements(study.name)
-    spec, env = study.spec or {}, study.environment or {}
-    model, workload = spec.get("model") or {}, spec.get("workload") or {}
+    spec, env = study.spec, study.environment or {}
     runs = store.runs(study.name)
     times = [r.created_at for r in rows] + [r.started_at for r in runs] + [study.created_at]
     last = max((t for t in times if t is not None), default=None)
     tally = counts(study, rows)
-    budget = spec.get("trials") if isinstance(spec.get("trials"), int) else None
+    budget = spec.trials
     exported = store.latest_export(study.name) is not None
     return {
         "study": study.name,
-        "model": model.get("name"),
-        "layers": model.get("layers"),
-        "workload": describe(workload),
-        "device": str(env.get("device") or workload.get("device") or ""),
+        "model": spec.model_name,
+        "layers": spec.layers,
+        "workload": describe(spec.workload),
+        "device": str(env.get("device") or spec.device),
         "device_name": env.get("device_name"),
         "torch": env.get("torch"),
         **tally,
@@ -116,8 +115,8 @@ def detail(store: Store, name: str) -> dict[str, Any]:
               "speedup": finite(p.speedup), "memory_mb": finite(p.memory_mb),
               "trial_number": p.trial_number} for p in (told.front if told else [])]  # fmt: skip
     return {
-        **summary(store, study), "policy": study.spec.get("policy", "knee"),
-        "spec": clean(study.spec), "environment": clean(study.environment),
+        **summary(store, study), "policy": study.spec.policy,
+        "spec": clean(study.spec.to_dict()), "environment": clean(study.environment),
         "trials": [trial_row(r) for r in rows], "front": front,
         "excluded": clean(told.excluded) if told else None,
     }  # fmt: skip

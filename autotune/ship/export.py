@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from autotune import variables
-from autotune.choice.objectives import default
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
@@ -35,9 +34,8 @@ def document(
     row = store.study(study)
     if row is None:
         raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
-    kind = (row.spec.get("workload") or {}).get("kind", "inference")
-    objectives = tuple(row.spec.get("objectives") or default(kind))
-    told = answer(store.measurements(study), study, row.spec, policy, max_memory_mb,
+    spec = row.spec
+    told = answer(store.measurements(study), study, spec.objectives, policy, max_memory_mb,
                   store.confirmation(study, policy))  # fmt: skip
     chosen, points, front = told.chosen, told.points, told.front
     strategy = Strategy.from_dict(chosen.strategy)
@@ -59,15 +57,15 @@ def document(
         "study": study,
         "storage": mask(store.url),
         "environment": row.environment,
-        "model": row.spec.get("model"),
-        "workload": row.spec.get("workload"),
-        **bucket_limit(strategy, row.spec.get("workload") or {}),
-        "objectives": list(objectives),
+        "model": spec.model_table,
+        "workload": spec.workload_table,
+        **bucket_limit(strategy, spec.traffic),
+        "objectives": list(spec.objectives),
         "pareto_front": [dataclasses.asdict(p) for p in front],
         **told.block(),
         "caveats": notes,
     }
-    if fmt == "transformers" and (row.spec.get("workload") or {}).get("kind") != "generate":
+    if fmt == "transformers" and spec.kind != "generate":
         notes.append("the study measured one forward pass, not generation (prefill and "
                      "decode): search with --workload generate")  # fmt: skip
     if fmt == "accelerate-yaml" and strategy.options:
@@ -76,12 +74,11 @@ def document(
     return text + "\n", chosen, notes
 
 
-def bucket_limit(strategy: Strategy, workload: dict[str, Any]) -> dict[str, int]:
+def bucket_limit(strategy: Strategy, traffic: tuple[tuple[int, int], ...]) -> dict[str, int]:
     """``recompile_limit`` for a bucketed strategy: at least the buckets its traffic makes, so
     that each compiles (torch's default, 8, serves the rest eager); ``autotune.apply`` sets it
     for the model's calls. Nothing without buckets."""
-    traffic = [tuple(r) for r in workload.get("traffic") or ()]
-    limit = shapes.recompile_limit(strategy.buckets, traffic)
+    limit = shapes.recompile_limit(strategy.buckets, list(traffic))
     return {} if limit is None else {"recompile_limit": limit}
 
 

@@ -3,7 +3,8 @@
 - :mod:`.urls`: which database, and its URL as it may be shown (password masked);
 - :mod:`.retry`: what a running search waits out (a lost connection) and what it does not;
 - :mod:`.schema`: autotune's tables and their migrations;
-- :mod:`.records`: the plain records the store hands out (no ORM row leaves this package);
+- :mod:`.records`: the plain records the store hands out (no ORM row leaves this package),
+  a study's spec among them typed (:class:`StoredSpec`, the one reader of a stored spec);
 - :mod:`.store`: the data access; :mod:`.ledger`: one transaction on a study's claims and
   measurements, for :mod:`autotune.coordination`.
 
@@ -13,7 +14,14 @@ Optuna's own tables sit in the same database, reached through Optuna's public ``
 
 from __future__ import annotations
 
-from autotune.storage.records import Claim, ExportRecord, RunRecord, Stored, StudyRecord
+from autotune.storage.records import (
+    Claim,
+    ExportRecord,
+    RunRecord,
+    Stored,
+    StoredSpec,
+    StudyRecord,
+)
 from autotune.storage.retry import resilient, retrying, transient
 from autotune.storage.schema import SCHEMA_VERSION
 from autotune.storage.store import Store
@@ -27,6 +35,7 @@ __all__ = [
     "RunRecord",
     "Store",
     "Stored",
+    "StoredSpec",
     "StudyRecord",
     "mask",
     "optuna_storage",

@@ -23,7 +23,7 @@ from autotune.errors import StorageError
 from autotune.storage import records, schema
 from autotune.storage.engine import connect, line
 from autotune.storage.ledger import Ledger
-from autotune.storage.records import ExportRecord, RunRecord, Stored, StudyRecord
+from autotune.storage.records import ExportRecord, RunRecord, Stored, StoredSpec, StudyRecord
 from autotune.storage.retry import final_reason, resilient, transient
 from autotune.storage.schema import (
     ConfirmationRow,
@@ -293,4 +293,4 @@ class Store:
 
 
 def _study(row: StudyRow) -> StudyRecord:
-    return StudyRecord(row.name, row.spec, row.environment, row.created_at)
+    return StudyRecord(row.name, StoredSpec(row.spec, row.name), row.environment, row.created_at)
