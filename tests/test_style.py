@@ -1,7 +1,9 @@
-"""The code stays ruff-clean and formatted, and its modules import no cycle (one-way data)."""
+"""The code stays ruff-clean and formatted, its modules import no cycle (one-way data), and a
+stored spec is read in one place."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +97,33 @@ def test_imports_point_down_the_flow() -> None:
     assert wrong == []
     assert len([p for p in (ROOT / "autotune").glob("*.py") if p.name != "__init__.py"]) <= 8
     assert all((ROOT / "autotune" / s / "__init__.py").is_file() for s in STAGES)
+
+
+RAW_SPEC_READ = re.compile(r"spec\.get\(|spec\[|spec\.raw\b|spec\.to_dict\(\)(\.get\(|\[)")
+SPEC_READER = "autotune/storage/records.py"  # StoredSpec: the one reader of a stored spec
+
+
+def raw_spec_reads(root: Path) -> list[str]:
+    """Each line of ``root``'s modules that reads a spec's JSON by hand (a key, a ``.get``),
+    outside :data:`SPEC_READER`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = str(path.relative_to(root.parent))
+        if name == SPEC_READER:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if RAW_SPEC_READ.search(line):
+                found.append(f"{name}:{n}: {line.strip()}")
+    return found
+
+
+def test_a_stored_spec_is_read_in_one_place(tmp_path: Path) -> None:
+    """Every reader of a study's spec goes through StoredSpec's typed values (their defaults
+    and their errors written once), never ``spec.get("workload") or {}`` by hand."""
+    assert raw_spec_reads(ROOT / "autotune") == []
+    assert (ROOT / SPEC_READER).is_file()
+    added = tmp_path / "autotune" / "reader.py"  # the check bites
+    added.parent.mkdir()
+    added.write_text('kind = (study.spec.get("workload") or {}).get("kind", "inference")\n'
+                     'budget = row.spec["trials"]\nraw = study.spec.raw\n')  # fmt: skip
+    assert len(raw_spec_reads(tmp_path / "autotune")) == 3

@@ -86,14 +86,15 @@ def make_reference(request: Request) -> Measurement:
     return Measurement(*request.base(), "ok", reason=data["reason"])
 
 
-def run(spec: dict[str, Any], keep: Callable[[Measurement], None] | None = None) -> dict[str, Any]:
-    """Measure, turning every Python-level failure into a status with its reason."""
+def run(data: dict[str, Any], keep: Callable[[Measurement], None] | None = None) -> dict[str, Any]:
+    """Measure the request ``data`` (``Request.to_dict``), turning every Python-level failure
+    into a status with its reason."""
     try:
-        return measure(Request.from_dict(spec), keep).to_dict()
+        return measure(Request.from_dict(data), keep).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
         return Measurement(
-            spec.get("strategy", {}), spec.get("model", {}), spec.get("workload", {}), status,
+            data.get("strategy", {}), data.get("model", {}), data.get("workload", {}), status,
             reason=describe(exc),
             stage=metrics.failure_stage(exc),
             log_tail="" if isinstance(exc, AutotuneError) else traceback.format_exc()[-4000:],
@@ -102,10 +103,10 @@ def run(spec: dict[str, Any], keep: Callable[[Measurement], None] | None = None)
 
 
 def main(argv: list[str]) -> int:
-    spec_path, result_path = argv
-    with open(spec_path) as f:
-        spec = json.load(f)
-    result = run(spec, lambda m: _write(m.to_dict(), result_path + COLD))
+    request_path, result_path = argv
+    with open(request_path) as f:
+        asked = json.load(f)
+    result = run(asked, lambda m: _write(m.to_dict(), result_path + COLD))
     _write(result, result_path)
     return 0
 
