@@ -54,9 +54,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune import usercode
     from autotune.choice.verdict import answer
     from autotune.cli import report
+    from autotune.cli.progress import BestSoFar, Progress
     from autotune.environment import slow_dtype
     from autotune.job.tuning import Tuning
-    from autotune.search.progress import BestSoFar, Progress, counts
+    from autotune.search.overview import counts
     from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name
 
     if args.model is None and args.space is None:

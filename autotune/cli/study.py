@@ -35,8 +35,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from autotune.cli.progress import Progress
     from autotune.job.worker import work
-    from autotune.search.progress import Progress
 
     def bar(search: Any) -> Progress:
         return Progress(search.target, len(search.measured()), not args.no_progress)
@@ -118,7 +118,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune.cli import report
-    from autotune.search.progress import overview
+    from autotune.search.overview import overview
     from autotune.storage import Store, mask
 
     store = Store(args.storage, create=False)

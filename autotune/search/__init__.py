@@ -9,7 +9,7 @@
 - :mod:`.deduction`: what a trial proves about others, and what to measure first;
 - :mod:`.sampler` and :mod:`.surrogate`: Optuna's samplers, steered away from taken
   strategies, and autotune's model of the factors;
-- :mod:`.progress`: what a study shows of its progress (``autotune studies``, the service).
+- :mod:`.overview`: what a study shows of its progress (``autotune studies``, the service).
 
 It knows nothing of how a model is compiled: it asks the space for a strategy, the trial stage
 (:mod:`autotune.trial.parent`) for a measurement, and stores both.
