@@ -24,8 +24,8 @@ from autotune.errors import (
     ConfigError,
     NotApplicable,
 )
+from autotune.job.tuning import Tuned, Tuning, tune
 from autotune.ship.apply import apply, apply_generation, load_plugin
-from autotune.ship.tune import Tuned, Tuning, tune
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure

@@ -13,7 +13,7 @@ import autotune.traffic
 from autotune import fields
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
-from autotune.starts.kinds import DEFAULT, parse
+from autotune.start_kinds import DEFAULT, parse
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")

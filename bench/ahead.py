@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from autotune.catalog import ModelRef
-from autotune.starts.kinds import KINDS
+from autotune.start_kinds import KINDS
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import Settings, measure

@@ -10,9 +10,9 @@ from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy
 from autotune.trial.parent import run_trial
+from autotune.trial.precise import choose
 from autotune.trial.reference import make
 from autotune.trial.scenarios.generate import check_tokens
-from autotune.trial.scenarios.precise import choose
 from autotune.workload import Settings, Workload
 
 BF16 = Workload(device="cpu", dtype="bfloat16")

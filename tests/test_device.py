@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from autotune import device
-from autotune.coordination import LocalWorkers, check_environment
-from autotune.coordination.workers import worker_env
+from autotune.coordination import check_environment
 from autotune.errors import ConfigError
+from autotune.job.local import LocalWorkers, worker_env
 from autotune.ship.formats import MARK_STEPS, caveats
 from autotune.strategy.strategy import Strategy
 from autotune.workload import Workload

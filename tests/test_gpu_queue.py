@@ -8,14 +8,14 @@ from pathlib import Path
 
 import torch
 
-from autotune.coordination.queue import Queue
 from autotune.environment import fingerprint
-from autotune.search.serving import allowed_by, device_for
+from autotune.job.queue import Queue
+from autotune.job.worker import allowed_by, device_for
 from autotune.storage import Store, StoredSpec, StudyRecord
 
 
 def queue_worker(tmp_path: Path) -> Queue:
-    """The queue as ``autotune queue-worker --device cuda:0`` builds it (search.serving.serve)."""
+    """The queue as ``autotune queue-worker --device cuda:0`` builds it (job.worker.serve)."""
     store = Store(f"sqlite:///{tmp_path}/q.db")
     return Queue(store, device_for("cuda:0"), functools.cache(fingerprint), allowed_by([]))
 

@@ -433,15 +433,15 @@ def test_the_password_never_shows_and_a_lost_database_is_503(tmp_path: Path) -> 
         pg.stop(db)
 
 
-def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
+def test_queue_standing_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     """A study whose budget is held by a dead worker's claim is open again once the claim is
     silent: the queue never loses a strategy."""
     import sqlalchemy
 
     from autotune.coordination import Coordinator
-    from autotune.coordination.queue import Queue, progress, space_keys
+    from autotune.job.queue import Queue, space_keys, standing
+    from autotune.job.worker import allowed_by, device_for
     from autotune.search import submit
-    from autotune.search.serving import allowed_by, device_for
     from autotune.search.spec import StudySpec
     from autotune.storage import StoredSpec, StudyRecord
 
@@ -450,18 +450,18 @@ def test_queue_progress_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     submit(spec, url)
     store = Store(url)
     keys = space_keys(StoredSpec(spec.to_dict()), "cpu")
-    assert len(keys) == 5 and progress(store, "q", keys, 3).open
+    assert len(keys) == 5 and standing(store, "q", keys, 3).open
     store.add_measurement("q", "none", 0, point(S["none"], 0.0, 10.0))
     full = next(k for k in keys if k.startswith("full/eager"))
     regional = next(k for k in keys if k.startswith("regional/eager"))
     for key, worker in ((full, "w1"), (regional, "w2")):
         assert Coordinator(store, "q", worker).claim(key, None, 3, keys) == "claimed"
-    held = progress(store, "q", keys, 3)
+    held = standing(store, "q", keys, 3)
     assert (held.measured, held.held, held.open) == (1, 2, False)  # all 3 in live hands
     engine = sqlalchemy.create_engine(url)
     with engine.begin() as c:  # w2 went silent long ago
         c.execute(sqlalchemy.text("UPDATE autotune_claims SET heartbeat = 0 WHERE worker = 'w2'"))
-    again = progress(store, "q", keys, 3)
+    again = standing(store, "q", keys, 3)
     assert (again.held, again.open) == (1, True)
     here = {"torch": torch.__version__, "device": "cpu", "device_name": cpu_model(),
             "cuda": torch.version.cuda}  # fmt: skip

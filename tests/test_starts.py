@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli
+from autotune import cli, start_kinds
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
 from autotune.ship import export
-from autotune.starts import artifact, kinds
+from autotune.starts import artifact
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
@@ -34,35 +34,36 @@ TOY = ModelRef("toy-64", layers=4)
 
 def test_every_stage_reads_one_start_kind_table() -> None:
     """Each start's cost reaches the objectives, the policies and the front table through the
-    table in autotune.starts.kinds, so a new start is one row."""
+    table in autotune.start_kinds, so a new start is one row."""
     from autotune.choice import objectives
     from autotune.choice.selection import Point
     from autotune.cli.report import front_table
     from autotune.trial.measurement import Latency, Start
 
-    assert tuple(k.objective for k in kinds.TABLE) == objectives.START_COSTS
-    assert all(objectives.METRICS[k.objective] == k.metric for k in kinds.TABLE)
+    assert tuple(k.objective for k in start_kinds.TABLE) == objectives.START_COSTS
+    assert all(objectives.METRICS[k.objective] == k.metric for k in start_kinds.TABLE)
     lat = Latency(1.0, 0.9, 1.1, 5)
-    cost = {kind: 10.0 - i for i, kind in enumerate(kinds.KINDS)}  # a distinct cost per start
+    cost = {kind: 10.0 - i for i, kind in enumerate(start_kinds.KINDS)}  # distinct per start
     m = Measurement(Strategy.create("full").to_dict(), {}, {}, "ok", compile_s=cost["cold"],
                     latency=lat, eager_latency=lat, speedup=1.0,
-                    starts={k: Start(k, compile_s=cost[k]) for k in kinds.LATER})  # fmt: skip
+                    starts={k: Start(k, compile_s=cost[k])
+                            for k in start_kinds.LATER})  # fmt: skip
     point = Point.of(m, 0, None)
-    for k in kinds.TABLE:
+    for k in start_kinds.TABLE:
         assert objectives.values(point, (k.objective, "latency")) == (cost[k.name], 1.0)
         assert point.total_s(0, starts=2, start=k.objective) == cost["cold"] + cost[k.name]
-    table = front_table([point], point.key, kinds.KINDS)
-    assert all(k.label in table.splitlines()[0] for k in kinds.TABLE)
+    table = front_table([point], point.key, start_kinds.KINDS)
+    assert all(k.label in table.splitlines()[0] for k in start_kinds.TABLE)
     assert f"{cost['aot']:.2f} s" in table
 
 
 def test_starts_parse_and_travel_with_the_settings() -> None:
-    assert kinds.parse("cold") == ("cold",)
-    assert kinds.parse(" cold, warm ") == ("cold", "warm")
-    assert kinds.parse("cold,aot,portable") == ("cold", "portable", "aot")  # KINDS' order
+    assert start_kinds.parse("cold") == ("cold",)
+    assert start_kinds.parse(" cold, warm ") == ("cold", "warm")
+    assert start_kinds.parse("cold,aot,portable") == ("cold", "portable", "aot")  # KINDS' order
     for bad in ("warm", "warm,cold", "cold,warm,hot", "cold,warm,warm", ""):
         with pytest.raises(ConfigError, match="bad starts"):
-            kinds.parse(bad)
+            start_kinds.parse(bad)
     settings = Settings(starts=["cold", "warm"])  # as a study's stored spec gives it back
     assert settings.starts == ("cold", "warm")
     assert Settings(**json.loads(json.dumps(dataclasses.asdict(settings)))) == settings

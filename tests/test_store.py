@@ -190,7 +190,7 @@ def test_a_garbled_stored_spec_says_which_study_and_key(raw: object, where: str)
 
 def test_a_garbled_study_fails_where_it_is_read_not_every_listing(tmp_path: Path) -> None:
     from autotune.errors import ConfigError
-    from autotune.search.progress import overview
+    from autotune.search.overview import overview
     from autotune.ship.export import document
 
     store = Store(f"sqlite:///{tmp_path}/g.db")

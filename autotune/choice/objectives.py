@@ -5,7 +5,7 @@ Objectives: one start cost (``compile`` = a cold start, ``warm``, ``portable``,
 (``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
 ``ttft``, the prefill), optionally ``memory``. :data:`ATTRIBUTE` is the one table from an
 objective to the value that stands for it (a :class:`autotune.choice.selection.Point`'s field); a
-start's cost comes from the start-kind table (:mod:`autotune.starts.kinds`).
+start's cost comes from the start-kind table (:mod:`autotune.start_kinds`).
 
 Policies (eager is a candidate in every one): ``knee``, ``fastest``, ``quickest``,
 ``amortized:CALLS``, ``amortized:TIME`` (a lifetime in serving time, the default),
@@ -21,18 +21,19 @@ import math
 import re
 from typing import Any
 
+from autotune import start_kinds
 from autotune.errors import ConfigError
-from autotune.starts import kinds
 
-START_COSTS = tuple(kinds.BY_OBJECTIVE)  # a start's cost: compile (cold), warm, portable, ...
+# a start's cost: compile (cold), warm, portable, ...
+START_COSTS = tuple(start_kinds.BY_OBJECTIVE)
 SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
 OBJECTIVES = (*START_COSTS, *SPEEDS, "memory")
-METRICS = {**{k.objective: k.metric for k in kinds.TABLE},
+METRICS = {**{k.objective: k.metric for k in start_kinds.TABLE},
            "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
            "memory": "memory_mb"}  # fmt: skip  # Optuna's metric names
 ATTRIBUTE = {"latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
              "memory": "memory_mb"}  # fmt: skip  # a Point's field; a start's is Point.start_s
-START_KIND = {k.objective: k.name for k in kinds.TABLE}  # what each start objective costs
+START_KIND = {k.objective: k.name for k in start_kinds.TABLE}  # what each start objective costs
 POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.choice.objectives import START_KIND, later_start, parse_policy, serving_calls, values
 from autotune.errors import AutotuneError
-from autotune.starts.kinds import LATER
+from autotune.start_kinds import LATER
 from autotune.trial.measurement import Measurement
 from autotune.trial.timing import ALPHA, sign_test
 

@@ -1,19 +1,15 @@
 """The ``autotune`` command. Heavy modules are imported inside each command, so --help is instant.
 
 User errors (``AutotuneError``) end in one line on stderr and a non-zero exit; a traceback
-only with ``--debug``. The parser is in :mod:`autotune.cli.parser`; the commands in
-:mod:`autotune.cli.search` (measure, search), :mod:`autotune.cli.serve` (serve, and the queue
-worker) and :mod:`autotune.cli.study` (the rest).
+only with ``--debug`` (:mod:`autotune.job.exits`, as a spawned worker ends). The parser is in
+:mod:`autotune.cli.parser`; the commands in :mod:`autotune.cli.search` (measure, search),
+:mod:`autotune.cli.serve` (serve, and the queue worker) and :mod:`autotune.cli.study` (the
+rest); the live bar in :mod:`autotune.cli.progress`.
 """
 
 from __future__ import annotations
 
-import signal
-import sys
-import threading
-import warnings
 from collections.abc import Sequence
-from typing import Any
 
 from autotune.cli.parser import build_parser, model_and_workload
 from autotune.cli.search import cmd_measure, cmd_search
@@ -28,7 +24,7 @@ from autotune.cli.study import (
     cmd_submit,
     cmd_worker,
 )
-from autotune.errors import AutotuneError, AutotuneWarning
+from autotune.job.exits import guarded
 
 __all__ = ["COMMANDS", "build_parser", "main", "model_and_workload"]
 
@@ -40,49 +36,7 @@ COMMANDS = {
 }  # fmt: skip
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _one_line(message: Any, category: type, filename: str, lineno: int, file: Any = None,
-              line: str | None = None) -> None:  # fmt: skip
-    """autotune's warnings as one line on stderr, as its errors are; others as Python shows
-    them."""
-    if issubclass(category, AutotuneWarning):
-        print(f"autotune: {message}", file=sys.stderr, flush=True)
-    else:
-        _show(message, category, filename, lineno, file, line)
-
-
-_show = warnings.showwarning
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    warnings.showwarning = _one_line
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's kill stops as cleanly as Ctrl-C
-    try:
-        return COMMANDS[args.command](args)
-    except AutotuneError as exc:
-        if args.debug:
-            raise
-        print(f"autotune: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        if args.debug:
-            raise
-        print("autotune: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # a database error that reached here (Optuna's own calls)
-        from autotune.storage import mask, resolve_url, scrub
-        from autotune.storage.retry import database_error, final_reason
-
-        found = database_error(exc)
-        if found is None or args.debug:
-            raise
-        url = resolve_url(getattr(args, "storage", None))
-        text = (str(getattr(found, "orig", None) or found).strip().splitlines() or [""])[0]
-        why = final_reason(found) or "the database failed"
-        print(f"autotune: error: storage {mask(url)}: {why} ({scrub(text, url)})", file=sys.stderr)
-        return 2
+    return guarded(lambda: COMMANDS[args.command](args), debug=args.debug,
+                   storage=getattr(args, "storage", None))  # fmt: skip

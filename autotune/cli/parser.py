@@ -164,9 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--force", action="store_true", help="join although the hardware differs")
     w.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)
     w.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    # a worker that `search --workers K` started: its parent has cleaned the study, and a
-    # sibling's trial between ask and claim must not look like one a dead run left RUNNING
-    w.add_argument("--spawned", action="store_true", help=argparse.SUPPRESS)
 
     v = sub.add_parser("serve", help="serve a storage over HTTP: the studies live, a lookup "
                        "of the best known config, submitting studies")  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any
 
 from autotune.choice.verdict import noise_floor
 from autotune.errors import shorten
-from autotune.starts.kinds import BY_NAME, CACHED, LATER
+from autotune.start_kinds import BY_NAME, CACHED, LATER
 from autotune.trial.measurement import Measurement
 
 

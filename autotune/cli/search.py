@@ -54,10 +54,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune import usercode
     from autotune.choice.verdict import answer
     from autotune.cli import report
+    from autotune.cli.progress import BestSoFar, Progress
     from autotune.environment import slow_dtype
-    from autotune.search.progress import BestSoFar, Progress, counts
+    from autotune.job.tuning import Tuning
+    from autotune.search.overview import counts
     from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name
-    from autotune.ship.tune import Tuning
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")

@@ -1,5 +1,5 @@
-"""``autotune serve`` (the HTTP API and live pages over a storage) and ``autotune worker
---all`` (a worker that serves the storage's queue of studies)."""
+"""``autotune serve`` (the HTTP API and live pages over a storage) and ``autotune
+queue-worker`` (a worker that serves the storage's queue of studies)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,10 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def cmd_queue_worker(args: argparse.Namespace) -> int:
-    from autotune.search.serving import serve
+    from autotune.job.tuning import Tuning
+    from autotune.job.worker import serve
+    from autotune.search import Lines
     from autotune.search.spec import parse_duration
-    from autotune.search.state import Lines
-    from autotune.ship.tune import Tuning
 
     class Log(Lines):  # each strategy measured on stdout; notes on stderr
         def measured(self, key: str, done: int) -> None:
@@ -76,12 +76,12 @@ def cmd_queue_worker(args: argparse.Namespace) -> int:
     print("worker serving the queue"
           + (f" (idle timeout {args.idle_timeout})" if idle else ""), flush=True)  # fmt: skip
     try:
-        served = serve(args.storage, device=args.device, allow=allowed_code(args),
-                       idle_timeout_s=idle, listener=Log(), finished=finished)  # fmt: skip
+        shift = serve(args.storage, device=args.device, allow=allowed_code(args),
+                      idle_timeout_s=idle, listener=Log(), finished=finished)  # fmt: skip
     except KeyboardInterrupt:  # asked before the queue was open
         print("worker: stopped: asked", flush=True)
         return 0
-    done = ", ".join(served.finished) or "none"
-    print(f"worker: {len(served.studies)} studies, measured {served.measured}, finished {done}; "
-          f"stopped: {served.stopped}", flush=True)  # fmt: skip
+    done = ", ".join(shift.finished) or "none"
+    print(f"worker: {len(shift.studies)} studies, measured {shift.measured}, finished {done}; "
+          f"stopped: {shift.stopped}", flush=True)  # fmt: skip
     return 0  # asked to stop (Ctrl-C, SIGTERM) or idle: either is how a queue worker ends

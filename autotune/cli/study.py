@@ -35,19 +35,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from autotune.search import join, run
-    from autotune.search.progress import Progress
-    from autotune.search.spec import check_name
+    from autotune.cli.progress import Progress
+    from autotune.job.worker import work
 
-    if not args.study:
-        raise ConfigError("give --study NAME (autotune studies lists them); autotune "
-                          "queue-worker serves every study")  # fmt: skip
-    search = join(check_name(args.study), args.storage, device=args.device, force=args.force,
-                  allow=allowed_code(args), clean=not args.spawned)  # fmt: skip
-    print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
-    with Progress(search.target, len(search.measured()), not args.no_progress) as bar:
-        outcome = run(search, bar, max_measure=args.trials)
-    print(f"worker {search.worker}: measured {outcome.measured_here}, stopped: {outcome.stopped}")
+    def bar(search: Any) -> Progress:
+        return Progress(search.target, len(search.measured()), not args.no_progress)
+
+    outcome = work(args.study, args.storage, device=args.device, force=args.force,
+                   allow=allowed_code(args), trials=args.trials, listener=bar)  # fmt: skip
     return 130 if outcome.stopped == "interrupted" else 0
 
 
@@ -123,7 +118,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_studies(args: argparse.Namespace) -> int:
     from autotune.cli import report
-    from autotune.search.progress import overview
+    from autotune.search.overview import overview
     from autotune.storage import Store, mask
 
     store = Store(args.storage, create=False)

@@ -11,21 +11,22 @@
 - **Adoption.** A measurement stored without a live trial (the eager baseline, measured before
   any trial, or the result of a worker that came back after its trial was failed) is adopted
   by exactly one later trial, so every measurement ends as one COMPLETE trial.
-- **Local workers** for ``search --workers K``.
+- **Machines.** A machine joins a study only where its hardware and torch agree with the
+  study's.
 
 Modules: :mod:`.claims` (claims, adoption, reaping), :mod:`.liveness` (heartbeats),
-:mod:`.workers` (local workers, and whether a machine may join a study).
+:mod:`.machines` (whether a machine may join a study). The processes themselves (local workers,
+a queue's worker) are the job's (:mod:`autotune.job`).
 """
 
 from __future__ import annotations
 
 from autotune.coordination.claims import Coordinator, Tally
 from autotune.coordination.liveness import Pulse, grace_s, heartbeat_s, reap_s
-from autotune.coordination.workers import LocalWorkers, check_environment, comparable
+from autotune.coordination.machines import check_environment, comparable
 
 __all__ = [
     "Coordinator",
-    "LocalWorkers",
     "Pulse",
     "Tally",
     "check_environment",

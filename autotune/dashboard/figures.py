@@ -19,7 +19,7 @@ from autotune.dashboard.data import (
     Trial,
 )
 from autotune.errors import shorten
-from autotune.starts.kinds import LATER
+from autotune.start_kinds import LATER
 
 MAX_ROWS = 40  # per-trial bar and box charts show at most this many rows (the best ones)
 

@@ -9,7 +9,7 @@
 - :mod:`.deduction`: what a trial proves about others, and what to measure first;
 - :mod:`.sampler` and :mod:`.surrogate`: Optuna's samplers, steered away from taken
   strategies, and autotune's model of the factors;
-- :mod:`.serving`: a worker that serves a queue of studies; :mod:`.progress`: the live bar.
+- :mod:`.overview`: what a study shows of its progress (``autotune studies``, the service).
 
 It knows nothing of how a model is compiled: it asks the space for a strategy, the trial stage
 (:mod:`autotune.trial.parent`) for a measurement, and stores both.
@@ -17,8 +17,9 @@ It knows nothing of how a model is compiled: it asks the space for a strategy, t
 
 from __future__ import annotations
 
-from autotune.search.loop import Outcome, run, run_workers
+from autotune.search.loop import Outcome, run
 from autotune.search.open import join, open_search, submit
+from autotune.search.spec import StudySpec
 from autotune.search.state import Lines, Listener, Search
 
 __all__ = [
@@ -26,9 +27,9 @@ __all__ = [
     "Listener",
     "Outcome",
     "Search",
+    "StudySpec",
     "join",
     "open_search",
     "run",
-    "run_workers",
     "submit",
 ]

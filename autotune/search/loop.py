@@ -6,9 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from autotune import usercode
-from autotune.coordination import LocalWorkers, Tally, reap_s
-from autotune.errors import AutotuneError
+from autotune.coordination import Tally, reap_s
 from autotune.search import step
 from autotune.search.state import Lines, Listener, Search
 
@@ -96,27 +94,3 @@ def stop_reason(
     if budget is not None and time.monotonic() - start >= budget:
         return "time"
     return None
-
-
-def run_workers(
-    search: Search, count: int, listener: Listener | None = None, force: bool = False
-) -> Outcome:
-    """Start ``count`` local worker processes on the study and follow them to the end."""
-    listener = listener or Lines()
-    workload = search.spec.workload
-    devices = LocalWorkers.devices(workload.device, count, force)
-    if not workload.is_cuda:
-        listener.note("warning: parallel trials on a CPU share its cores, which skews both "
-                      "compile time and latency")  # fmt: skip
-    step.baseline(search, listener)
-    allow = [name for _, name in usercode.named(search.spec)]  # checked against the command line
-    workers = LocalWorkers(search.name, search.store.url, devices, allow)
-    stopped = workers.follow(lambda: len(search.measured()), listener)
-    if stopped == "interrupted":
-        return outcome(search, 0, 0, stopped)
-    if failed := workers.failures():
-        raise AutotuneError(f"{len(failed)} of {count} workers failed (exit {failed[0]})")
-    result = outcome(search, 0, 0, "budget")
-    if result.measured + result.deduced >= len(search.keys):
-        result.stopped = "exhausted"
-    return result

@@ -23,7 +23,7 @@ from autotune.choice import objectives
 from autotune.choice.objectives import DEFAULT_LIFETIME
 from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
-from autotune.starts.kinds import parse
+from autotune.start_kinds import parse
 from autotune.strategy.space import KEYS, Space
 from autotune.workload import Settings, Workload, default_objectives
 

@@ -17,7 +17,7 @@ from autotune.search.deduction import Tactics
 from autotune.search.plan import Plan, backends_of
 from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
-from autotune.starts.kinds import LATER
+from autotune.start_kinds import LATER
 from autotune.storage import Store, mask
 from autotune.strategy.space import Space
 from autotune.strategy.strategy import Strategy

@@ -10,7 +10,7 @@ from typing import Any
 from autotune.choice.verdict import Answer, answer
 from autotune.coordination import grace_s
 from autotune.errors import AutotuneError, shorten
-from autotune.search.progress import counts
+from autotune.search.overview import counts
 from autotune.service.problems import Refused
 from autotune.storage import Store, Stored, StudyRecord
 from autotune.workload import describe

@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune import variables
 from autotune.errors import CacheWarning
-from autotune.starts.kinds import BY_NAME
+from autotune.start_kinds import BY_NAME
 
 SUFFIX = BY_NAME["portable"].suffix
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import shorten, where
-from autotune.starts.kinds import AHEAD, BY_NAME
+from autotune.start_kinds import AHEAD, BY_NAME
 from autotune.strategy.strategy import Strategy
 
 SUFFIX = {k: BY_NAME[k].suffix for k in AHEAD}

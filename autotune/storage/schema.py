@@ -129,7 +129,7 @@ class ExportRow(OfStudy, Base):
 
 
 class ReferenceRow(Base):
-    """A study's higher-precision reference outputs (autotune.trial.scenarios.precise), as the file
+    """A study's higher-precision reference outputs (autotune.trial.precise), as the file
     a trial reads (``data``: ``torch.save`` bytes, loaded with ``weights_only``); no data and a
     ``reason`` when there is none."""
 

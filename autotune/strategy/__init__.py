@@ -1,3 +1,11 @@
-"""Stage 1, how to compile: a :class:`~autotune.strategy.strategy.Strategy`, Inductor's modes and
-option switches (:mod:`.inductor`), the search space (:mod:`.space`) and how a strategy is applied
-to a model at its granularity (:mod:`.granularity`)."""
+"""Stage 1, how to compile: a :class:`Strategy` (:mod:`.strategy`), Inductor's modes and option
+switches (:mod:`.inductor`), the search space (:class:`Space`, :mod:`.space`), the shapes of a
+traffic (:mod:`.shapes`, :mod:`.padding`) and how a strategy is applied to a model at its
+granularity (:mod:`.granularity`)."""
+
+from __future__ import annotations
+
+from autotune.strategy.space import Space
+from autotune.strategy.strategy import Strategy
+
+__all__ = ["Space", "Strategy"]

@@ -5,7 +5,7 @@ between eager and a compiled graph, and a compiled output can be *closer* to the
 than eager's. So each output is judged, as PyTorch's own harness judges it
 (``torch._dynamo.utils.same`` with ``fp64_ref``), against a **reference**: the same model and
 inputs run in a higher precision (float64 where it fits in memory, else float32; see
-:mod:`autotune.trial.scenarios.precise`). An output passes when its error against the reference is
+:mod:`autotune.trial.precise`). An output passes when its error against the reference is
 at most ``k`` times eager's own error, plus a floor:
 
 - ``RMSE(compiled, ref) <= k * RMSE(eager, ref) + 1 ulp * rms(ref)``, PyTorch's rule, and
@@ -215,7 +215,7 @@ def _against_reference(i: int, e: Any, a: Any, r: Any, gate: Gate) -> dict[str, 
 
 
 def load_reference(path: str) -> dict[str, Any]:
-    """A reference file (:mod:`autotune.trial.scenarios.precise`): tensors, numbers and text only
+    """A reference file (:mod:`autotune.trial.precise`): tensors, numbers and text only
     (``weights_only``: nothing in it can run code)."""
     import torch
 

@@ -37,7 +37,7 @@ def measure(request: Request, keep: Callable[[Measurement], None] | None = None)
         return make_reference(request)
     ctx = begin(request)
     if request.kind == "confirm" and not ctx.workload.traffic:
-        from autotune.trial.scenarios import rounds
+        from autotune.trial import rounds
 
         return rounds.run(ctx)  # over a traffic, a rival's own trial times its rounds (served)
     scenario = SCENARIOS["traffic" if ctx.workload.traffic else ctx.workload.kind](ctx)
@@ -72,12 +72,12 @@ def describe(exc: BaseException) -> str:
 
 
 def make_reference(request: Request) -> Measurement:
-    """The reference (:mod:`autotune.trial.scenarios.precise`), saved to ``reference_out``, on
+    """The reference (:mod:`autotune.trial.precise`), saved to ``reference_out``, on
     its device made current first, as a trial's is (:func:`autotune.device.use`); the
     measurement says only whether it worked (``reason``: why there is none)."""
     from autotune import device
+    from autotune.trial import precise
     from autotune.trial.accuracy import save_reference
-    from autotune.trial.scenarios import precise
 
     assert request.reference_out is not None
     device.use(request.workload.device)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import NotApplicable
+from autotune.start_kinds import AHEAD
 from autotune.starts import artifact, precompiled
-from autotune.starts.kinds import AHEAD
 from autotune.starts.later import (
     BRIEF_ITERS,
     LATENCY_TOLERANCE,

@@ -1,5 +1,5 @@
 """The study's reference, from the parent's side: computed once, in a child process of its
-own (its memory is its own: :mod:`autotune.trial.scenarios.precise` builds it), kept by checksum on
+own (its memory is its own: :mod:`autotune.trial.precise` builds it), kept by checksum on
 this machine, and handed to every trial (a search stores its bytes with the study, so that every
 worker judges against the same one).
 """
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Reference:
-    """A study's higher-precision reference (:mod:`autotune.trial.scenarios.precise`): its file,
+    """A study's higher-precision reference (:mod:`autotune.trial.precise`): its file,
     kept by checksum, and its dtype; ``dtype`` "" and ``reason`` when there is none."""
 
     path: str | None

@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.choice.selection import Point
-    from autotune.search import Listener, Search
-    from autotune.search.loop import Outcome
-    from autotune.search.spec import StudySpec
+    from autotune.search import Listener, Outcome, Search, StudySpec
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,8 @@ class Tuning:
     def run(self, listener: Listener | None = None) -> Outcome:
         """The search, here or in ``workers`` local processes, until its budget, time or space
         runs out (or it is interrupted: ``outcome.stopped == "interrupted"``)."""
-        from autotune.search import run, run_workers
+        from autotune.job.local import run_workers
+        from autotune.search import run
 
         if self.workers > 1:
             self.outcome = run_workers(self.search, self.workers, listener, self.force)

@@ -1,24 +1,19 @@
-"""What a study shows while it runs and after: the live progress bar of a search (a
-:class:`autotune.search.Listener`), the best strategy so far (read incrementally), and the
-listing of every study in a storage with its progress.
-
-"Measured" means one thing everywhere: a strategy of the study's space measured by a trial
-(not deduced from another's). The eager baseline counts when eager is in the space.
-"""
+"""The live progress bar of a search or a worker (a :class:`autotune.search.Listener`): trial n
+of N, the time left, the current strategy and the best so far (read incrementally)."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autotune.choice.selection import choose
-from autotune.coordination import Coordinator
 from autotune.errors import AutotuneError
-from autotune.search.plan import Plan
-from autotune.storage import Store, Stored, StudyRecord
+
+if TYPE_CHECKING:
+    from autotune.search.plan import Plan
+    from autotune.storage import Store, Stored
 
 
 def clock(seconds: float) -> str:
@@ -100,34 +95,3 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def counts(study: StudyRecord, rows: Iterable[Stored]) -> dict[str, int]:
-    """A study's ``measured`` (by a trial, of its space) and ``deduced`` strategies, and of
-    the measured ones how many ran ``ok`` and how many ``failed``."""
-    space = study.spec.granularities
-    eager_counts = space is None or "none" in space  # the baseline is measured either way
-    measured = [r for r in rows if r.measured and (eager_counts or r.key != "none")]
-    deduced = [r for r in rows if not r.measured]
-    ok = sum(r.status == "ok" for r in measured)
-    return {"measured": len(measured), "deduced": len(deduced), "ok": ok,
-            "failed": len(measured) - ok}  # fmt: skip
-
-
-def overview(store: Store) -> list[dict[str, Any]]:
-    """Every study in the storage with its progress: measured strategies against the budget,
-    and those deduced without measuring."""
-    table = []
-    for study in store.studies():
-        rows = store.measurements(study.name)
-        last = max((r.created_at for r in rows if r.created_at), default=study.created_at)
-        table.append({
-            "study": study.name,
-            "model": study.spec.model_name,
-            **counts(study, rows),
-            "budget": study.spec.trials,
-            "runs": len(store.runs(study.name)),
-            "live workers": Coordinator(store, study.name, "").live_workers(),
-            "last": last.isoformat(timespec="seconds") if last else "",
-        })  # fmt: skip
-    return table

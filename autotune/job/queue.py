@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.coordination.claims import Coordinator
-from autotune.coordination.workers import comparable
+from autotune.coordination import Coordinator, comparable
 from autotune.errors import AutotuneError
 from autotune.storage import Store, StoredSpec, StudyRecord
 
 
 @dataclass(frozen=True)
-class Progress:
+class Standing:
     """Where a study stands, for the queue: its space's ``size``, its ``budget``, strategies
     ``measured`` (or deduced: settled), those ``held`` by a live worker, and ``unadopted``
     measurements (no trial's yet)."""
@@ -49,10 +48,10 @@ def space_keys(spec: StoredSpec, device: str) -> set[str]:
     return {s.key for s in StudySpec.from_dict(spec.to_dict()).space.validate(device)}
 
 
-def progress(store: Store, name: str, keys: set[str], budget: int) -> Progress:
-    """A study's progress, from the same two small queries a worker's tally makes."""
+def standing(store: Store, name: str, keys: set[str], budget: int) -> Standing:
+    """Where a study stands, from the same two small queries a worker's tally makes."""
     t = Coordinator(store, name, "").tally(keys)  # "": no worker of its own
-    return Progress(len(keys), budget, len(t.settled), len(t.measured), len(t.live),
+    return Standing(len(keys), budget, len(t.settled), len(t.measured), len(t.live),
                     len(t.unadopted))  # fmt: skip
 
 
@@ -107,7 +106,7 @@ class Queue:
             except AutotuneError as exc:  # a spec this autotune cannot read: say so once
                 self.skipped[study.name] = str(exc)
                 continue
-            if progress(self.store, study.name, keys, budget).open:
+            if standing(self.store, study.name, keys, budget).open:
                 return study
         return None
 

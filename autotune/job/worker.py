@@ -1,33 +1,37 @@
-"""Serving the queue (``autotune queue-worker``): take the oldest open study that fits this
-machine, measure until it is done (or what is left is in live peers' hands), then take the
-next; stop when asked (Ctrl-C, SIGTERM) or after an idle timeout.
+"""A worker: one study's (:func:`work`: ``autotune worker``, and each of ``search --workers
+K``'s processes), or the queue's (:func:`serve`: ``autotune queue-worker``).
 
-Workers on many machines share the queue through the same claims as ``autotune worker``: no
-strategy is measured twice and a dead worker's is handed back (:mod:`autotune.coordination`).
-Which study is next is :class:`autotune.coordination.queue.Queue`'s answer.
+A queue worker takes the oldest open study that fits this machine, measures until it is done
+(or what is left is in live peers' hands), then takes the next; it stops when asked (Ctrl-C,
+SIGTERM) or after an idle timeout. Workers on many machines share a study through its claims:
+no strategy is measured twice and a dead worker's is handed back (:mod:`autotune.coordination`).
+Which study is next is :class:`autotune.job.queue.Queue`'s answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autotune import usercode
-from autotune.coordination.queue import Queue
-from autotune.errors import AutotuneError
-from autotune.search.loop import run
-from autotune.search.open import join
-from autotune.search.state import Lines, Listener, Search
+from autotune.errors import AutotuneError, ConfigError
+from autotune.job.queue import Queue
 from autotune.storage import Store, StoredSpec
+
+if TYPE_CHECKING:
+    from autotune.search import Listener, Outcome, Search
 
 POLL_S = 2.0  # how often an idle worker looks at the queue again
 AGAIN_S = 10.0  # a study left with nothing to do here is not looked at again for this long
 
 
 @dataclass
-class Served:
+class Shift:
     """What a queue worker did: the studies it worked on, strategies it measured, the studies
     it finished (its trial ended the budget or the space), and why it stopped (``idle``, or
     ``asked``: Ctrl-C or SIGTERM)."""
@@ -70,10 +74,11 @@ def serve(
     storage: str | None, *, device: str | None = None, allow: Iterable[str] = (),
     idle_timeout_s: float | None = None, listener: Listener | None = None,
     finished: Callable[[Search], None] | None = None,
-) -> Served:  # fmt: skip
+) -> Shift:  # fmt: skip
     """Serve the storage's queue until asked to stop or idle for ``idle_timeout_s``; call
     ``finished`` on each study this worker ends (the CLI confirms and exports it)."""
     from autotune.environment import fingerprint
+    from autotune.search import Lines
 
     listener = listener or Lines()
     allow = list(allow)
@@ -81,7 +86,7 @@ def serve(
     store.retry = True  # the queue's own reads wait out an outage, as a search does
     # this machine's fingerprint for a study's device and dtype, as its trials would run here
     queue = Queue(store, device_for(device), functools.cache(fingerprint), allowed_by(allow))
-    served = Served()
+    shift = Shift()
     left: dict[str, float] = {}  # studies left with nothing to do here, and when
     idle_since = time.monotonic()
     try:
@@ -90,7 +95,7 @@ def serve(
             study = queue.next(exclude=[n for n, t in left.items() if now - t < AGAIN_S])
             if study is None:
                 if idle_timeout_s is not None and now - idle_since >= idle_timeout_s:
-                    return served
+                    return shift
                 listener.now("waiting for a study")
                 time.sleep(POLL_S)
                 continue
@@ -98,20 +103,20 @@ def serve(
             if outcome is None:
                 continue
             measured, stopped = outcome
-            if study.name not in served.studies:
-                served.studies.append(study.name)
-            served.measured += measured
+            if study.name not in shift.studies:
+                shift.studies.append(study.name)
+            shift.measured += measured
             if stopped == "interrupted":
-                served.stopped = "asked"
-                return served
+                shift.stopped = "asked"
+                return shift
             if stopped in ("budget", "exhausted"):
-                served.finished.append(study.name)
+                shift.finished.append(study.name)
             if measured == 0 and stopped == "others finishing":
                 left[study.name] = time.monotonic()
             idle_since = time.monotonic()
     except KeyboardInterrupt:
-        served.stopped = "asked"
-        return served
+        shift.stopped = "asked"
+        return shift
 
 
 def _work(
@@ -120,6 +125,8 @@ def _work(
 ) -> tuple[int, str] | None:  # fmt: skip
     """Join one study and measure until it is done here: (measured here, why it stopped); None
     when the study was refused (then this worker skips it from now on, and says why once)."""
+    from autotune.search import join, run
+
     record = store.study(name)
     device = queue.device(record) if record is not None else None
     try:
@@ -144,3 +151,30 @@ def _work(
     finally:
         search.store.engine.dispose()
     return outcome.measured_here, outcome.stopped
+
+
+def work(
+    study: str | None, storage: str | None = None, *, device: str | None = None,
+    force: bool = False, allow: Iterable[str] = (), clean: bool = True,
+    trials: int | None = None,
+    listener: Callable[[Search], AbstractContextManager[Listener]] | None = None,
+) -> Outcome:  # fmt: skip
+    """Join one study and measure until its budget, time or space runs out (or, with
+    ``trials``, until this worker has measured that many); say on stdout which worker joined and
+    how it ended. ``listener`` makes what follows the search once it is joined (the CLI's bar);
+    ``clean=False`` for a worker whose parent search has cleaned the study (a sibling's trial
+    between ask and claim must not look like one a dead run left RUNNING)."""
+    from autotune.search import Lines, join, run
+    from autotune.search.spec import check_name
+
+    if not study:
+        raise ConfigError("give --study NAME (autotune studies lists them); autotune "
+                          "queue-worker serves every study")  # fmt: skip
+    search = join(check_name(study), storage, device=device, force=force, allow=list(allow),
+                  clean=clean)  # fmt: skip
+    print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
+    following = listener(search) if listener else contextlib.nullcontext(Lines())
+    with following as follower:
+        outcome = run(search, follower, max_measure=trials)
+    print(f"worker {search.worker}: measured {outcome.measured_here}, stopped: {outcome.stopped}")
+    return outcome

@@ -1,4 +1,5 @@
-"""Workers on this machine (``search --workers K``), and whether a machine may join a study."""
+"""Workers on this machine (``search --workers K``): K processes of the library's own worker
+entry point (:mod:`autotune.job.spawned`) joined to one study, followed to its end."""
 
 from __future__ import annotations
 
@@ -7,40 +8,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import autotune.device
-from autotune import variables
-from autotune.errors import ConfigError
+from autotune import usercode, variables
+from autotune.errors import AutotuneError, ConfigError
 
-COMPARABLE = ("torch", "cuda", "device", "device_name")
-ON_CPU = ("cpu_capability", "cpu_bf16")  # where the study recorded them (older studies did not)
-# what else must agree between GPU machines (float32 matmuls in TF32 or not)
-ON_GPU = ("triton", "capability", "driver", "float32_matmul_precision")
-
-
-def comparable(environment: dict[str, Any]) -> dict[str, Any]:
-    """The fields that must agree, with ``cuda:1`` read as ``cuda`` (the index is no hardware);
-    on a GPU also Triton, the compute capability and the driver; torch's CPU capability and the
-    CPU's native bfloat16 instructions where recorded (a CPU model name can hide either)."""
-    values = {k: environment.get(k) for k in COMPARABLE}
-    values["device"] = str(values["device"] or "").partition(":")[0] or None
-    if values["device"] == "cuda":
-        values.update({k: environment.get(k) for k in ON_GPU})
-    values.update({k: environment[k] for k in ON_CPU if k in environment})
-    return values
-
-
-def check_environment(stored: dict[str, Any], here: dict[str, Any], force: bool) -> None:
-    """Refuse to mix measurements from another GPU, CPU or torch, unless forced."""
-    a, b = comparable(stored), comparable(here)  # what the study recorded must agree
-    differ = [k for k in a if a[k] != b.get(k)]
-    if differ and not force:
-        detail = ", ".join(f"{k}: study {a[k]!r} vs here {b[k]!r}" for k in differ)
-        raise ConfigError(
-            f"this machine differs from the study's ({detail}); mixed measurements would be "
-            "meaningless (use --force to join anyway)"
-        )
+if TYPE_CHECKING:
+    from autotune.search import Listener, Outcome, Search
 
 
 def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
@@ -50,10 +25,6 @@ def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
     env = {**os.environ, variables.STORAGE: url, **autotune.device.alone(device)[1]}
     env["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     return env
-
-
-class Following(Protocol):
-    def measured(self, key: str, done: int) -> None: ...
 
 
 STDERR = 2  # the search's own standard error, as a file descriptor
@@ -66,8 +37,7 @@ class LocalWorkers:
     standard output is the search's answer alone (``--json`` is read by programs)."""
 
     def __init__(self, study: str, url: str, devices: list[str], allow: list[str]) -> None:
-        argv = [sys.executable, "-m", "autotune.cli", "worker", "--study", study]
-        argv += ["--no-progress", "--spawned"]  # spawned: this search has cleaned the study
+        argv = [sys.executable, "-m", "autotune.job.spawned", "--study", study]
         if allow:  # the code the search's own command line named
             argv += ["--allow-code", ",".join(allow)]
         self.procs = [
@@ -92,7 +62,7 @@ class LocalWorkers:
                               "GPU (--force shares them, which skews every timing)")  # fmt: skip
         return [f"cuda:{(first + i) % seen}" for i in range(count)]
 
-    def follow(self, done: Callable[[], int], listener: Following) -> str:
+    def follow(self, done: Callable[[], int], listener: Listener) -> str:
         """Wait for the workers to end, telling ``listener`` each time ``done()`` (the study's
         measured strategies) grows; ``finished``, or ``interrupted`` (Ctrl-C stops them all)."""
         seen = -1
@@ -119,3 +89,31 @@ class LocalWorkers:
 
     def failures(self) -> list[int]:
         return [p.returncode for p in self.procs if p.returncode != 0]
+
+
+def run_workers(
+    search: Search, count: int, listener: Listener | None = None, force: bool = False
+) -> Outcome:
+    """Start ``count`` local worker processes on the study and follow them to the end."""
+    from autotune.search import Lines
+    from autotune.search.loop import outcome
+    from autotune.search.step import baseline
+
+    listener = listener or Lines()
+    workload = search.spec.workload
+    devices = LocalWorkers.devices(workload.device, count, force)
+    if not workload.is_cuda:
+        listener.note("warning: parallel trials on a CPU share its cores, which skews both "
+                      "compile time and latency")  # fmt: skip
+    baseline(search, listener)
+    allow = [name for _, name in usercode.named(search.spec)]  # checked against the command line
+    workers = LocalWorkers(search.name, search.store.url, devices, allow)
+    stopped = workers.follow(lambda: len(search.measured()), listener)
+    if stopped == "interrupted":
+        return outcome(search, 0, 0, stopped)
+    if failed := workers.failures():
+        raise AutotuneError(f"{len(failed)} of {count} workers failed (exit {failed[0]})")
+    result = outcome(search, 0, 0, "budget")
+    if result.measured + result.deduced >= len(search.keys):
+        result.stopped = "exhausted"
+    return result
