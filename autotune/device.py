@@ -11,7 +11,7 @@
   replays; eager's without those pools);
 - :func:`marks_steps` and :func:`mark_step`: CUDA-graph step marks;
 - :func:`cudagraph_skips`: where Inductor fell back from CUDA graphs, and why;
-- :func:`fingerprint`: the device's part of the environment;
+- :func:`traits`: the device's part of the environment;
 - :func:`count`, :func:`available`: GPUs visible, and memory free for a copy of a model.
 """
 
@@ -110,7 +110,7 @@ def timed(fn: Callable[[], Any], device: str) -> float:
     """Seconds of one steady-state call: CUDA events on a GPU, perf_counter on a CPU."""
     timer = StepTimer(device)
     timer.time(fn)
-    return timer.finish()[0]
+    return timer.elapsed()[0]
 
 
 class StepTimer:
@@ -138,7 +138,7 @@ class StepTimer:
         self.pairs.append((start, end))
         return out
 
-    def finish(self) -> list[float]:
+    def elapsed(self) -> list[float]:
         """Every call's seconds, in order (one wait for the device, at the end)."""
         if self.pairs:
             self.pairs[-1][1].synchronize()
@@ -283,7 +283,7 @@ def matmul_precision(dtype: str | None, device: str) -> str:
     return torch.get_float32_matmul_precision()
 
 
-def fingerprint(device: str, dtype: str | None = None) -> dict[str, Any]:
+def traits(device: str, dtype: str | None = None) -> dict[str, Any]:
     """The device's part of the environment: its name, and on a GPU the compute capability, the
     driver, Triton, and the float32 matmul precision (TF32 or not) that a trial of ``dtype``
     runs with (this process's own where no dtype is given)."""

@@ -112,4 +112,4 @@ def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
     }
-    return {**env, **autotune.device.fingerprint(device, dtype)}
+    return {**env, **autotune.device.traits(device, dtype)}

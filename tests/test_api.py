@@ -25,7 +25,7 @@ def refused_export(folder: Path, strategy: Strategy) -> Path:
     data = b"not a mega-cache at all"
     (folder / "best.cache.bin").write_bytes(data)
     block = {"file": "best.cache.bin", "sha256": artifact.sha256(data), "bytes": len(data),
-             "fingerprint": artifact.fingerprint("cpu")}  # fmt: skip
+             "fingerprint": artifact.requirements("cpu")}  # fmt: skip
     path = folder / "best.json"
     path.write_text(json.dumps({"autotune": {"strategy": strategy.to_dict(),
                                              "cache_artifact": block}}))  # fmt: skip

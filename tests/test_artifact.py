@@ -9,7 +9,7 @@ import pytest
 
 from autotune.starts import artifact
 
-HERE = artifact.fingerprint("cpu")
+HERE = artifact.requirements("cpu")
 
 
 def shipped(tmp_path: Path, data: bytes, **fingerprint: object) -> tuple[dict, Path]:

@@ -187,6 +187,6 @@ def test_a_finished_study_leaves_no_trial_running(store) -> None:
     claimed, orphan = study.ask(), study.ask()
     assert w1.claim("a", claimed.number, 10, KEYS) == "claimed"
     tally = w1.tally(KEYS)
-    assert w1.finish(study, set(tally.numbers)) == 1
+    assert w1.fail_unclaimed(study, set(tally.numbers)) == 1
     states = {t.number: t.state.name for t in study.get_trials(deepcopy=False)}
     assert states == {claimed.number: "RUNNING", orphan.number: "FAIL"}

@@ -123,7 +123,7 @@ def test_many_steps_are_timed_with_one_wait(two_gpus, monkeypatch) -> None:
     timer = device.StepTimer("cuda:0")
     for _ in range(7):
         timer.time(lambda: sum(range(1000)))
-    seconds = timer.finish()
+    seconds = timer.elapsed()
     assert len(seconds) == 7 and all(s >= 0 for s in seconds) and FakeEvent.waits == 1
 
 
@@ -241,7 +241,7 @@ def test_the_fingerprint_names_what_a_gpu_number_depends_on(two_gpus, monkeypatc
     smi.write_text("#!/bin/sh\necho 570.86.15\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
-    found = device.fingerprint("cuda:0")
+    found = device.traits("cuda:0")
     assert found["capability"] == "9.0" and found["driver"] == "570.86.15"
     assert found["device_name"] == "NVIDIA H100 80GB HBM3" and "triton" in found
     base = {"torch": "2.13.0", "cuda": "12.8", "device": "cuda", **found}
@@ -253,7 +253,7 @@ def test_the_fingerprint_names_what_a_gpu_number_depends_on(two_gpus, monkeypatc
     try:
         device.tf32_for("float32", "cuda:0")
         assert torch.get_float32_matmul_precision() == "high"  # TF32, as PyTorch's harness
-        assert device.fingerprint("cpu")["float32_matmul_precision"] == "high"
+        assert device.traits("cpu")["float32_matmul_precision"] == "high"
     finally:
         torch.set_float32_matmul_precision(precision)
 

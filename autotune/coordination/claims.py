@@ -212,7 +212,7 @@ class Coordinator:
         running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         return sum(_fail(study, t.number) == "FAIL" for t in running)
 
-    def finish(self, study: optuna.Study, claimed: set[int]) -> int:
+    def fail_unclaimed(self, study: optuna.Study, claimed: set[int]) -> int:
         """When a worker stops with the study done (budget or space spent): fail the RUNNING
         trials that no claim holds (asked, never claimed: an ask whose answer an outage
         swallowed, so its worker asked again), without a grace period, as nothing will claim

@@ -82,7 +82,7 @@ class Tuning:
         listener: Listener | None = None,
     ) -> Tuned:  # fmt: skip
         """Confirm the pick (within what is left of a time budget) and export it."""
-        path, chosen, notes = finish(self.search, confirm=confirm, fmt=fmt, out=out,
+        path, chosen, notes = confirm_and_export(self.search, confirm=confirm, fmt=fmt, out=out,
                                      listener=listener)  # fmt: skip
         return Tuned(self.name, self.outcome, chosen, path, notes)
 
@@ -112,7 +112,7 @@ def tune(
     return tuning.finish(confirm=confirm, fmt=fmt, out=out, listener=listener)
 
 
-def finish(
+def confirm_and_export(
     search: Search, *, confirm: bool = True, fmt: str = "accelerate", out: str | None = None,
     listener: Listener | None = None,
 ) -> tuple[Path, Point, list[str]]:  # fmt: skip

@@ -69,7 +69,11 @@ def run(
         stopped = "interrupted"
     if stopped in ("budget", "exhausted"):  # the study is done: no trial is left to claim
         tally = search.coord.tally(search.keys)
-        step.db(search, lambda: search.coord.finish(search.optuna, set(tally.numbers)), "finish")
+        step.db(
+            search,
+            lambda: search.coord.fail_unclaimed(search.optuna, set(tally.numbers)),
+            "finish",
+        )
     return outcome(search, measured, repeats, stopped)
 
 

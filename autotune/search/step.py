@@ -192,7 +192,7 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
             return key, "taken"
         listener.now(f"measuring {key}")
         m = search.measure(strategy)
-        what = finish(search, trial, key, m, listener)
+        what = store_and_tell(search, trial, key, m, listener)
     except BaseException:
         abandon(search, trial, key)
         raise
@@ -279,7 +279,7 @@ def reuse(search: Search, trial: optuna.trial.Trial, key: str) -> str:
     return "repeat"
 
 
-def finish(
+def store_and_tell(
     search: Search, trial: optuna.trial.Trial, key: str, m: Measurement, listener: Listener
 ) -> str:
     """Store a measurement, then tell it; what became of it."""

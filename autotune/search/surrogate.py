@@ -57,7 +57,7 @@ def features(s: Strategy) -> list[str]:
     return one + [f"{a}&{b}" for a, b in pairs]
 
 
-class Fit:
+class SurrogateFit:
     """Bayesian linear regression of one objective (log scale) on the features."""
 
     def __init__(self, names: list[str], xs: list[list[str]], ys: list[float], spread: float
@@ -143,7 +143,7 @@ def propose(
     k = len(next(iter(values.values())))
     floor = [1e-3 * max(max(v[i] for v in values.values()), 1e-9) for i in range(k)]
     fits = [
-        Fit(names, [features(s) for s in measured],
+        SurrogateFit(names, [features(s) for s in measured],
             [math.log(values[s][i] + floor[i]) for s in measured], spread)
         for i in range(k)
     ]  # fmt: skip

@@ -18,7 +18,15 @@ from autotune.service.cache import MISSING
 from autotune.service.context import Service
 from autotune.service.guard import token_gate
 from autotune.service.problems import Refused, validation_line
-from autotune.service.schemas import Answer, Error, Health, SpecBody, Studies, Study, Submitted
+from autotune.service.schemas import (
+    Error,
+    Health,
+    LookupReply,
+    SpecBody,
+    Studies,
+    Study,
+    Submitted,
+)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Error, "description": what} for code, what in (
@@ -111,7 +119,7 @@ def router(service: Service) -> APIRouter:
         return FileResponse(path, media_type="application/octet-stream",
                             filename="best.cache.bin", headers={"X-Sha256": digest})  # fmt: skip
 
-    @api.get("/lookup", response_model=Answer, responses={404: {"model": Error}})
+    @api.get("/lookup", response_model=LookupReply, responses={404: {"model": Error}})
     async def find(
         model: Annotated[str, Query(min_length=1, max_length=512)],
         device: Literal["cpu", "cuda"],

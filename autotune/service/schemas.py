@@ -60,7 +60,7 @@ class Studies(BaseModel):
     studies: list[Summary]
 
 
-class Trial(BaseModel):
+class TrialRow(BaseModel):
     """A stored strategy: measured by a trial, or deduced from one (``deduced_from``)."""
 
     key: str
@@ -88,12 +88,12 @@ class Study(Summary):
     policy: str
     spec: dict[str, Any]
     environment: dict[str, Any]
-    trials: list[Trial]
+    trials: list[TrialRow]
     front: list[FrontPoint]
     excluded: dict[str, Any] | None
 
 
-class Answer(BaseModel):
+class LookupReply(BaseModel):
     """The best known config: ``config`` is the ``accelerate`` export (TorchDynamoPlugin's
     fields and the ``autotune`` block); ``exported`` false when it is the pick so far of a
     study not finished yet."""

@@ -94,4 +94,4 @@ def _check(kind: str, block: dict[str, Any], path: Path, device: str | None) -> 
     if not isinstance(made, dict) or not made.get("torch"):
         return Fit(kind, name, "the export says nothing of what it was made with")
     where = device or ("cuda:0" if made.get("device") == "cuda" else "cpu")
-    return Fit(kind, name, differs=fits(made, artifact.fingerprint(where)))
+    return Fit(kind, name, differs=fits(made, artifact.requirements(where)))

@@ -29,7 +29,7 @@ from autotune.start_kinds import BY_NAME
 SUFFIX = BY_NAME["portable"].suffix
 
 
-def fingerprint(device: str = "cpu") -> dict[str, Any]:
+def requirements(device: str = "cpu") -> dict[str, Any]:
     """What an artefact needs to load and hit: torch, Triton and CUDA versions, the device's
     name, compute capability and index, the CPU's vector ISA, and the float32 matmul precision
     (the last three are part of Inductor's cache key)."""
@@ -38,7 +38,7 @@ def fingerprint(device: str = "cpu") -> dict[str, Any]:
     import autotune.device
     from autotune.environment import cpu_isa, cpu_model
 
-    found = autotune.device.fingerprint(device)
+    found = autotune.device.traits(device)
     cuda = autotune.device.is_cuda(device)
     return {"torch": torch.__version__, "triton": found.get("triton"), "cuda": torch.version.cuda,
             "device": "cuda" if cuda else device.split(":")[0],
@@ -69,7 +69,7 @@ def save(path: str, device: str) -> dict[str, Any] | None:
     if saved is None or not saved[0]:
         return None
     Path(path).write_bytes(saved[0])
-    return {"bytes": len(saved[0]), "fingerprint": fingerprint(device)}
+    return {"bytes": len(saved[0]), "fingerprint": requirements(device)}
 
 
 def load(path: str) -> float:
@@ -172,7 +172,7 @@ def check(block: Any, json_path: Path) -> tuple[bytes | None, str]:
     wanted = block.get("fingerprint")
     if not isinstance(wanted, dict) or not wanted.get("torch"):
         return None, f"cache artefact {path.name} says nothing of what it was made with"
-    if why := mismatch(wanted, fingerprint(str(wanted.get("device", "cpu")))):
+    if why := mismatch(wanted, requirements(str(wanted.get("device", "cpu")))):
         return None, f"cache artefact {path.name} does not fit here: {why}"
     return data, ""
 

@@ -89,7 +89,7 @@ def build(kind: str, model: Any, inputs: tuple, strategy: Strategy, path: str) -
     first = next(model.parameters(), None)
     device = str(first.device) if first is not None else "cpu"
     return {"bytes": Path(path).stat().st_size, "build_s": time.perf_counter() - start,
-            "fingerprint": artifact.fingerprint(device)}  # fmt: skip
+            "fingerprint": artifact.requirements(device)}  # fmt: skip
 
 
 def load(kind: str, path: str, model: Any) -> Callable[..., Any]:

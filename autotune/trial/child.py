@@ -27,7 +27,7 @@ SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
                                         "generate": Generate, "traffic": Served}  # fmt: skip
 
 
-def measure(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
+def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
     """Do what ``request`` asks, by its kind: measure one strategy with the scenario of its
     workload; compute the study's higher-precision reference; or time a confirmation's
     strategies against eager in one process. A trial that builds artefacts hands its
@@ -90,7 +90,7 @@ def run(data: dict[str, Any], keep: Callable[[Measurement], None] | None = None)
     """Measure the request ``data`` (``Request.to_dict``), turning every Python-level failure
     into a status with its reason."""
     try:
-        return measure(Request.from_dict(data), keep).to_dict()
+        return fulfil(Request.from_dict(data), keep).to_dict()
     except BaseException as exc:  # the parent gets a reason for anything short of a crash
         status = "not-applicable" if isinstance(exc, NotApplicable) else "failed"
         return Measurement(

@@ -35,7 +35,7 @@ NEED = {"inference": 1.2, "generate": 1.3, "train": 3.2}  # x the parameters' by
 BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def choose(parameters: int, study_dtype: str, kind: str, available: int) -> tuple[str, str]:
+def precision_for(parameters: int, study_dtype: str, kind: str, available: int) -> tuple[str, str]:
     """The reference dtype for a model of ``parameters`` elements (``""`` when none fits or none
     is more precise than the study's), and why not."""
     higher = [d for d in ("float64", "float32") if BYTES[d] > BYTES[study_dtype]]
@@ -67,7 +67,7 @@ def compute(ref: ModelRef, workload: Workload, seed: int = 0) -> dict[str, Any]:
     model, inputs = catalog.build(ref, workload)
     parameters = sum(p.numel() for p in model.parameters())
     at_hand = device.available(workload.device)
-    dtype, why = choose(parameters, workload.dtype, workload.kind, at_hand)
+    dtype, why = precision_for(parameters, workload.dtype, workload.kind, at_hand)
     data: dict[str, Any] = {"dtype": dtype, "reason": why, "kind": workload.kind, "outputs": {}}
     if not dtype:
         return data

@@ -156,7 +156,7 @@ class Generation:
                 result.margins.append(_margin(self.logits))
             tokens.append(self.token)
         result.tokens = torch.cat(tokens, dim=1)
-        seconds = timer.finish()
+        seconds = timer.elapsed()
         result.prefill_s, result.steps_s = seconds[0], seconds[1:]
         return result
 
