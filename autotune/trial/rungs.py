@@ -38,10 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from autotune.choice.selection import Point
+from typing import Any
 
 RUNGS = ("cheap", "full")  # --rungs: a cheap rung first (the default), or every trial full
 SHAPES = 3  # a traffic's steady shapes the cheap rung times (when the full rounds time more)
@@ -55,10 +52,10 @@ def applies(objectives: Sequence[str], policy: str) -> bool:
     return set(objectives) <= known and not policy.startswith("restarts")
 
 
-def handed(front: Sequence[Point], objectives: Sequence[str]) -> tuple[FrontPoint, ...]:
-    """What the child needs of the front: each point's compile time, the speedup its rounds
-    showed (1 where they showed none, and for eager), and its peak memory where memory is an
-    objective."""
+def handed(front: Sequence[Any], objectives: Sequence[str]) -> tuple[FrontPoint, ...]:
+    """What the child needs of the front's points (:class:`autotune.choice.selection.Point`, a
+    later stage's): each one's compile time, the speedup its rounds showed (1 where they showed
+    none, and for eager), and its peak memory where memory is an objective."""
     memory = "memory" in objectives
     return tuple(
         (p.compile_s, p.speedup if p.significant else 1.0, p.memory_mb if memory else None)
