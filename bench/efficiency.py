@@ -29,11 +29,22 @@ Pareto front's hypervolume (compile time vs latency, eager included; both object
 by the exhaustive front, reference point 1.1), or ``>B`` when the budget ran out first. Deduced
 strategies cost nothing and are not counted. ``s`` is the measuring time spent until then (the
 record's wall time of each measured strategy).
+
+``--rungs`` asks instead whether cheap rungs (autotune/trial/rungs.py) find the front sooner:
+per record and seed, the default search (the surrogate sampler, the default tactics) is
+replayed without rungs for the budget, which gives its wall time W, then with rungs until W
+is spent. A trial with rungs is its record: the rung's check runs on the record's first rounds
+against the front the replay has stored so far, exactly as the child checks its own; a trial
+that stops there is stored with those rounds alone, its wall time less the later rounds' share
+of its timed seconds (each round's share by its recorded times: eager's call and the compiled
+one). The table gives the front's hypervolume at 25/50/75/100 % of W, with and without.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -51,9 +62,10 @@ from autotune.search.deduction import Tactics
 from autotune.search.spec import StudySpec
 from autotune.storage import Store
 from autotune.strategy.strategy import Strategy
-from autotune.trial.measurement import Measurement
+from autotune.trial.measurement import Latency, Measurement
 from autotune.trial.metrics import failure_stage_of
 from autotune.trial.reference import Reference
+from autotune.trial.rungs import Rung
 
 NONE = Tactics(False, False, False, False, False, False)
 VARIANTS = {  # name: tactics
@@ -94,12 +106,17 @@ def hypervolume(points: list[Point], scale: Scale, ref: float = 1.1) -> float:
     return surrogate.hypervolume([scale(p) for p in points], (ref, ref))
 
 
+class Stop(Exception):
+    """The replay's wall time is spent."""
+
+
 class Trace:
     """A search's listener that notes, after every measured strategy, how many are measured,
-    the record's seconds spent measuring them, and the hypervolume of what is stored."""
+    the record's seconds spent measuring them (as stored: a cheap rung's are fewer), and the
+    hypervolume of what is stored; past ``limit_s`` seconds it stops the search."""
 
-    def __init__(self, search: Search, record: dict[str, Measurement], scale: Scale) -> None:
-        self.search, self.record, self.scale = search, record, scale
+    def __init__(self, search: Search, scale: Scale, limit_s: float | None = None) -> None:
+        self.search, self.scale, self.limit_s = search, scale, limit_s
         self.trace: list[tuple[int, float, float]] = []
 
     def now(self, what: str) -> None:
@@ -111,15 +128,48 @@ class Trace:
     def measured(self, key: str, done: int) -> None:
         search = self.search
         measured = search.measured()
-        spent = sum(self.record[k].wall_s or 0.0 for k in measured if k in self.record)
-        hv = hypervolume(candidates(search.store.measurements(search.name)), self.scale)
-        self.trace.append((len(measured), spent, hv))
+        rows = search.store.measurements(search.name)
+        spent = sum(r.payload.get("wall_s") or 0.0 for r in rows
+                    if r.key in measured and r.deduced_from is None)  # fmt: skip
+        self.trace.append((len(measured), spent, hypervolume(candidates(rows), self.scale)))
+        if self.limit_s is not None and spent >= self.limit_s:
+            raise Stop
 
 
-def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, scale: Scale,
-           target: float) -> tuple[int | None, float, float, set[str]]:  # fmt: skip
-    """(measured strategies needed, seconds spent then, hypervolume at the budget, missing).
-    autotune's own loop runs, with each measurement looked up in the record."""
+def at_rung(m: Measurement, rung: Rung) -> Measurement:
+    """What the trial recorded as ``m`` would have stored with a cheap ``rung``: ``m`` where it
+    may reach the rung's front (its first rounds were the rung's) or its sign test decided
+    first; else its first ``rung.rounds`` rounds alone, its timed seconds and wall time less the
+    later rounds' share (each round's share by its recorded times, eager's and compiled)."""
+    if not (m.ok and m.latency and m.eager_latency) or m.strategy.granularity == "none":
+        return m
+    eager, compiled, k = m.eager_latency.samples_ms, m.latency.samples_ms, rung.rounds
+    if min(len(eager), len(compiled)) < k:  # the sign test decided before the rung's check
+        return m
+    memory = m.memory.compiled_peak_mb if m.memory else None
+    why = rung.verdict(m.compile_s or 0.0, eager[:k], compiled[:k], memory)
+    if not why:
+        return dataclasses.replace(m, rung="full")
+    rounds = [e + c for e, c in zip(eager, compiled, strict=False)]
+    timed = m.timings.get("timing_s", 0.0)
+    later = timed * sum(rounds[k:]) / sum(rounds)
+    cheap = Measurement.from_dict(m.to_dict())
+    cheap.latency = Latency.from_samples([c / 1e3 for c in compiled[:k]])
+    cheap.eager_latency = Latency.from_samples([e / 1e3 for e in eager[:k]])
+    cheap.speedup = cheap.eager_latency.median_ms / cheap.latency.median_ms
+    cheap.rung, cheap.reason = "cheap", why
+    cheap.timings = {**m.timings, "rounds": float(k), "timing_s": timed - later}
+    cheap.wall_s = (m.wall_s or 0.0) - later
+    return cheap
+
+
+def traced(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, scale: Scale,
+           limit_s: float | None = None) -> tuple[list[tuple[int, float, float]],
+                                                  dict[str, Measurement], set[str]]:  # fmt: skip
+    """autotune's own loop, with each measurement looked up in the record (through a cheap
+    rung where ``spec.rungs`` says so, :func:`at_rung`), until its budget or ``limit_s``
+    seconds of the record's trials: its trace, what it stored (measured, not deduced), and the
+    strategies missing from the record."""
     missing: set[str] = set()
 
     def lookup(strategy: Strategy) -> Measurement:
@@ -129,18 +179,32 @@ def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, sc
         m = record[strategy.key]
         if not m.ok and not m.stage:  # recorded before failures had a stage: read its reason
             m.stage = failure_stage_of(m.reason)
-        return m
+        rung = search.rung(spec.settings) if strategy.granularity != "none" else None
+        return m if rung is None else at_rung(m, rung)
 
     with tempfile.TemporaryDirectory() as folder:
         search = open_search(spec, f"sqlite:///{folder}/replay.db")
         search.measure = lookup  # type: ignore[method-assign]
         search.reference = Reference.none("a replay measures nothing")
         search.tactics = tactics
-        trace = Trace(search, record, scale)
-        run(search, trace)
-        reached = next(((n, s) for n, s, hv in trace.trace if hv >= target), (None, 0.0))
-        final = trace.trace[-1][2] if trace.trace else 0.0
-        return reached[0], reached[1], final, missing
+        trace = Trace(search, scale, limit_s)
+        with contextlib.suppress(Stop):
+            run(search, trace)
+        stored = {
+            r.key: Measurement.from_dict(r.payload)
+            for r in search.store.measurements(search.name)
+            if r.deduced_from is None
+        }
+        return trace.trace, stored, missing
+
+
+def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, scale: Scale,
+           target: float) -> tuple[int | None, float, float, set[str]]:  # fmt: skip
+    """(measured strategies needed, seconds spent then, hypervolume at the budget, missing)."""
+    trace, _, missing = traced(record, spec, tactics, scale)
+    reached = next(((n, s) for n, s, hv in trace if hv >= target), (None, 0.0))
+    final = trace[-1][2] if trace else 0.0
+    return reached[0], reached[1], final, missing
 
 
 def open_record(url: str, folder: str) -> Store:
@@ -166,6 +230,7 @@ class Record:
     full: float  # the exhaustive front's hypervolume
     size: int  # strategies in its space
     budget: int  # measured strategies a replay may spend
+    eager: float  # the hypervolume of eager alone (a replay's before its first trial)
 
     @classmethod
     def load(cls, url: str, study: str, budget: float) -> Record:
@@ -181,19 +246,26 @@ class Record:
         front = pareto(everything)
         scale = Scale(front)
         size = len(spec.space.validate(spec.workload.device))
+        eager = [p for p in everything if p.key == "none"]
         return cls(url, study, record, spec, front, scale, hypervolume(everything, scale), size,
-                   max(1, int(budget * size)))  # fmt: skip
+                   max(1, int(budget * size)), hypervolume(eager, scale))  # fmt: skip
+
+    def spec_for(self, sampler: str, seed: int, rungs: str = "full",
+                 trials: int | None = None) -> StudySpec:  # fmt: skip
+        """The record's spec as one replay runs it."""
+        data = self.spec.to_dict()
+        return StudySpec.from_dict({
+            **data, "sampler": sampler, "trials": trials or self.budget, "rungs": rungs,
+            "study": f"replay-{sampler}-{rungs}-{seed}",
+            "settings": {**data["settings"], "seed": seed},
+        })  # fmt: skip
 
     def replays(self, sampler: str, variant: str, seeds: int, fraction: float) -> Replays:
-        """``seeds`` replays of the search with ``sampler`` and the tactics ``variant``."""
+        """``seeds`` replays of the search with ``sampler`` and the tactics ``variant``, every
+        trial at full fidelity (as the records were measured)."""
         out = Replays(self.budget)
         for seed in range(seeds):
-            data = self.spec.to_dict()
-            spec = StudySpec.from_dict({
-                **data, "sampler": sampler, "trials": self.budget,
-                "study": f"replay-{sampler}-{variant}-{seed}",
-                "settings": {**data["settings"], "seed": seed},
-            })  # fmt: skip
+            spec = self.spec_for(sampler, seed)
             n, spent, final, gone = replay(self.record, spec, VARIANTS[variant], self.scale,
                                            fraction * self.full)  # fmt: skip
             out.needed.append(n)
@@ -322,6 +394,95 @@ def held_out(
           "autotune's default should be)")  # fmt: skip
 
 
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the wall time W of the replay without rungs
+Steps = list[tuple[int, float, float]]  # (measured, seconds, hypervolume) after each trial
+
+
+def _paired(job: tuple[str, str, float, int]) -> dict:
+    """One record's seed: the default search without rungs for the budget (its wall time W),
+    then with rungs until W is spent (twice the budget in trials, so that the budget does not
+    end it first; a budget that covers the space would change the tactics)."""
+    url, study, budget, seed = job
+    rec = Record.load(url, study, budget)
+    without, _, _ = traced(rec.record, rec.spec_for("surrogate", seed), Tactics(), rec.scale)
+    wall = without[-1][1] if without else 0.0
+    spec = rec.spec_for("surrogate", seed, "cheap", 2 * rec.budget)
+    with_, stored, _ = traced(rec.record, spec, Tactics(), rec.scale, wall)
+    cheap = [k for k, m in stored.items() if m.cheap]
+    saved = sum((rec.record[k].wall_s or 0.0) - (stored[k].wall_s or 0.0) for k in cheap)
+    on_front = {p.key for p in rec.front}
+    return {"record": study, "wall": wall, "without": without, "with": with_, "cheap": cheap,
+            "saved": saved,
+            "front_cheap": [k for k in cheap if k in on_front],
+            "ended": "wall" if with_ and with_[-1][1] >= wall else "budget"}  # fmt: skip
+
+
+def hv_at(steps: Steps, seconds: float, eager: float) -> float:
+    """The hypervolume stored once ``seconds`` of trials were spent (eager's before any)."""
+    return next((hv for _, s, hv in reversed(steps) if s <= seconds + 1e-9), eager)
+
+
+def n_at(steps: Steps, seconds: float) -> int:
+    """The trials measured once ``seconds`` of trials were spent."""
+    return next((n for n, s, _ in reversed(steps) if s <= seconds + 1e-9), 0)
+
+
+def rounds_share(rec: Record) -> float:
+    """The median share of a compiled trial's wall time that its timed rounds took."""
+    shares = [m.timings.get("timing_s", 0.0) / m.wall_s for m in rec.record.values()
+              if m.ok and m.wall_s and m.strategy.granularity != "none"]  # fmt: skip
+    return statistics.median(shares) if shares else 0.0
+
+
+def rungs_table(records: list[Record], seeds: int, jobs: int) -> None:
+    """Per record, the front's hypervolume at equal wall time with cheap rungs and without."""
+    work = [(r.url, r.name, r.budget / r.size, seed) for r in records for seed in range(seeds)]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(_paired, work))
+    print(f"HV at a share of W, the wall time of the replay without rungs (its budget's trials, "
+          f"the record's seconds): median without / with rungs over {seeds} seeds, and the "
+          "seeds where rungs did as well or better; then trials measured by W (median), "
+          "trials stopped at the cheap rung and the seconds that saved (median), and those "
+          "of the exhaustive front (every seed)\n")  # fmt: skip
+    print(
+        "| record | rounds' share of a trial | W (median) | "
+        + " | ".join(f"HV at {f:.0%} of W" for f in FRACTIONS)
+        + " | measured by W: without, with | stopped cheap, saving | of the front, stopped |"
+    )
+    print("| --- |" + " --- |" * (6 + len(FRACTIONS)))
+    tally = [0, 0]
+    for rec in records:
+        runs = [d for d in done if d["record"] == rec.name]
+        cells = []
+        for f in FRACTIONS:
+            pairs = [
+                (
+                    hv_at(d["without"], f * d["wall"], rec.eager) / rec.full,
+                    hv_at(d["with"], f * d["wall"], rec.eager) / rec.full,
+                )
+                for d in runs
+            ]
+            good = sum(w >= o - 1e-9 for o, w in pairs)
+            tally[0], tally[1] = tally[0] + good, tally[1] + len(pairs)
+            cells.append(
+                f"{statistics.median(o for o, _ in pairs):.1%} / "
+                f"{statistics.median(w for _, w in pairs):.1%} ({good}/{len(pairs)})"
+            )
+        measured = [statistics.median(n_at(d[side], d["wall"]) for d in runs)
+                    for side in ("without", "with")]  # fmt: skip
+        stopped = statistics.median(len(d["cheap"]) for d in runs)
+        saved = statistics.median(d["saved"] for d in runs)
+        front = sorted({k for d in runs for k in d["front_cheap"]})
+        ended = sum(d["ended"] == "budget" for d in runs)
+        print(f"| {rec.name} | {rounds_share(rec):.1%} | "
+              f"{statistics.median(d['wall'] for d in runs):.0f} s | " + " | ".join(cells)
+              + f" | {measured[0]:g}, {measured[1]:g} | {stopped:g}, {saved:.1f} s | "
+              f"{sum(len(d['front_cheap']) for d in runs)} ({', '.join(front) or 'none'}) |"
+              + (f" (with rungs, {ended} seeds ended at their trial budget before W)"
+                 if ended else ""), flush=True)  # fmt: skip
+    print(f"\nrungs did as well or better in {tally[0]} of {tally[1]} (record, seed, share of W)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--record", help="a record's storage URL (default: every bench record)")
@@ -338,6 +499,7 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=0.2, help="fraction of the space")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replays at a time")
     p.add_argument("--fraction", type=float, default=0.95)
+    p.add_argument("--rungs", action="store_true", help="with and without cheap rungs instead")
     args = p.parse_args()
     bench = [Record.load(f"sqlite:///{path}", path.stem, args.budget)
              for path in sorted(Path(args.results).glob("*-grid.db"))]  # fmt: skip
@@ -350,6 +512,9 @@ def main() -> None:
               f"space); exhaustive front: {', '.join(p.key for p in rec.front)}")  # fmt: skip
     print(f"budget: {args.budget:.0%} of each space; target {args.fraction:.0%} of the "
           "exhaustive hypervolume\n")  # fmt: skip
+    if args.rungs:
+        rungs_table(targets, args.seeds, args.jobs)
+        return
     if args.samplers or args.variants:
         for rec in targets:
             print(f"\n{rec.name}: {rec.budget} measured strategies\n")

@@ -349,3 +349,50 @@ def mixing() -> tuple[torch.nn.Module, tuple]:
 
 
 mixing.make_inputs = lambda batch, seq: (torch.randint(1, 64, (batch, seq)),)  # type: ignore[attr-defined]
+
+
+class Matmuls(torch.nn.Module):
+    """Four 256-wide Linear layers with ReLUs: enough arithmetic per call (a few ms on a CPU)
+    that a backend doing none of it is plainly quicker than eager."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            *[m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def matmuls() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Matmuls(), (torch.randn(64, 256),)
+
+
+matmuls.make_inputs = lambda batch, seq: (torch.randn(batch, seq, 256),)  # type: ignore[attr-defined]
+
+
+def dawdling_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend whose every call sleeps 20 ms first: right answers, always slower than eager
+    by more than a loaded CPU's noise (a strategy that cannot reach a front eager is on)."""
+
+    def run(*args: object) -> object:
+        time.sleep(0.02)
+        return gm(*args)
+
+    return run
+
+
+def memo_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend that computes once per input shape and hands back those outputs after: right
+    answers while the inputs stay the same (a trial's do), far quicker than eager."""
+    seen: dict[tuple, object] = {}
+
+    def run(*args: object) -> object:
+        key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        if key not in seen:
+            seen[key] = gm(*args)
+        return seen[key]
+
+    return run

@@ -140,16 +140,18 @@ class Point:
         return values(self, objectives)
 
 
-def candidates(stored: Iterable[Stored], max_memory_mb: float | None = None) -> list[Point]:
+def candidates(stored: Iterable[Stored], max_memory_mb: float | None = None,
+               cheap: bool = False) -> list[Point]:  # fmt: skip
     """Every feasible measured strategy among a study's stored measurements, eager included
-    (not those deduced from another: they repeat its numbers)."""
+    (not those deduced from another: they repeat its numbers), nor those measured at a cheap
+    rung's fidelity only (:mod:`autotune.trial.rungs`: never a pick), unless ``cheap``."""
     points = []
     rows = [r for r in stored if r.deduced_from is None]
     base = next((Measurement.from_dict(r.payload) for r in rows if r.key == "none"), None)
     baseline = base if base is not None and base.ok else None
     for row in rows:
         m = Measurement.from_dict(row.payload)
-        if not m.feasible and not (row.key == "none" and m.ok):
+        if (not m.feasible and not (row.key == "none" and m.ok)) or (m.cheap and not cheap):
             continue
         point = Point.of(m, row.trial_number, baseline)
         if max_memory_mb is not None and (point.memory_mb or 0) > max_memory_mb:

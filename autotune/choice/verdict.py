@@ -32,6 +32,9 @@ _FAILURES = (
 )
 
 
+CHEAP = "stopped at the cheap rung (could not reach the front)"
+
+
 def _why(m: Measurement, over_memory: bool) -> str:
     """The group a left-out strategy belongs to, in a few words (a failure no label names: its
     first line, with the place it arose in kept, see :func:`autotune.errors.shorten`)."""
@@ -39,6 +42,8 @@ def _why(m: Measurement, over_memory: bool) -> str:
         return "implied failure (not measured)"
     if m.ok and over_memory:
         return "over the memory limit"
+    if m.feasible and m.cheap:
+        return CHEAP
     if m.ok:
         return "wrong answers (accuracy)"
     if m.status != "failed":
@@ -77,11 +82,13 @@ def exclusions(stored: Iterable[Stored], max_memory_mb: float | None = None) -> 
     for row in rows:
         m = Measurement.from_dict(row.payload)
         over = bool(max_memory_mb and m.memory and m.memory.compiled_peak_mb > max_memory_mb)
-        if row.key == "none" or (m.feasible and not over):
+        if row.key == "none" or (m.feasible and not over and not m.cheap):
             continue
         point = Point.of(m, row.trial_number, baseline) if m.ok and m.latency else None
-        detail = (m.accuracy.detail if m.ok and m.accuracy and not over else m.reason) or m.status
-        found.append(Excluded(row.key, _why(m, over), shorten(detail.splitlines()[0], 300), point))
+        why = _why(m, over)
+        judged = m.ok and m.accuracy and not over and why != CHEAP  # else the reason says why
+        detail = (m.accuracy.detail if judged else m.reason) or m.status
+        found.append(Excluded(row.key, why, shorten(detail.splitlines()[0], 300), point))
     return found
 
 
@@ -91,7 +98,8 @@ def excluded_summary(found: list[Excluded]) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for e in found:
         counts[e.why] = counts.get(e.why, 0) + 1
-    ran = [(e.point.latency_ms, e.point.compile_s, e) for e in found if e.point is not None]
+    ran = [(e.point.latency_ms, e.point.compile_s, e) for e in found
+           if e.point is not None and e.why != CHEAP]  # fmt: skip  # dominated: it gave no more
     by_reason = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
     summary: dict[str, Any] = {"count": len(found), "by_reason": by_reason}
     if ran:
@@ -170,6 +178,9 @@ def _verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy
         return (f"compile with {chosen.key}: {chosen.speedup:.2f}x eager after a "
                 f"{chosen.compile_s:.1f} s cold compile ({policy})")  # fmt: skip
     compiled = [p for p in points if p.key != "none"]
+    if not compiled and (cheap := summary["by_reason"].get(CHEAP)):  # dominated by eager
+        return (f"don't compile: {cheap} compiled strategies passed, none ran faster than eager "
+                f"in any of its cheap rounds (left out: {excluded_line(summary)})")  # fmt: skip
     if not compiled:
         left = excluded_line(summary)
         return f"don't compile: no compiled strategy passed ({left})"

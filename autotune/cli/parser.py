@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")
     se = r.add_argument_group("search")
     _add_fields(se, StudySpec, ("trials", "time_budget", "sampler", "objectives", "max_memory",
-                                "policy", "calls", "equivalence"))  # fmt: skip
+                                "policy", "calls", "equivalence", "rungs"))  # fmt: skip
     se.add_argument("--force", action="store_true", help="join a study made on other hardware")
     se.add_argument("--no-progress", action="store_true", help="no live progress bar")
     se.add_argument("--allow-code", metavar="LIST", help=ALLOW_CODE)

@@ -25,6 +25,7 @@ from autotune.errors import AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, text, whole
 from autotune.start_kinds import parse
 from autotune.strategy.space import KEYS, Space
+from autotune.trial.rungs import RUNGS
 from autotune.workload import Settings, Workload, default_objectives
 
 SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
@@ -165,6 +166,9 @@ class StudySpec:
     equivalence: bool = option(False, "tell compiles a trial proves identical (dynamic none/false "
                                "without a recompile, fullgraph true/false without a break) its "
                                "measurement", read=boolean)  # fmt: skip
+    rungs: str = option("cheap", "cheap: a compiled trial stops after a few rounds where it "
+                        "cannot reach the front (docs/search.md); full: every trial times all "
+                        "its rounds", read=text(RUNGS))  # fmt: skip
 
     def __post_init__(self) -> None:
         fields.validate(self)

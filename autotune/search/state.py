@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune import variables
 from autotune.coordination import Coordinator
 from autotune.search.deduction import Tactics
-from autotune.search.plan import Plan, backends_of
+from autotune.search.plan import Plan, backends_of, deciding_rounds
 from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
 from autotune.start_kinds import LATER
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
     from autotune.trial.measurement import Measurement
     from autotune.trial.reference import Reference
+    from autotune.trial.rungs import Rung
+    from autotune.workload import Settings
 
 
 class Listener(Protocol):
@@ -101,7 +103,8 @@ class Search:
     def measure(self, strategy: Strategy) -> Measurement:
         """One strategy measured as the study's spec says, in fresh processes (the runner);
         a replay of a recorded study looks it up instead. Its warm and portable starts are
-        measured only when an objective or the policy needs them, or it is a contender."""
+        measured only when an objective or the policy needs them, or it is a contender; a
+        compiled strategy that cannot reach the front stops after a cheap rung (:meth:`rung`)."""
         import time
 
         from autotune.trial import parent
@@ -112,13 +115,31 @@ class Search:
         elif plan is not None:
             left = max(1, self.target - len(self.measured()))
             settings = plan.for_trial(settings, self.backends, self.traffic, left)
+        rung = self.rung(settings) if strategy.granularity != "none" else None
         began = time.time()
         m = parent.run_trial(spec.model, spec.workload, strategy, settings, self.reference,
-                             self.needs_later_starts, self.keep)  # fmt: skip
+                             self.needs_later_starts, self.keep, rung)  # fmt: skip
         if plan is not None:
             plan.learn_trial(strategy, m, time.time() - began)
         self.prune_caches()
         return m
+
+    def rung(self, settings: Settings) -> Rung | None:
+        """A compiled trial's cheap rung (:mod:`autotune.trial.rungs`): the deciding rounds, then
+        a check against the study's front so far. None where the spec turns rungs off, its
+        objectives or policy need what a rung does not measure, or the trial times no more
+        rounds than the rung."""
+        from autotune.choice.selection import candidates, pareto
+        from autotune.trial.rungs import Rung, applies, handed
+
+        spec, rounds = self.spec, deciding_rounds()
+        if spec.rungs != "cheap" or not applies(spec.objectives, spec.policy):
+            return None
+        if settings.iters <= rounds:
+            return None
+        points = candidates(self.store.measurements(self.name), spec.max_memory_mb)
+        front = handed(pareto(points, spec.objectives), spec.objectives)
+        return Rung(rounds, front) if front else None
 
     @property
     def backends(self) -> list[str]:

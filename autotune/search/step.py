@@ -123,6 +123,8 @@ def tell(search: Search, trial: optuna.trial.Trial, m: Measurement, repeat_of: i
             trial.set_user_attr("repeat_of", repeat_of)
         if m.deduced:
             trial.set_user_attr("deduced", m.deduced)
+        if m.rung:
+            trial.set_user_attr("rung", m.rung)
         if not m.ok:
             trial.set_user_attr("reason", shorten(m.reason, 2000))
             trial.set_user_attr("autotune", details)
@@ -221,7 +223,7 @@ def model_pick(search: Search, free: list[Strategy]) -> Strategy | None:
     from autotune.choice.selection import candidates
 
     rows = [r for r in search.store.measurements(search.name) if r.deduced_from is None]
-    points = candidates(rows, search.spec.max_memory_mb)
+    points = candidates(rows, search.spec.max_memory_mb, cheap=True)  # what it tells of a factor
     values = {Strategy.from_dict(p.strategy): p.values(search.spec.objectives) for p in points}
     feasible = {p.key for p in points}
     failed = [Strategy.from_dict(r.payload["strategy"]) for r in rows if r.key not in feasible]

@@ -192,6 +192,9 @@ class Measurement:
     rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
     ahead: dict[str, dict[str, Any]] = field(default_factory=dict)  # built zero-compile artefacts
     traffic: dict[str, Any] | None = None  # a traffic's first pass and steady state (served.py)
+    # "cheap": the trial stopped after a cheap rung, as it could not reach the front (its
+    # latency is the cheap rounds'; never a pick); "full": it passed one; "": none ran
+    rung: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.strategy, dict):
@@ -230,6 +233,11 @@ class Measurement:
     def limit_hit(self) -> bool:
         """Dynamo hit its recompile limit: part of the model ran eager, not as compiled."""
         return bool(self.graphs and self.graphs.limit_hit)
+
+    @property
+    def cheap(self) -> bool:
+        """Measured at a cheap rung's fidelity only (:mod:`autotune.trial.rungs`)."""
+        return self.rung == "cheap"
 
     @property
     def feasible(self) -> bool:

@@ -35,6 +35,7 @@ from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
     from autotune.catalog import ModelRef
+    from autotune.trial.rungs import Rung
 
 
 def cache_folder(keep: str, key: str) -> str:
@@ -57,14 +58,16 @@ def measure(
 def run_trial(
     model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings | None = None,
     reference: Reference | None = None, later: Callable[[Measurement], bool] | None = None,
-    keep: str | None = None,
+    keep: str | None = None, rung: Rung | None = None,
 ) -> Measurement:  # fmt: skip
     """:func:`measure`, as a search runs it: measure ``strategy`` cold in a fresh process, then
     its warm and portable starts (``settings.starts``) in fresh processes of their own, unless
     ``later`` says, from the cold measurement, that they are not needed. Outputs are judged
     against ``reference`` (computed first, in a process of its own, when not given; eager
     needs none). With ``keep``, the cold start's compile caches of a strategy that ``later``
-    wants are kept there, in a folder of its own (a confirmation starts warm from them).
+    wants are kept there, in a folder of its own (a confirmation starts warm from them). With
+    ``rung``, the cold start stops after a cheap rung where it cannot reach the front
+    (:mod:`autotune.trial.rungs`); the later starts never do.
 
     Bad input raises ``ConfigError``; everything that goes wrong in a child is a status.
     """
@@ -78,6 +81,8 @@ def run_trial(
         reference = make(model, workload, settings)
     work = tempfile.mkdtemp(prefix="autotune-trial-")
     request = Request.trial(model, workload, strategy, settings, reference)
+    if rung is not None:
+        request = request.but(rung=rung.rounds, front=rung.front)
     saved = os.path.join(work, "cache.bin")
     cold_caches, empty_caches = os.path.join(work, "cold"), os.path.join(work, "portable")
     built = {
@@ -96,7 +101,7 @@ def run_trial(
                 result.ahead[kind] = artifact.keep(
                     path, result.ahead[kind], precompiled.SUFFIX[kind]
                 )
-        brief = request.but(iters=min(settings.iters, BRIEF_ITERS), warmup=1)
+        brief = request.but(iters=min(settings.iters, BRIEF_ITERS), warmup=1, rung=0, front=())
 
         def run(kind: str) -> Measurement:
             if kind == "warm":

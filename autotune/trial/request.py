@@ -45,6 +45,8 @@ class Request:
     deadline: float = 0.0  # the timed rounds end by then (time.time(); 0: none), see timing
     least: int = 0  # ...but not before this many rounds
     steady: int = 0  # a traffic's steady shapes a round times, at most (0: traffic's default)
+    rung: int = 0  # a cheap rung's rounds, then a check against ``front`` (0: none; trial.rungs)
+    front: tuple[tuple[float, float, float | None], ...] = ()  # the study's, as rungs.handed
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -93,4 +95,5 @@ class Request:
         data["workload"] = Workload.from_dict(data["workload"])
         data["confirm"] = tuple(Strategy.from_dict(s) for s in data.get("confirm") or ())
         data["load_ahead"] = tuple(data["load_ahead"]) if data.get("load_ahead") else None
+        data["front"] = tuple(tuple(p) for p in data.get("front") or ())
         return cls(**data)

@@ -5,7 +5,9 @@
    peak memory, and the accuracy verdict;
 3. warm-up rounds of every side's call, reading each one's peak memory (eager's without
    the compiled side's CUDA-graph pools, which live on in the same process);
-4. timed rounds, interleaved with eager (:func:`autotune.trial.timing.interleave`);
+4. timed rounds, interleaved with eager (:func:`autotune.trial.timing.interleave`), ended
+   after a cheap rung where the strategy cannot reach the study's front
+   (:mod:`autotune.trial.rungs`);
 5. :meth:`Scenario.record`: the timed samples as latencies;
 6. what Dynamo recorded (graphs, breaks, recompiles, a recompile limit in words), the compile
    phases, the cache counters, and the timings of each step.
@@ -25,7 +27,7 @@ from autotune import device
 from autotune.catalog import ModelRef
 from autotune.starts import artifact, later
 from autotune.strategy.strategy import Strategy
-from autotune.trial import accuracy, metrics, recompiles, timing
+from autotune.trial import accuracy, metrics, recompiles, rungs, timing
 from autotune.trial.measurement import Accuracy, Measurement, Memory
 from autotune.trial.request import Request
 from autotune.workload import Workload
@@ -113,6 +115,7 @@ class Scenario(ABC):
     def __init__(self, ctx: TrialContext) -> None:
         self.ctx = ctx
         self.tally = [0, 0]  # timed rounds compiled won and lost, counted as they come
+        self.rung = rungs.Rung.of(ctx.request)  # the cheap rung still to check, if any
 
     @abstractmethod
     def setup(self) -> None:
@@ -136,16 +139,39 @@ class Scenario(ABC):
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
         """After each timed round: True ends the rounds, once the sign test between eager and
-        compiled is decided whatever the remaining rounds would give."""
+        compiled is decided whatever the remaining rounds would give, or after a cheap rung
+        that shows the strategy cannot reach the front."""
         if self.ctx.strategy.granularity == "none":
             return False
         ran = len(samples["compiled"])
+        if self.rung is not None and ran == self.rung.rounds and self.cannot_reach(samples):
+            return True
         e, c = self.seconds(samples["eager"][-1]), self.seconds(samples["compiled"][-1])
         self.tally[0] += e > c  # this round's win or loss: the counts grow, never recounted
         self.tally[1] += e < c
         if ran < timing.MIN_ROUNDS:
             return False
         return timing.settled(*self.tally, self.ctx.request.iters - ran)
+
+    def cannot_reach(self, samples: dict[str, list[Any]]) -> bool:
+        """The cheap rung's check on its rounds ``samples``: True, with the measurement marked
+        ``cheap`` and why, where the strategy cannot reach the front; else it goes on, marked
+        ``full``, and no later round checks again."""
+        assert self.rung is not None
+        m = self.ctx.result
+        eager = [self.seconds(s) for s in samples["eager"]]
+        compiled = [self.seconds(s) for s in samples["compiled"]]
+        memory = m.memory.compiled_peak_mb if m.memory else None
+        why = self.rung.verdict(m.compile_s or 0.0, eager, compiled, memory)
+        m.rung, m.reason, self.rung = ("cheap" if why else "full"), why, None
+        return bool(why)
+
+    def time_rounds(self, calls: dict[str, Callable[[], Any]]) -> dict[str, list[Any]]:
+        """The timed rounds of ``calls``, interleaved, ended by :meth:`after_round` or the
+        request's deadline (never before its least rounds)."""
+        request = self.ctx.request
+        return timing.interleave(calls, request.iters, self.timer, request.seed,
+                                 self.after_round, request.deadline, request.least)  # fmt: skip
 
     @abstractmethod
     def record(self, samples: dict[str, list[Any]]) -> None:
@@ -194,15 +220,7 @@ class Scenario(ABC):
         m.memory = Memory(ctx.memory.kind, peaks["eager"], peaks["compiled"], compile_peak)
         t = ctx.lap("warmup_s", t)
         device.synchronize(ctx.device)
-        samples = timing.interleave(
-            calls,
-            ctx.request.iters,
-            self.timer,
-            ctx.seed,
-            self.after_round,
-            ctx.request.deadline,
-            ctx.request.least,
-        )
+        samples = self.time_rounds(calls)
         t = ctx.lap("timing_s", t)
         ctx.timings["rounds"] = float(timing.rounds_of(samples))
         self.record(samples)

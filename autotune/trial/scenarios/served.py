@@ -17,7 +17,8 @@ an ``attention_mask`` where the forward takes one).
    start objective is the stalls' sum (``compile_s``).
 2. **Steady state**: shapes that stand for the traffic and keep its mix of shapes served
    compiled and eager (:func:`autotune.traffic.steady`), one call of each per round,
-   interleaved with eager; a round's sample is the latency weighted by the traffic.
+   interleaved with eager; a round's sample is the latency weighted by the traffic. A cheap
+   rung (:mod:`autotune.trial.rungs`) times fewer of them first, in rounds of its own.
 3. **Accuracy**: every shape whose first arrival compiled a graph, then the extremes, each
    against eager and the study's reference at that shape (:func:`judged_outputs`); shapes
    that ran eager are not judged. The worst verdict stands, and says "K compiled graphs
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import catalog, device, traffic
-from autotune.trial import accuracy, metrics, recompiles
+from autotune.trial import accuracy, metrics, recompiles, rungs, timing
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.inference import Inference
@@ -255,6 +256,23 @@ class Served(Inference):
 
     def timer(self, call: Callable[[], Any]) -> Any:
         return call()  # it times each shape itself
+
+    def time_rounds(self, calls: dict[str, Callable[[], Any]]) -> dict[str, list[Any]]:
+        """A cheap rung over a sample of the steady shapes first, where the steady state
+        times more; a strategy that cannot reach the front stops there, its steady state the
+        sample's. Else (or with fewer shapes) the rounds as every workload times them."""
+        ctx, rung = self.ctx, self.rung
+        sample = traffic.steady(ctx.workload.traffic, self.eager_shapes, rungs.SHAPES)
+        if rung is None or len(sample) >= len(self.weights):
+            return super().time_rounds(calls)
+        where = ctx.device
+        cheap = {side: weighted_call(self.steps[side], sample, where, self.seen[side])
+                 for side in ("eager", "compiled")}  # fmt: skip
+        first = timing.interleave(cheap, rung.rounds, self.timer, ctx.seed)
+        if self.cannot_reach(first):
+            self.weights = sample
+            return first
+        return super().time_rounds(calls)
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
         if self.ctx.request.kind == "confirm":  # a confirmation times all its rounds
