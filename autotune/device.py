@@ -225,8 +225,8 @@ def mark_each_call(module: Any) -> Any:
 # counter; it bumps the counter alone, with no line, for a graph with no CUDA device (one that
 # never had CUDA graphs to lose: torch/_inductor/output_code.py, CompiledFxGraph.post_compile).
 # So the lines count, not the counter, each with the compile it arose in (its region). Neither
-# has a public API: both are read here alone, and
-# tests/test_device.py::test_cudagraph_skips_are_read_from_inductor fails loudly if they change.
+# has a public API: both are read here alone, and tests/basics/test_device.py's
+# test_cudagraph_skips_are_read_from_inductor fails loudly if they change.
 SKIP_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"
 SKIP_FUNCTION = "log_cudagraph_skip_and_bump_counter"
 

@@ -162,3 +162,15 @@ def test_a_stored_spec_is_read_in_one_place(tmp_path: Path) -> None:
     added.write_text('kind = (study.spec.get("workload") or {}).get("kind", "inference")\n'
                      'budget = row.spec["trials"]\nraw = study.spec.raw\n')  # fmt: skip
     assert len(raw_spec_reads(tmp_path / "autotune")) == 3
+
+
+def test_test_folders_mirror_the_packages() -> None:
+    """A package's tests are in the folder named after it (``tests/search/`` for
+    ``autotune/search/``); the basics' in ``tests/basics/``, the bench's in ``tests/bench/``;
+    only the project-wide tests (style, docs, README, the public API) stay at the top."""
+    packages = {p.parent.name for p in (ROOT / "autotune").glob("*/__init__.py")}
+    folders = {p.parent.name for p in (ROOT / "tests").glob("*/__init__.py")}
+    assert folders == packages | {"basics", "bench"}
+    top = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert top == {"test_api.py", "test_docs.py", "test_readme.py", "test_style.py"}
+    assert all(list((ROOT / "tests" / f).glob("test_*.py")) for f in folders)

@@ -90,8 +90,8 @@ def failure_stage(exc: BaseException) -> str:
     graph; else ``""``. A backend's own failure arrives wrapped in ``BackendCompilerFailed``.
 
     torch has no public API for this: it reads ``torch._dynamo.exc``'s classes, and
-    ``tests/test_deduction.py::test_failure_stage_reads_dynamo_s_exceptions`` fails loudly when
-    they change."""
+    ``test_failure_stage_reads_dynamo_s_exceptions`` (``tests/search/test_deduction.py``) fails
+    loudly when they change."""
     from torch._dynamo import exc as dynamo
 
     if isinstance(exc, dynamo.BackendCompilerFailed):
@@ -145,7 +145,7 @@ def limit_hits() -> list[dict[str, Any]]:
     Each: ``function`` (name, file:line), ``limit_type`` (``recompile_limit`` or
     ``accumulated_recompile_limit``), ``limit`` (its value), ``graphs`` (compiled before the hit)
     and ``reason`` (the guard that failed last, with torch's hint). torch has no public API for
-    this: it reads the private compilation metrics, and a test in ``tests/test_generate.py``
+    this: it reads the private compilation metrics, and a test in ``tests/trial/test_generate.py``
     (``test_limit_hits_reads_dynamo_records_in_process``) fails loudly when their shape changes.
     """
     import torch._dynamo

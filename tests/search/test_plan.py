@@ -1,0 +1,180 @@
+"""A search that plans its own cost and keeps its time budget (autotune/search/plan.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.search.plan import Plan, deciding_rounds
+from autotune.trial import timing
+from autotune.trial.measurement import Latency, Measurement
+from autotune.workload import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET_S = 40.0
+
+
+def test_the_fewest_deciding_rounds_are_those_the_sign_test_can_decide_in() -> None:
+    n = deciding_rounds()
+    assert timing.sign_test([1.0] * n, [0.0] * n) < timing.ALPHA  # every round one way: shown
+    assert timing.sign_test([1.0] * (n - 1), [0.0] * (n - 1)) >= timing.ALPHA  # never
+    assert n == 6
+
+
+def test_rounds_end_by_their_deadline_but_not_before_the_least() -> None:
+    calls = {"a": lambda: time.sleep(0.02), "b": lambda: time.sleep(0.02)}
+    began = time.time()
+    samples = timing.interleave(calls, 1000, lambda c: c(), deadline=began + 0.5, least=3)
+    assert 3 <= timing.rounds_of(samples) < 20 and time.time() - began < 0.6
+    past = timing.interleave(calls, 1000, lambda c: c(), deadline=began, least=4)
+    assert timing.rounds_of(past) == 4  # the deadline had passed: the least rounds still run
+    free = timing.interleave(calls, 7, lambda c: c())
+    assert timing.rounds_of(free) == 7  # no deadline: every round
+
+
+def baseline(eager_ms: float, rounds: int, child_s: float) -> Measurement:
+    m = Measurement({"granularity": "none"}, {}, {}, "ok")
+    m.latency = Latency.from_samples([eager_ms / 1e3] * 5)
+    m.timings = {"startup_s": 2.0, "child_s": child_s, "timing_s": rounds * 2 * eager_ms / 1e3,
+                 "rounds": float(rounds)}  # fmt: skip
+    return m
+
+
+def test_the_plan_says_what_fits_and_when_nothing_can_be_decided() -> None:
+    roomy = Plan(3600.0, iters=20)
+    roomy.learn_baseline(baseline(50.0, 20, child_s=5.0))
+    line = roomy.line(8, ["inductor"], traffic=False)
+    assert line.startswith("plan: eager 50 ms per call here; a trial of 20 rounds")
+    assert "8 trials fit in 60 min" in line
+    tight = Plan(60.0, iters=20)
+    tight.learn_baseline(baseline(2000.0, 20, child_s=90.0))  # 2 s a call: 6 rounds take 24 s
+    line = tight.line(8, ["inductor"], traffic=True)
+    assert "cannot decide anything here" in line and "raise --time-budget" in line
+    assert not tight.may_start(["inductor"], traffic=True)
+    assert roomy.may_start(["inductor"], traffic=True)
+    free = Plan(None, iters=20)
+    free.learn_baseline(baseline(50.0, 20, child_s=5.0))
+    assert free.line(8, ["eager"], traffic=False).endswith("(no time budget)")
+    settings = Settings(iters=20)
+    assert free.for_trial(settings, ["eager"], False, 3) == settings  # no budget: nothing cut
+    cut = roomy.for_trial(settings, ["eager"], False, 3)
+    assert cut.least == deciding_rounds() and time.time() < cut.deadline < roomy.deadline
+
+
+def search(model: str, folder: Path) -> tuple[dict, str, float]:
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", f"tests.models:{model}",
+            "--allow-code", f"tests.models:{model}", "--backend", "eager,aot_eager",
+            "--granularity", "none,full,regional", "--fullgraph", "false", "--trials", "8",
+            "--iters", "400", "--warmup", "1", "--starts", "cold", "--time-budget",
+            f"{BUDGET_S:g}s", "--no-progress", "--json"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    began = time.monotonic()
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=300)
+    wall = time.monotonic() - began
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout), done.stderr, wall
+
+
+def rounds_timed(folder: Path) -> float:
+    """The timed rounds of every trial of the study in ``folder``, the baseline's included."""
+    from autotune.storage import Store
+
+    store = Store(f"sqlite:///{folder}/studies/autotune.db")
+    (name,) = [s.name for s in store.studies()]
+    return sum(r.payload.get("timings", {}).get("rounds", 0.0)
+               for r in store.measurements(name) if r.measured)  # fmt: skip
+
+
+@pytest.mark.long
+def test_a_budget_is_kept_whole_and_a_quicker_model_measures_more(tmp_path: Path) -> None:
+    """Two searches of 40 s each, on a machine of its own (.ci/run's ``-m long`` line: on a
+    loaded machine both baselines start past their share and stop at their least rounds).
+    100 ms a call against 400 rounds a trial: unbounded, one trial alone would take 80 s.
+    Under a 40 s budget the whole search (baseline, trials, confirmation) ends within 10 % of
+    it and prints its plan first; the same model ten times quicker, under the same budget,
+    times more rounds or measures more trials."""
+    slow_dir, quick_dir = tmp_path / "slow", tmp_path / "quick"
+    slow_dir.mkdir(), quick_dir.mkdir()
+    slow, told, wall = search("pausing", slow_dir)
+    assert "plan: eager " in told and "ms per call here" in told
+    per_call = float(told.split("plan: eager ")[1].split(" ms per call")[0])
+    assert 90 <= per_call <= 200  # the model's 100 ms, read here
+    assert wall <= 1.1 * BUDGET_S + 5, f"{wall:.1f} s"  # +5: python's start and torch's import
+    assert slow["seconds"]["total"] <= 1.1 * BUDGET_S and slow["budget_s"] == BUDGET_S
+    assert set(slow["seconds"]) == {"compile", "first pass", "steady state", "confirmation",
+                                    "reference", "rest", "total"}  # fmt: skip
+    quick, told, quick_wall = search("pausing_briefly", quick_dir)
+    assert quick_wall <= 1.1 * BUDGET_S + 5
+    more_rounds = rounds_timed(quick_dir) > rounds_timed(slow_dir)
+    assert more_rounds or quick["measured"] > slow["measured"], told
+
+
+def traffic_baseline(round_s: float, shapes: int) -> Measurement:
+    m = baseline(round_s / (2 * shapes) * 1e3, 3, child_s=30.0)
+    m.timings["timing_s"] = 3 * round_s
+    m.traffic = {"steady": [{"seq_len": 16 * (i + 1), "weight": 1 / shapes}
+                            for i in range(shapes)]}  # fmt: skip
+    return m
+
+
+def test_dear_rounds_over_a_traffic_time_fewer_steady_shapes() -> None:
+    """A round of 8 shapes at 4 s a shape: the confirmation's 3 processes of 12 rounds would
+    take 1152 s of a 600 s budget, so a round times fewer shapes (and says so); cheap rounds
+    keep every shape."""
+    from autotune import traffic
+
+    dear = Plan(600.0, iters=6)
+    dear.learn_baseline(traffic_baseline(32.0, 8))
+    assert 1 <= dear.steady < 8 and dear.round_s == pytest.approx(4.0 * dear.steady)
+    assert f"each round times {dear.steady} of the traffic's 8 shapes" in dear.line(
+        8, ["inductor"], traffic=True
+    )
+    settings = Settings(iters=6)
+    assert dear.for_trial(settings, ["inductor"], True, 4).steady == dear.steady
+    assert dear.for_confirmation(settings).steady == dear.steady
+    cheap = Plan(600.0, iters=6)
+    cheap.learn_baseline(traffic_baseline(0.8, 8))
+    assert cheap.steady == 8 and "each round times" not in cheap.line(8, ["eager"], True)
+    requests = tuple((1, n) for n in range(16, 144, 8))  # 16 distinct shapes
+    assert len(traffic.steady(requests, most=dear.steady)) == dear.steady
+    assert len(traffic.steady(requests)) == traffic.STEADY_SHAPES
+
+
+def test_a_trial_s_rounds_time_the_steady_shapes_its_plan_allows() -> None:
+    """The child honours the plan's ``steady``: a traffic of 12 lengths is timed over 3 steady
+    shapes instead of 8, and its rounds end by the deadline though 400 were asked for."""
+    import dataclasses
+
+    from autotune.catalog import ModelRef
+    from autotune.strategy.strategy import Strategy
+    from autotune.trial.parent import measure
+    from autotune.workload import Workload
+
+    settings = Settings(iters=400, warmup=1, starts=("cold",), timeout_s=300)
+    planned = dataclasses.replace(settings, steady=3, deadline=time.time() + 25, least=6)
+    w = Workload(seq_len="8,12,16,20,24,28,32,36,40,44,48,52", requests=12)
+    ref, strategy = ModelRef("tests.models:tiny_llama"), Strategy.create("full", "eager")
+    m = measure(ref, w, strategy, planned)
+    assert m.ok and len(m.traffic["steady"]) == 3  # type: ignore[index]
+    assert 6 <= m.timings["rounds"] < 400
+
+
+def test_the_confirmation_s_share_grows_with_the_rivals_measured() -> None:
+    """Before any compiled trial, a confirmation would time one strategy beside eager: keeping
+    three processes' time for it left a 10-minute main job no room for its first trial."""
+    plan = Plan(600.0, iters=6)
+    plan.learn_baseline(traffic_baseline(5.0, 8))
+    first = plan.confirmation_s(["inductor"], traffic=True)
+    plan.compiled = 1
+    second = plan.confirmation_s(["inductor"], traffic=True)
+    plan.compiled = 5
+    most = plan.confirmation_s(["inductor"], traffic=True)
+    assert first < second < most
+    plan.compiled = 9
+    assert plan.confirmation_s(["inductor"], traffic=True) == most  # the pick and 2 rivals
