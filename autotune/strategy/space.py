@@ -22,12 +22,14 @@ from autotune.strategy.inductor import (
     check_switches,
     inductor_modes,
     inductor_options,
+    is_mode,
 )
 from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
 from autotune.strategy.strategy import (
     GRANULARITIES,
     SHAPED_DEFAULTS,
     Strategy,
+    is_registered,
     parse_dynamic,
     registered_backends,
 )
@@ -141,13 +143,14 @@ class Space:
                 raise ConfigError(f"the search space is empty: no {name} value is left")
         for g in self.granularity:
             Strategy.create(g)
-        known, modes = registered_backends(), inductor_modes()
         for b in self.backend:
-            if ":" not in b and b not in known:
-                raise ConfigError(f"unknown backend {b!r} in the space; known: {', '.join(known)}")
+            if ":" not in b and not is_registered(b):
+                known = ", ".join(registered_backends())
+                raise ConfigError(f"unknown backend {b!r} in the space; known: {known}")
         for m in self.mode:
-            if m not in modes:
-                raise ConfigError(f"unknown mode {m!r} in the space; known: {', '.join(modes)}")
+            if not is_mode(m):
+                known = ", ".join(inductor_modes())
+                raise ConfigError(f"unknown mode {m!r} in the space; known: {known}")
         check_switches(self.options)
         for name in self.options:
             if SWITCHES[name].get("triton.cudagraphs") and not device.startswith("cuda"):

@@ -24,6 +24,7 @@ from autotune.strategy.inductor import (
     SWITCHES,
     check_switches,
     inductor_modes,
+    is_mode,
     merged,
     spell,
     torch_version,
@@ -32,6 +33,16 @@ from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
 
 GRANULARITIES = ("none", "full", "regional", "nested")
 EAGER_BACKEND = "none"
+
+
+# torch's own backends, registered in every torch this runs on (a test checks each): a name
+# among them is known without importing Dynamo (1.6 s of CPU a process on a CPU like ours).
+BUILTIN_BACKENDS = ("eager", "aot_eager", "inductor")
+
+
+def is_registered(backend: str) -> bool:
+    """Whether ``backend`` is registered in the running torch (torch's own known at once)."""
+    return backend in BUILTIN_BACKENDS or backend in registered_backends()
 
 
 def registered_backends() -> list[str]:
@@ -121,15 +132,15 @@ class Strategy:
             return
         if usercode.is_code(self.backend):
             usercode.resolve(self.backend, "backend")
-        elif self.backend not in (known := registered_backends()):
+        elif not is_registered(self.backend):
             raise ConfigError(
                 f"backend {self.backend!r} is not registered in torch "
-                f"{torch_version()}; known: {', '.join(known)}"
+                f"{torch_version()}; known: {', '.join(registered_backends())}"
             )
-        if self.mode is not None and self.mode not in (modes := inductor_modes()):
+        if self.mode is not None and not is_mode(self.mode):
             raise ConfigError(
                 f"mode {self.mode!r} does not exist in torch {torch_version()}; "
-                f"known: {', '.join(modes)}"
+                f"known: {', '.join(inductor_modes())}"
             )
 
     def inductor_options(self) -> dict[str, Any] | None:

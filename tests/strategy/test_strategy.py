@@ -138,3 +138,17 @@ def test_the_cudagraphs_option_is_cuda_only_and_marks_steps() -> None:
         lite.check_applicable("cpu")
     lite.check_applicable("cuda:1")  # any CUDA device string
     assert lite.compile_kwargs()["options"]["triton.cudagraphs"] is True
+
+
+def test_the_builtin_backends_and_modes_are_torch_s() -> None:
+    """A backend or mode among the built-in names is known without importing Dynamo; each of
+    them must be one the running torch registers, and a name it does not know is refused."""
+    from autotune.strategy.inductor import BUILTIN_MODES, inductor_modes, is_mode
+    from autotune.strategy.strategy import BUILTIN_BACKENDS, is_registered, registered_backends
+
+    assert set(BUILTIN_BACKENDS) <= set(registered_backends())
+    assert set(BUILTIN_MODES) == set(inductor_modes())  # a new mode of torch's fails here
+    assert is_registered("eager") and not is_registered("no-such-backend")
+    assert is_mode("default") and not is_mode("no-such-mode")
+    with pytest.raises(ConfigError, match="no-such-mode"):
+        Strategy("full", "inductor", mode="no-such-mode").validate()
