@@ -53,7 +53,6 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def cmd_queue_worker(args: argparse.Namespace) -> int:
-    from autotune.job.tuning import Tuning
     from autotune.job.worker import serve
     from autotune.search import Lines
     from autotune.search.spec import parse_duration
@@ -64,20 +63,12 @@ def cmd_queue_worker(args: argparse.Namespace) -> int:
 
     idle = parse_duration(args.idle_timeout, "--idle-timeout")
 
-    def finished(search: Any) -> None:
-        spec = search.spec
-        if not args.no_confirm:
-            print(f"study {search.name} is done: confirming its pick…", flush=True)
-        tuned = Tuning(search).finish(confirm=not args.no_confirm)
-        chosen = tuned.chosen.key if tuned.chosen else "none"
-        print(f"study {search.name}: chosen ({spec.policy}) {chosen}; wrote {tuned.path}",
-              flush=True)  # fmt: skip
-
     print("worker serving the queue"
           + (f" (idle timeout {args.idle_timeout})" if idle else ""), flush=True)  # fmt: skip
     try:
         shift = serve(args.storage, device=args.device, allow=allowed_code(args),
-                      idle_timeout_s=idle, listener=Log(), finished=finished)  # fmt: skip
+                      idle_timeout_s=idle, listener=Log(),
+                      confirm=not args.no_confirm)  # fmt: skip
     except KeyboardInterrupt:  # asked before the queue was open
         print("worker: stopped: asked", flush=True)
         return 0

@@ -72,11 +72,11 @@ def allowed_by(allow: Iterable[str]) -> Callable[[StoredSpec], str | None]:
 
 def serve(
     storage: str | None, *, device: str | None = None, allow: Iterable[str] = (),
-    idle_timeout_s: float | None = None, listener: Listener | None = None,
-    finished: Callable[[Search], None] | None = None,
+    idle_timeout_s: float | None = None, listener: Listener | None = None, confirm: bool = True,
 ) -> Shift:  # fmt: skip
-    """Serve the storage's queue until asked to stop or idle for ``idle_timeout_s``; call
-    ``finished`` on each study this worker ends (the CLI confirms and exports it)."""
+    """Serve the storage's queue until asked to stop or idle for ``idle_timeout_s``; each study
+    this worker ends, it finishes as a :class:`~autotune.job.tuning.Tuning` (the pick confirmed
+    unless ``confirm`` is false, then exported), telling ``listener``."""
     from autotune.environment import fingerprint
     from autotune.search import Lines
 
@@ -99,7 +99,7 @@ def serve(
                 listener.now("waiting for a study")
                 time.sleep(POLL_S)
                 continue
-            outcome = _work(study.name, store, queue, allow, listener, finished)
+            outcome = _work(study.name, store, queue, allow, listener, confirm)
             if outcome is None:
                 continue
             measured, stopped = outcome
@@ -120,8 +120,7 @@ def serve(
 
 
 def _work(
-    name: str, store: Store, queue: Queue, allow: list[str], listener: Listener,
-    finished: Callable[[Search], None] | None,
+    name: str, store: Store, queue: Queue, allow: list[str], listener: Listener, confirm: bool,
 ) -> tuple[int, str] | None:  # fmt: skip
     """Join one study and measure until it is done here: (measured here, why it stopped); None
     when the study was refused (then this worker skips it from now on, and says why once)."""
@@ -144,13 +143,25 @@ def _work(
         search.store.engine.dispose()
         return None
     try:
-        if outcome.stopped in ("budget", "exhausted") and finished is not None:
-            finished(search)
+        if outcome.stopped in ("budget", "exhausted"):
+            finish(search, listener, confirm)
     except AutotuneError as exc:  # the measurements stand; the study's export failed
         listener.note(f"study {name} is done, but its export failed: {exc}")
     finally:
         search.store.engine.dispose()
     return outcome.measured_here, outcome.stopped
+
+
+def finish(search: Search, listener: Listener, confirm: bool) -> None:
+    """A study this worker ended, finished as every tuning run is: confirmed, exported."""
+    from autotune.job.tuning import Tuning
+
+    if confirm:
+        listener.note(f"study {search.name} is done: confirming its pick…")
+    tuned = Tuning(search).finish(confirm=confirm, listener=listener)
+    chosen = tuned.chosen.key if tuned.chosen else "none"
+    listener.note(f"study {search.name}: chosen ({search.spec.policy}) {chosen}; wrote "
+                  f"{tuned.path}")  # fmt: skip
 
 
 def work(
