@@ -36,7 +36,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.cli.progress import Progress
-    from autotune.job.worker import work
+    from autotune.job.study_worker import work
 
     def bar(search: Any) -> Progress:
         return Progress(search.target, len(search.measured()), not args.no_progress)

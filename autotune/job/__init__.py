@@ -5,7 +5,8 @@ that run it.
   :func:`tune`, what ``autotune search`` and every queue worker run;
 - :mod:`.local`: ``search --workers K``'s worker processes on this machine
   (:class:`LocalWorkers`), each running :mod:`.spawned`;
-- :mod:`.worker`: a worker, of one study (:func:`work`) or of the queue (:func:`serve`);
+- :mod:`.study_worker`: one study's worker (:func:`work`); :mod:`.worker`: the queue's worker
+  (:func:`serve`), which finishes each study it ends as a :class:`Tuning`;
 - :mod:`.queue`: which study a queue worker takes next (:class:`Queue`);
 - :mod:`.exits`: how a process ends (one line for an error, 130 when interrupted).
 """
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 from autotune.job.local import LocalWorkers
 from autotune.job.queue import Queue
+from autotune.job.study_worker import work
 from autotune.job.tuning import Tuned, Tuning, tune
-from autotune.job.worker import Shift, serve, work
+from autotune.job.worker import Shift, serve
 
 __all__ = ["LocalWorkers", "Queue", "Shift", "Tuned", "Tuning", "serve", "tune", "work"]

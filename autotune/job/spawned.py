@@ -1,6 +1,6 @@
 """The worker that ``search --workers K`` spawns on this machine (:mod:`autotune.job.local`):
 ``python -m autotune.job.spawned --study NAME --device D [--allow-code LIST]``, the storage in
-``$AUTOTUNE_STORAGE``. It runs :func:`autotune.job.worker.work` as ``autotune worker`` does,
+``$AUTOTUNE_STORAGE``. It runs :func:`autotune.job.study_worker.work` as ``autotune worker`` does,
 with no bar, on a study its parent search has cleaned."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     from autotune.job.exits import guarded
-    from autotune.job.worker import work
+    from autotune.job.study_worker import work
 
     parser = argparse.ArgumentParser(prog="python -m autotune.job.spawned", allow_abbrev=False)
     parser.add_argument("--study", required=True)

@@ -1,30 +1,30 @@
-"""A worker: one study's (:func:`work`: ``autotune worker``, and each of ``search --workers
-K``'s processes), or the queue's (:func:`serve`: ``autotune queue-worker``).
+"""The queue's worker (:func:`serve`: ``autotune queue-worker``; one study's worker is
+:mod:`autotune.job.study_worker`).
 
 A queue worker takes the oldest open study that fits this machine, measures until it is done
-(or what is left is in live peers' hands), then takes the next; it stops when asked (Ctrl-C,
-SIGTERM) or after an idle timeout. Workers on many machines share a study through its claims:
-no strategy is measured twice and a dead worker's is handed back (:mod:`autotune.coordination`).
+(or what is left is in live peers' hands), finishes each study it ends as a
+:class:`~autotune.job.tuning.Tuning` (confirmed, exported), then takes the next; it stops when
+asked (Ctrl-C, SIGTERM) or after an idle timeout. Workers on many machines share a study
+through its claims: no strategy is measured twice and a dead worker's is handed back
+(:mod:`autotune.coordination`).
 Which study is next is :class:`autotune.job.queue.Queue`'s answer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune import usercode
-from autotune.errors import AutotuneError, ConfigError
+from autotune.errors import AutotuneError
 from autotune.job.queue import Queue
 from autotune.storage import Store, StoredSpec
 
 if TYPE_CHECKING:
-    from autotune.search import Listener, Outcome, Search
+    from autotune.search import Listener, Search
 
 POLL_S = 2.0  # how often an idle worker looks at the queue again
 AGAIN_S = 10.0  # a study left with nothing to do here is not looked at again for this long
@@ -162,30 +162,3 @@ def finish(search: Search, listener: Listener, confirm: bool) -> None:
     chosen = tuned.chosen.key if tuned.chosen else "none"
     listener.note(f"study {search.name}: chosen ({search.spec.policy}) {chosen}; wrote "
                   f"{tuned.path}")  # fmt: skip
-
-
-def work(
-    study: str | None, storage: str | None = None, *, device: str | None = None,
-    force: bool = False, allow: Iterable[str] = (), clean: bool = True,
-    trials: int | None = None,
-    listener: Callable[[Search], AbstractContextManager[Listener]] | None = None,
-) -> Outcome:  # fmt: skip
-    """Join one study and measure until its budget, time or space runs out (or, with
-    ``trials``, until this worker has measured that many); say on stdout which worker joined and
-    how it ended. ``listener`` makes what follows the search once it is joined (the CLI's bar);
-    ``clean=False`` for a worker whose parent search has cleaned the study (a sibling's trial
-    between ask and claim must not look like one a dead run left RUNNING)."""
-    from autotune.search import Lines, join, run
-    from autotune.search.spec import check_name
-
-    if not study:
-        raise ConfigError("give --study NAME (autotune studies lists them); autotune "
-                          "queue-worker serves every study")  # fmt: skip
-    search = join(check_name(study), storage, device=device, force=force, allow=list(allow),
-                  clean=clean)  # fmt: skip
-    print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
-    following = listener(search) if listener else contextlib.nullcontext(Lines())
-    with following as follower:
-        outcome = run(search, follower, max_measure=trials)
-    print(f"worker {search.worker}: measured {outcome.measured_here}, stopped: {outcome.stopped}")
-    return outcome
