@@ -11,6 +11,8 @@ sees one value and a changed one is seen by the next call.
 | ``AUTOTUNE_HEARTBEAT_S`` | how often a worker beats its claims | 5 |
 | ``AUTOTUNE_GRACE_S`` | silence after which a worker is presumed dead | 30 |
 | ``AUTOTUNE_DB_RETRY_S`` | how long a database outage is waited out | 300 |
+| ``AUTOTUNE_PRELOAD`` | more for a trial's fork server to import first: ``compilers``, | none |
+|                      | ``transformers`` (the test suite's; see :func:`preload`) | |
 """
 
 from __future__ import annotations
@@ -94,3 +96,26 @@ def reap_s() -> float:
 def db_retry_s() -> float:
     """How long a database outage is waited out (``$AUTOTUNE_DB_RETRY_S``, 300 s)."""
     return _seconds("AUTOTUNE_DB_RETRY_S", 300.0)
+
+
+PRELOADS = {
+    # what a compile imports on its first call: AOTAutograd (aot_eager, Inductor) and Inductor
+    "compilers": ("torch._functorch.aot_autograd", "torch._inductor.compile_fx"),
+    # what the catalog's transformers models import when built
+    "transformers": ("transformers", "transformers.models.gemma.modeling_gemma",
+                     "transformers.models.llama.modeling_llama",
+                     "transformers.models.gpt2.modeling_gpt2"),
+}  # fmt: skip
+
+
+def preload() -> list[str]:
+    """The modules a trial's fork server imports besides torch and Dynamo
+    (``$AUTOTUNE_PRELOAD``: ``compilers``, ``transformers``, comma-separated; none by default).
+    The test suite sets both: each child then skips seconds of imports, and a compile's time
+    leaves out AOTAutograd's and Inductor's import, which a user's first compile pays and the
+    product and the benchmarks measure. A fixed table, so the variable names no module itself."""
+    words = [w.strip() for w in (_text("AUTOTUNE_PRELOAD") or "").split(",") if w.strip()]
+    unknown = [w for w in words if w not in PRELOADS]
+    if unknown:
+        raise ConfigError(f"$AUTOTUNE_PRELOAD={unknown[0]!r}: give {' or '.join(PRELOADS)}")
+    return [m for w in words for m in PRELOADS[w]]

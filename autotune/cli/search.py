@@ -104,6 +104,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                   confirmation)  # fmt: skip
     front = told.front
     tally = counts(study, rows)
+    split = search.plan.split(time.time() - began) if search.plan else None
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
@@ -113,13 +114,15 @@ def cmd_search(args: argparse.Namespace) -> int:
             "dashboard": str(page) if page else None,
             "pareto_front": [dataclasses.asdict(p) for p in front], **told.block(),
             "budget_s": spec.time_budget_s,
-            "seconds": search.plan.split(time.time() - began) if search.plan else None,
+            "seconds": split,
         }  # fmt: skip
         print(json.dumps(result, indent=2))
         return 0
     print(f"stopped: {outcome.stopped}; {tally['measured']} strategies measured in this study, "
           f"{tally['deduced']} deduced without measuring, {outcome.repeats} sampler repeats "
           "reused their stored values")  # fmt: skip
+    if split:
+        print(report.time_split(split))
     print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
     print(report.front_table(front, chosen.key, spec.settings.starts))
     print(f"\nchosen ({spec.policy}): {chosen.key}")

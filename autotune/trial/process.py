@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune import device
+from autotune import device, variables
 from autotune.trial import child
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
@@ -40,7 +40,7 @@ def _server() -> Any:
         import multiprocessing
 
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
+        _context.set_forkserver_preload([*PRELOAD, *variables.preload()])
     return _context
 
 

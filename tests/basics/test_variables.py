@@ -45,3 +45,22 @@ def test_no_other_module_reads_autotune_variables() -> None:
              if reads.search(p.read_text()) and p.name != "variables.py"]  # fmt: skip
     assert found == []
     assert reads.search('os.environ.get("AUTOTUNE_GRACE_S", "30")')  # the check bites
+
+
+def test_preload_names_modules_from_its_table_and_refuses_any_other(monkeypatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_PRELOAD", "compilers, transformers")
+    assert variables.preload() == [*variables.PRELOADS["compilers"],
+                                   *variables.PRELOADS["transformers"]]  # fmt: skip
+    monkeypatch.setenv("AUTOTUNE_PRELOAD", "")
+    assert variables.preload() == []
+    for word in ("os", "compilers,subprocess", "torch._inductor.compile_fx"):
+        monkeypatch.setenv("AUTOTUNE_PRELOAD", word)  # a module's name is not a word
+        with pytest.raises(ConfigError, match="AUTOTUNE_PRELOAD"):
+            variables.preload()
+
+
+def test_the_preloaded_modules_exist_in_this_torch_and_transformers() -> None:
+    import importlib.util
+
+    for name in (m for ms in variables.PRELOADS.values() for m in ms):
+        assert importlib.util.find_spec(name) is not None, name  # the fork server skips misses

@@ -149,3 +149,14 @@ def test_an_inductor_search_with_options_ends_quietly(in_tmp) -> None:
     assert rows[frozen]["strategy"]["options"] == ["freezing"] and rows[frozen]["status"] == "ok"
     trials = optuna.load_study(study_name=study.name, storage=store.url).trials
     assert sorted(t.params["freezing"] for t in trials) == [False, True]  # eager is no trial here
+
+
+def test_the_time_split_line_says_what_the_harness_adds_to_the_compiles() -> None:
+    from autotune.cli import report
+
+    split = {"compile": 60.0, "first pass": 130.0, "steady state": 80.0, "confirmation": 150.0,
+             "reference": 50.0, "rest": 10.0, "total": 480.0}  # fmt: skip
+    line = report.time_split(split)
+    assert line.startswith("time: 480 s in all (8.0x the compiles measured): compile 60 s, ")
+    assert "confirmation 150 s" in line and "rest 10 s" in line and "total" not in line
+    assert "(no compile)" in report.time_split({**split, "compile": 0.0})
