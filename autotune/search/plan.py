@@ -91,7 +91,7 @@ class Plan:
         return dataclasses.replace(settings, deadline=self.started + BASELINE_SHARE
                                    * self.budget_s, least=BASELINE_ROUNDS)  # fmt: skip
 
-    def learn_baseline(self, m: Measurement, reference_s: float = 0.0) -> None:
+    def learn_baseline(self, m: Measurement) -> None:
         """What the baseline showed of a call, of a round and of the rest of a trial (its
         process, build, first pass and gate; the reference's cost is the study's, once)."""
         t = m.timings

@@ -54,10 +54,8 @@ def baseline(search: Search, listener: Listener) -> Measurement:
                 try:
                     listener.now("measuring the eager baseline")
                     m = search.measure(Strategy("none"))
-                    began = time.time()
-                    reference(search, listener)  # by the same worker, before peers wait on it
-                    if search.plan is not None:
-                        search.plan.spent["reference"] = time.time() - began
+                    if search.plan is None:  # by the same worker, before peers wait on it
+                        reference(search, listener)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         coord.release("none")  # interrupted: nobody is measuring it now
@@ -73,9 +71,16 @@ def baseline(search: Search, listener: Listener) -> Measurement:
     if not m.ok:
         raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
     search.baseline = m
+    plan = search.plan
+    if plan is not None and plan.round_s is None:
+        plan.learn_baseline(m)
+    if plan is not None and not plan.may_start(search.backends, search.traffic):
+        return m  # no trial fits the budget: the reference would judge nothing (a later run
+        # with more time computes it)
+    began = time.time()
     reference(search, listener)
-    if search.plan is not None and search.plan.round_s is None:
-        search.plan.learn_baseline(m, search.plan.spent.get("reference", 0.0))
+    if plan is not None:
+        plan.spent.setdefault("reference", time.time() - began)
     return m
 
 

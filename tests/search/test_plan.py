@@ -178,3 +178,51 @@ def test_the_confirmation_s_share_grows_with_the_rivals_measured() -> None:
     assert first < second < most
     plan.compiled = 9
     assert plan.confirmation_s(["inductor"], traffic=True) == most  # the pick and 2 rivals
+
+
+def test_a_baseline_under_a_deadline_times_the_steady_shapes_that_fit() -> None:
+    """The eager baseline's rounds have a deadline under a budget but no ``steady`` from the
+    plan (it has learned nothing yet): it times as many steady shapes as let its warm-up and
+    least rounds end by the deadline. Before, a baseline at 6.96 s a call timed all 8 shapes
+    through 3 rounds and took 10 min 20 s of a 10 min budget (AVX2, bfloat16)."""
+    from autotune.traffic import STEADY_SHAPES
+    from autotune.trial.request import Request
+    from autotune.trial.scenarios.served import fitting_shapes
+
+    def request(deadline: float) -> Request:
+        return Request("trial", {}, {}, {}, 400, 1, deadline=deadline, least=3)
+
+    soon = time.time() + 60.0  # 60 s: 1 warm-up and 3 rounds of 2 calls a shape
+    assert fitting_shapes(request(soon), [7000.0] * 16) == 1  # 7 s a call: 56 s a shape
+    assert fitting_shapes(request(soon), [2000.0] * 16) == 3  # 2 s a call: 16 s a shape
+    assert fitting_shapes(request(soon), [10.0] * 16) == STEADY_SHAPES  # cheap: all of them
+    assert fitting_shapes(request(time.time() - 1), [10.0] * 16) == 1  # past: still one
+    assert fitting_shapes(request(0.0), [7000.0] * 16) == STEADY_SHAPES  # no deadline: all
+
+
+def test_a_real_baseline_past_its_deadline_times_one_steady_shape() -> None:
+    from autotune import ModelRef, Strategy, Workload, measure
+
+    w = Workload(seq_len="8,12,16,20,24,28,32,36,40,44,48,52", requests=12)
+    ref, eager = ModelRef("tests.models:tiny_llama"), Strategy.create("none")
+    past = measure(ref, w, eager, Settings(iters=5, warmup=1, deadline=time.time(), least=3))
+    free = measure(ref, w, eager, Settings(iters=5, warmup=1))
+    assert past.ok and free.ok
+    assert len(past.traffic["steady"]) == 1  # type: ignore[index]
+    assert len(free.traffic["steady"]) == 8  # type: ignore[index]  # the traffic's default
+
+
+def test_no_reference_is_computed_when_no_trial_fits_the_budget(tmp_path: Path) -> None:
+    """A search whose budget cannot fit one trial after its baseline leaves the reference out
+    (it would judge nothing); one with room computes it before its first trial."""
+    from autotune.search import open_search, step
+    from autotune.search.state import Lines
+    from tests.helpers import fast_spec
+
+    for budget_s, kept in ((1.0, False), (3600.0, True)):
+        spec = fast_spec(trials=2, time_budget=f"{budget_s:g}s")
+        search = open_search(spec, f"sqlite:///{tmp_path}/{kept}.db")
+        search.plan = Plan(spec.time_budget_s, time.time(), iters=spec.settings.iters)
+        step.baseline(search, Lines())
+        assert search.plan.may_start(search.backends, search.traffic) is kept
+        assert (search.store.reference(search.name) is not None) is kept

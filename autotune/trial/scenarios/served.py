@@ -93,6 +93,24 @@ def throwaway(requests: tuple[Shape, ...]) -> Shape:
                  if (batch, s) not in held), (batch, 1))  # fmt: skip
 
 
+def fitting_shapes(request: Any, eager_ms: list[float]) -> int:
+    """How many steady shapes a round may time when nobody said (``request.steady`` 0): the
+    traffic's default, or where the rounds have a deadline (the eager baseline under a time
+    budget), as many as let the warm-up and the least rounds end by it, at the first pass's
+    median eager call per shape on each side (never fewer than one). A baseline whose calls
+    take seconds would otherwise time every steady shape through its least rounds, past any
+    budget: 6.96 s a call over 8 shapes made one baseline 10 min 20 s of a 10 min budget."""
+    import statistics
+    import time
+
+    if not request.deadline or not eager_ms:
+        return traffic.STEADY_SHAPES
+    rounds = max(1, request.warmup) + max(1, request.least)
+    per_round_and_shape = 2 * statistics.median(eager_ms) / 1e3  # both sides' calls
+    left = request.deadline - time.time()
+    return max(1, min(traffic.STEADY_SHAPES, int(left / (rounds * per_round_and_shape))))
+
+
 class Served(Inference):
     """``--workload inference`` over a traffic (see the module's docstring)."""
 
@@ -208,8 +226,8 @@ class Served(Inference):
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
         }  # fmt: skip
-        self.weights = traffic.steady(requests, self.eager_shapes,
-                                      ctx.request.steady or traffic.STEADY_SHAPES)  # fmt: skip
+        most = ctx.request.steady or fitting_shapes(ctx.request, found["eager_ms"])
+        self.weights = traffic.steady(requests, self.eager_shapes, most)
         if ctx.request.kind != "confirm":  # its trial judged the strategy
             m.accuracy = self.judge_shapes()
 
