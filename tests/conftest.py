@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from autotune.search import Search, open_search, run
+from autotune.trial import process
 from tests.helpers import fast_spec
 
 # Inductor's first load in a process with an empty cache directory compiles and loads a test
@@ -25,12 +26,17 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # Llama over a traffic took 3.6 s instead of 25 ms, and test_traffic's four trials 150 s of
 # CPU instead of 40. The tests check what autotune does, not torch's threading; the product and
 # the benchmarks run with torch's default.
-# A trial's fork server imports AOTAutograd, Inductor and the catalog's transformers models once
-# per process that starts children, instead of each child importing them on its first compile
-# or build (1 to 4 s of CPU a child; tests/trial alone: 364 CPU-seconds before, 288 after). A
-# child's compile time then leaves their import out: the tests check what autotune does, not
-# how long torch's imports take; the product and the benchmarks run without it.
-os.environ.setdefault("AUTOTUNE_PRELOAD", "compilers,transformers")
+# This process's trial fork server imports AOTAutograd, Inductor and the catalog's transformers
+# models once, instead of each child importing them on its first compile or build (1 to 4 s of
+# CPU a child; tests/trial alone: 364 CPU-seconds before, 288 after). A child's compile time
+# then leaves their import out: the tests check what autotune does, not how long torch's imports
+# take; the product and the benchmarks run without it. Only this process's: the variable is
+# gone again before any test starts a process, as each of those would pay the imports once for
+# the few children it starts.
+if "AUTOTUNE_PRELOAD" not in os.environ:
+    os.environ["AUTOTUNE_PRELOAD"] = "compilers,transformers"
+    process.fork_server()  # reads the variable once: no fork server is started yet
+    del os.environ["AUTOTUNE_PRELOAD"]
 if "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = "1"  # every process the tests start inherits it
     torch.set_num_threads(1)  # this one imported torch before it was set

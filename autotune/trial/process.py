@@ -33,8 +33,9 @@ PRELOAD = ["torch", "torch._dynamo", "autotune.trial.child"]
 _context: Any = None
 
 
-def _server() -> Any:
-    """The forkserver context, preloaded once per parent process."""
+def fork_server() -> Any:
+    """The forkserver context, preloaded once per parent process (its preload is read from
+    :func:`autotune.variables.preload` on the first call)."""
     global _context
     if _context is None:
         import multiprocessing
@@ -100,7 +101,7 @@ def run_child(
     with open(spec_path, "w") as f:
         json.dump(sent.to_dict(), f)
     start = time.perf_counter()
-    proc = _server().Process(
+    proc = fork_server().Process(
         target=child.entry, name="autotune-trial", daemon=False,
         args=(spec_path, result_path, log_path, os.getcwd(), _paths(),
               {**_child_env(caches), **alone}),
