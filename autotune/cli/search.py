@@ -7,9 +7,13 @@ import dataclasses
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
 from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autotune.search import Search
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -87,7 +91,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    if not args.no_confirm:
+    if not args.no_confirm and _compiled_candidates(search):
         print("confirming the pick against its nearest rivals…", file=out, flush=True)
     tuned = tuning.finish(confirm=not args.no_confirm, fmt=args.format, out=args.out)
     path, chosen, notes = tuned.path, tuned.chosen, tuned.notes
@@ -134,3 +138,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     if page:
         print(f"wrote {page}")
     return 0
+
+
+def _compiled_candidates(search: Search) -> bool:
+    """Whether a compiled strategy passed, so that the confirmation has something to time."""
+    from autotune.choice.selection import candidates
+
+    rows = search.store.measurements(search.name)
+    return any(p.key != "none" for p in candidates(rows, search.spec.max_memory_mb))

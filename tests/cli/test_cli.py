@@ -160,3 +160,17 @@ def test_the_time_split_line_says_what_the_harness_adds_to_the_compiles() -> Non
     assert line.startswith("time: 480 s in all (8.0x the compiles measured): compile 60 s, ")
     assert "confirmation 150 s" in line and "rest 10 s" in line and "total" not in line
     assert "(no compile)" in report.time_split({**split, "compile": 0.0})
+
+
+def test_the_confirmation_is_announced_only_when_a_compiled_strategy_passed(
+    in_tmp, capsys
+) -> None:
+    base = ["search", "--model", "toy-64", "--layers", "2", "--backend", "eager", "--dynamic",
+            "none", "--fullgraph", "false", "--iters", "2", "--no-progress"]  # fmt: skip
+    assert main([*base, "--granularity", "none", "--study", "alone"]) == 0
+    told = capsys.readouterr()
+    assert "nothing to confirm" in told.out
+    assert "confirming the pick" not in told.out + told.err
+    assert main([*base, "--granularity", "none,full", "--study", "two"]) == 0
+    told = capsys.readouterr()
+    assert "confirming the pick against its nearest rivals" in told.out + told.err
