@@ -13,7 +13,7 @@ from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
-    from autotune.search import Search
+    from typing import TextIO
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -91,9 +91,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    if not args.no_confirm and _compiled_candidates(search):
-        print("confirming the pick against its nearest rivals…", file=out, flush=True)
-    tuned = tuning.finish(confirm=not args.no_confirm, fmt=args.format, out=args.out)
+    tuned = tuning.finish(confirm=not args.no_confirm, fmt=args.format, out=args.out,
+                          listener=Told(out))  # fmt: skip
     path, chosen, notes = tuned.path, tuned.chosen, tuned.notes
     assert chosen is not None
     page = None
@@ -140,9 +139,17 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compiled_candidates(search: Search) -> bool:
-    """Whether a compiled strategy passed, so that the confirmation has something to time."""
-    from autotune.choice.selection import candidates
+class Told:
+    """A listener for after the bar: what the search does now, one line each on ``out``."""
 
-    rows = search.store.measurements(search.name)
-    return any(p.key != "none" for p in candidates(rows, search.spec.max_memory_mb))
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def now(self, what: str) -> None:
+        print(f"{what}…", file=self.out, flush=True)
+
+    def measured(self, key: str, done: int) -> None:
+        pass
+
+    def note(self, line: str) -> None:
+        print(f"autotune: {line}", file=sys.stderr, flush=True)

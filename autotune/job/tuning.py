@@ -121,22 +121,23 @@ def confirm_and_export(
     from autotune.ship import export
 
     if confirm:
-        if listener is not None:
-            listener.now("confirming the pick against its nearest rivals")
-        confirm_pick(search)
+        confirm_pick(search, listener)
     spec = search.spec
     return export.export(search.store, search.name, spec.policy, fmt, out, spec.max_memory_mb)
 
 
-def confirm_pick(search: Search) -> None:
+def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     """Time the pick against its nearest rivals and eager; store what the rounds showed; drop
-    the compile caches kept for it."""
+    the compile caches kept for it. ``listener`` hears of it only when a compiled strategy
+    passed (else there is nothing to time, and the confirmation says so)."""
     from autotune.choice.confirm import confirm
     from autotune.choice.selection import choose
 
     spec, plan = search.spec, search.plan
     rows = search.store.measurements(search.name)
     chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
+    if listener is not None and any(p.key != "none" for p in points):
+        listener.now("confirming the pick against its nearest rivals")
     began = time.time()
     if plan is not None:  # its rounds end with the budget, never below its own least
         spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))

@@ -28,14 +28,19 @@ an ``attention_mask`` where the forward takes one).
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune import catalog, device, traffic
 from autotune.trial import accuracy, metrics, recompiles, rungs, timing
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.inference import Inference
+
+if TYPE_CHECKING:
+    from autotune.trial.request import Request
 
 Shape = tuple[int, int]
 SAMPLE = 2**16  # elements of each output judged at a traffic's shape: the reference keeps them
@@ -93,16 +98,13 @@ def throwaway(requests: tuple[Shape, ...]) -> Shape:
                  if (batch, s) not in held), (batch, 1))  # fmt: skip
 
 
-def fitting_shapes(request: Any, eager_ms: list[float]) -> int:
+def fitting_shapes(request: Request, eager_ms: list[float]) -> int:
     """How many steady shapes a round may time when nobody said (``request.steady`` 0): the
     traffic's default, or where the rounds have a deadline (the eager baseline under a time
     budget), as many as let the warm-up and the least rounds end by it, at the first pass's
     median eager call per shape on each side (never fewer than one). A baseline whose calls
     take seconds would otherwise time every steady shape through its least rounds, past any
     budget: 6.96 s a call over 8 shapes made one baseline 10 min 20 s of a 10 min budget."""
-    import statistics
-    import time
-
     if not request.deadline or not eager_ms:
         return traffic.STEADY_SHAPES
     rounds = max(1, request.warmup) + max(1, request.least)
