@@ -5,7 +5,9 @@ sees one value and a changed one is seen by the next call.
 | --- | --- | --- |
 | ``AUTOTUNE_STUDIES`` | the studies folder: storage, exports, kept caches | ``studies`` |
 | ``AUTOTUNE_STORAGE`` | the study storage's URL | a SQLite file in the studies folder |
-| ``AUTOTUNE_ARTIFACTS`` | where cache artefacts are kept | ``~/.cache/autotune/artifacts`` |
+| ``AUTOTUNE_ARTIFACTS`` | where cache artefacts are kept | ``autotune/artifacts`` in the cache |
+| ``XDG_CACHE_HOME`` | the cache folder; ``autotune/`` in it keeps artefacts and | ``~/.cache`` |
+|                    | what torch offers (:mod:`autotune.strategy.torch_facts`) | |
 | ``AUTOTUNE_TRUST_ARTIFACTS`` | ``1``: load shipped artefacts (they run code) | not trusted |
 | ``AUTOTUNE_TOKEN`` | the token ``autotune serve`` asks of writes | none |
 | ``AUTOTUNE_HEARTBEAT_S`` | how often a worker beats its claims | 5 |
@@ -60,6 +62,11 @@ def default_storage() -> str:
 def storage() -> str | None:
     """``$AUTOTUNE_STORAGE``, the storage URL when ``--storage`` is not given."""
     return _text(STORAGE)
+
+
+def cache_home() -> Path:
+    """autotune's folder in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    return Path(_text("XDG_CACHE_HOME") or Path.home() / ".cache") / "autotune"
 
 
 def artifacts() -> str | None:

@@ -1,10 +1,10 @@
 """The compile-cache artefact: torch's "mega-cache" of one compiled strategy, kept and shipped.
 
 A trial's cold process saves what it compiled with ``torch.compiler.save_cache_artifacts()``;
-the parent keeps the bytes by checksum in ``$AUTOTUNE_ARTIFACTS`` (default
-``~/.cache/autotune/artifacts``); ``autotune export`` copies the chosen one beside the JSON
-(``best.json`` + ``best.cache.bin``) with its checksum and the fingerprint it needs (torch,
-Triton and CUDA versions, device name); :func:`prepare` loads it with
+the parent keeps the bytes by checksum in ``$AUTOTUNE_ARTIFACTS`` (default ``autotune/artifacts``
+in ``$XDG_CACHE_HOME``, else in ``~/.cache``); ``autotune export`` copies the chosen one beside
+the JSON (``best.json`` + ``best.cache.bin``) with its checksum and the fingerprint it needs
+(torch, Triton and CUDA versions, device name); :func:`prepare` loads it with
 ``torch.compiler.load_cache_artifacts()`` before ``autotune.apply`` compiles, or says in one
 line why not. The file is exactly torch's bytes: plain torch loads it too.
 """
@@ -88,7 +88,7 @@ def sha256(data: bytes) -> str:
 def folder() -> Path:
     """Where the parent keeps artefacts by checksum, for ``autotune export`` to ship."""
     where = variables.artifacts()
-    return Path(where) if where else Path.home() / ".cache" / "autotune" / "artifacts"
+    return Path(where) if where else variables.cache_home() / "artifacts"
 
 
 def keep(path: str, meta: dict[str, Any], suffix: str = SUFFIX) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Stage 1, how to compile: a :class:`Strategy` (:mod:`.strategy`), Inductor's modes and option
-switches (:mod:`.inductor`), the search space (:class:`Space`, :mod:`.space`), the shapes of a
-traffic (:mod:`.shapes`, :mod:`.padding`) and how a strategy is applied to a model at its
-granularity (:mod:`.granularity`)."""
+switches (:mod:`.inductor`), what the running torch offers (:mod:`.torch_facts`), the search
+space (:class:`Space`, :mod:`.space`), the shapes of a traffic (:mod:`.shapes`, :mod:`.padding`)
+and how a strategy is applied to a model at its granularity (:mod:`.granularity`)."""
 
 from __future__ import annotations
 

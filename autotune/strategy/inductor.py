@@ -8,23 +8,20 @@ is one options dict, and two spellings of one dict are one strategy: ``default``
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.strategy import torch_facts
 
 
-@functools.cache
 def inductor_modes() -> dict[str, dict[str, Any]]:
-    """Inductor's modes and the options each one sets (read once: they are torch's constants).
-    Callers must not change the dict."""
-    import torch._inductor
-
-    return dict(torch._inductor.list_mode_options())
+    """Inductor's modes and the options each one sets (torch's constants, see
+    :mod:`autotune.strategy.torch_facts`). Callers must not change the dict."""
+    return torch_facts.inductor()[0]
 
 
 # Inductor's own modes in every torch this runs on (a test checks each): a name among them is
-# known without importing Inductor and Dynamo (1.6 s of CPU a process on a CPU like ours).
+# known without reading torch's facts.
 BUILTIN_MODES = (
     "default",
     "reduce-overhead",
@@ -50,12 +47,9 @@ ONLY_UNDER_MODE = {"max_autotune": "default"}  # a switch that other modes imply
 INFERENCE_ONLY = ("freezing",)
 
 
-@functools.cache
 def inductor_options() -> frozenset[str]:
-    """Every option name Inductor accepts in the running torch (read once)."""
-    import torch._inductor
-
-    return frozenset(torch._inductor.list_options())
+    """Every option name Inductor accepts in the running torch."""
+    return torch_facts.inductor()[1]
 
 
 def check_switches(names: tuple[str, ...] | list[str]) -> None:

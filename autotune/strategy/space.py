@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import ConfigError
+from autotune.strategy import torch_facts
 from autotune.strategy.inductor import (
     INFERENCE_ONLY,
     ONLY_UNDER_MODE,
@@ -47,10 +48,8 @@ _BACKEND_PACKAGES = {"tvm": "tvm", "openxla": "torch_xla", "openxla_eval": "torc
 
 def default_backends(device: str) -> list[str]:
     """inductor, aot_eager and eager, plus the other production backends usable here."""
-    import torch._dynamo
-
     usable = ["inductor", "aot_eager", "eager"]
-    for name in torch._dynamo.list_backends():  # excludes debug and experimental ones
+    for name in torch_facts.backends():  # excludes debug and experimental ones
         package = _BACKEND_PACKAGES.get(name)
         if name in usable or (package and importlib.util.find_spec(package) is None):
             continue

@@ -185,8 +185,10 @@ class Strategy:
         )
         kwargs: dict[str, Any] = {"backend": backend, "fullgraph": self.fullgraph}
         kwargs["dynamic"] = self.dynamic
-        if (options := self.inductor_options()) is not None:  # never with mode: torch refuses both
-            kwargs["options"] = options
+        if self.backend == "inductor":
+            import torch._inductor  # noqa: F401  the compile needs it: its options are read live
+
+            kwargs["options"] = self.inductor_options()  # never with mode: torch refuses both
         return kwargs
 
     def to_dict(self) -> dict[str, Any]:
