@@ -16,7 +16,9 @@ The public API:
 
 from __future__ import annotations
 
-from autotune.catalog import ModelRef
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from autotune.errors import (
     AutotuneError,
     AutotuneWarning,
@@ -24,12 +26,46 @@ from autotune.errors import (
     ConfigError,
     NotApplicable,
 )
-from autotune.job.tuning import Tuned, Tuning, tune
-from autotune.ship.apply import apply, apply_generation, load_plugin
-from autotune.strategy.strategy import Strategy
-from autotune.trial.measurement import Measurement
-from autotune.trial.parent import measure
-from autotune.workload import Settings, Workload
+
+if TYPE_CHECKING:
+    from autotune.catalog import ModelRef
+    from autotune.job.tuning import Tuned, Tuning, tune
+    from autotune.ship.apply import apply, apply_generation, load_plugin
+    from autotune.strategy.strategy import Strategy
+    from autotune.trial.measurement import Measurement
+    from autotune.trial.parent import measure
+    from autotune.workload import Settings, Workload
+
+# Each name is imported where it lives on first use: a process that imports one module of
+# autotune (a trial's fork server imports ``autotune.trial.child``) does not import them all
+# (the job's storage and SQLAlchemy among them: a second of CPU in every fork server).
+_HOMES = {
+    "ModelRef": "autotune.catalog",
+    "Tuned": "autotune.job.tuning",
+    "Tuning": "autotune.job.tuning",
+    "tune": "autotune.job.tuning",
+    "apply": "autotune.ship.apply",
+    "apply_generation": "autotune.ship.apply",
+    "load_plugin": "autotune.ship.apply",
+    "Strategy": "autotune.strategy.strategy",
+    "Measurement": "autotune.trial.measurement",
+    "measure": "autotune.trial.parent",
+    "Settings": "autotune.workload",
+    "Workload": "autotune.workload",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __all__ = [
     "AutotuneError",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,25 @@ def test_one_warning_root_and_the_public_names() -> None:
     assert autotune.ModelRef.from_dict(ref.to_dict()) == ref
     for name in autotune.__all__:
         assert getattr(autotune, name) is not None
+    assert set(autotune.__all__) <= set(dir(autotune))
+    assert autotune.tune is __import__("autotune.job.tuning").job.tuning.tune
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        autotune.nope  # noqa: B018
+
+
+def test_a_fork_server_s_preload_leaves_the_job_and_its_storage_out() -> None:
+    """A trial's fork server imports autotune.trial.child: the public API's names load where
+    they are used, so it imports neither the job nor SQLAlchemy and Optuna (a second of CPU
+    in every fork server); ``import autotune`` then ``autotune.tune`` brings them in."""
+    code = (
+        "import sys, autotune.trial.child as c; print(sorted(m for m in ('autotune.job',"
+        " 'sqlalchemy', 'optuna') if m in sys.modules)); import autotune; autotune.tune;"
+        " print(sorted(m for m in ('autotune.job', 'sqlalchemy') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "['autotune.job', 'sqlalchemy']"]
 
 
 def test_apply_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch) -> None:
