@@ -53,12 +53,14 @@ class Tuning:
         from autotune import catalog
         from autotune.search import open_search
         from autotune.search.plan import Plan
+        from autotune.trial.rungs import wanted
 
         catalog.check(spec.model, spec.workload)
         search = open_search(spec, storage, force=force)
         if workers == 1:  # a lone search keeps its budget whole (autotune.search.plan)
+            rungs = wanted(spec.rungs, spec.objectives, spec.policy)
             search.plan = Plan(spec.time_budget_s, began or time.time(),
-                               iters=spec.settings.iters)  # fmt: skip
+                               iters=spec.settings.iters, rungs=rungs)  # fmt: skip
         return cls(search, workers, force)
 
     @property

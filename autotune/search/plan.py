@@ -16,7 +16,10 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
   traffic, where those rounds would take more than :data:`CONFIRM_SHARE` of the budget, each
   round times fewer of its steady shapes (evenly spaced quantiles that keep its mix);
 - each trial's rounds end at its share of the time left for trials, never before
-  :func:`deciding_rounds`; a trial that cannot fit them is not started.
+  :func:`deciding_rounds`; a trial that cannot fit them is not started;
+- over a traffic, a trial's cheap rung (:mod:`autotune.trial.rungs`) times its own rounds over
+  a sample of the steady shapes before the full ones: a trial's cost counts them
+  (:meth:`Plan.rung_s`), so that a trial is started only where they fit too.
 
 A search without a budget has a plan too: it only estimates, and cuts nothing.
 """
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.choice.confirm import MIN_ROUNDS, RIVALS
+from autotune.trial.rungs import SHAPES
 from autotune.trial.timing import ALPHA, sign_test
 
 if TYPE_CHECKING:
@@ -74,6 +78,7 @@ class Plan:
     shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
+    rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
 
     @property
@@ -137,18 +142,34 @@ class Plan:
         return COMPILE_PRIOR_S.get(backend, COMPILE_PRIOR_S["inductor"])
 
     def learn_trial(self, strategy: Strategy, m: Measurement, wall_s: float) -> None:
-        """A measured trial's cost beyond the fixed part and its rounds, as its backend's."""
+        """A measured trial's cost beyond the fixed part and its rounds (its cheap rung's
+        own rounds too, where it timed them), as its backend's."""
         self.account(m)
         if strategy.granularity == "none" or self.round_s is None or self.fixed_s is None:
             return
         self.compiled += m.ok
         rounds = m.timings.get("rounds", float(self.iters))
-        extra = max(0.0, wall_s - self.fixed_s - rounds * self.round_s)
+        rung = self.rung_s() if m.rung else 0.0
+        if m.rung == "cheap" and rung:  # it stopped there: its rounds were the rung's
+            rounds = 0.0
+        extra = max(0.0, wall_s - self.fixed_s - rung - rounds * self.round_s)
         self.compiles.setdefault(strategy.backend, []).append(extra)
 
+    def rung_s(self) -> float:
+        """What a trial's cheap rung adds over a traffic: its deciding rounds over a sample of
+        :data:`autotune.trial.rungs.SHAPES` steady shapes, before the full rounds (at one
+        shape, or where a round times no more shapes than that, they are the full rounds'
+        first and add nothing; none where the trial times no more than the deciding rounds)."""
+        timed = self.steady or self.shapes
+        if not self.rungs or self.round_s is None or self.iters <= deciding_rounds():
+            return 0.0
+        return deciding_rounds() * self.round_s * SHAPES / timed if timed > SHAPES else 0.0
+
     def trial_s(self, backend: str, rounds: int) -> float:
+        """A trial's cost here: the fixed part, its compile, a cheap rung's own rounds and
+        ``rounds`` full ones."""
         assert self.round_s is not None and self.fixed_s is not None
-        return self.fixed_s + self.compile_s(backend) + rounds * self.round_s
+        return self.fixed_s + self.compile_s(backend) + self.rung_s() + rounds * self.round_s
 
     def confirmation_s(self, backends: list[str], traffic: bool) -> float:
         """The confirmation's share once one more trial is measured: the pick and up to

@@ -130,10 +130,10 @@ class Search:
         objectives or policy need what a rung does not measure, or the trial times no more
         rounds than the rung."""
         from autotune.choice.selection import candidates, pareto
-        from autotune.trial.rungs import Rung, applies, handed
+        from autotune.trial.rungs import Rung, handed, wanted
 
         spec, rounds = self.spec, deciding_rounds()
-        if spec.rungs != "cheap" or not applies(spec.objectives, spec.policy):
+        if not wanted(spec.rungs, spec.objectives, spec.policy):
             return None
         if settings.iters <= rounds:
             return None

@@ -52,6 +52,12 @@ def applies(objectives: Sequence[str], policy: str) -> bool:
     return set(objectives) <= known and not policy.startswith("restarts")
 
 
+def wanted(rungs: str, objectives: Sequence[str], policy: str) -> bool:
+    """Whether a search's compiled trials time a cheap rung first: ``--rungs cheap`` (the
+    default), where it :func:`applies`."""
+    return rungs == "cheap" and applies(objectives, policy)
+
+
 def handed(front: Sequence[Any], objectives: Sequence[str]) -> tuple[FrontPoint, ...]:
     """What the child needs of the front's points (:class:`autotune.choice.selection.Point`, a
     later stage's): each one's compile time, the speedup its rounds showed (1 where they showed

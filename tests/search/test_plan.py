@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.search.plan import Plan, deciding_rounds
+from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
 from autotune.workload import Settings
@@ -226,3 +227,38 @@ def test_no_reference_is_computed_when_no_trial_fits_the_budget(tmp_path: Path) 
         step.baseline(search, Lines())
         assert search.plan.may_start(search.backends, search.traffic) is kept
         assert (search.store.reference(search.name) is not None) is kept
+
+
+def test_a_trial_s_cost_counts_its_cheap_rung_over_a_traffic() -> None:
+    """Over a traffic, a cheap rung times its own deciding rounds over 3 of the steady shapes
+    before the full rounds: a trial's cost counts them, so that a trial whose full rounds fit
+    but not with the rung's is not started (before, the rung's rounds ran past the trial's
+    deadline); at one shape the rung's rounds are the full rounds' first and add nothing."""
+    n = deciding_rounds()
+    plain, rung = Plan(600.0, iters=12), Plan(600.0, iters=12, rungs=True)
+    for p in (plain, rung):
+        p.learn_baseline(traffic_baseline(8.0, 8))  # 1 s a steady shape, 8 shapes a round
+    assert plain.rung_s() == 0.0 and rung.rung_s() == pytest.approx(n * 8.0 * 3 / 8)
+    least = plain.trial_s("eager", n)
+    assert rung.trial_s("eager", n) == pytest.approx(least + n * 3.0)
+    for p in (plain, rung):  # the time left before the confirmation fits the full rounds only
+        p.started = time.time() - 600.0 + p.confirmation_s(["eager"], True) + least + n
+    assert plain.may_start(["eager"], True) and not rung.may_start(["eager"], True)
+    # a trial that went on to its full rounds: its compile is what is left of its wall
+    m = baseline(10.0, n, child_s=5.0)
+    m.rung, m.timings["rounds"] = "full", float(n)
+    assert rung.fixed_s is not None and rung.round_s is not None
+    wall = rung.fixed_s + rung.rung_s() + n * rung.round_s + 7.0
+    rung.learn_trial(Strategy.create("full", "eager"), m, wall)
+    assert rung.compile_s("eager") == pytest.approx(7.0)
+    stopped = baseline(10.0, n, child_s=5.0)
+    stopped.rung, stopped.timings["rounds"] = "cheap", float(n)
+    rung.learn_trial(Strategy.create("full", "aot_eager"), stopped,
+                     rung.fixed_s + rung.rung_s() + 3.0)  # fmt: skip
+    assert rung.compile_s("aot_eager") == pytest.approx(3.0)
+    one = Plan(600.0, iters=12, rungs=True)  # one shape: no rounds of the rung's own
+    one.learn_baseline(baseline(100.0, 3, child_s=5.0))
+    assert one.rung_s() == 0.0
+    few = Plan(600.0, iters=6, rungs=True)  # no more rounds than the rung's: no rung
+    few.learn_baseline(traffic_baseline(8.0, 8))
+    assert few.rung_s() == 0.0
