@@ -102,7 +102,12 @@ def _backends() -> tuple[str, ...]:
 
 @functools.cache
 def _kept() -> TorchFacts:
-    path = variables.cache_home() / "torch" / f"{key()}.json"
+    return kept(variables.cache_home() / "torch" / f"{key()}.json")
+
+
+def kept(path: Path) -> TorchFacts:
+    """The facts kept at ``path``; where it holds none, or anything but autotune's record of
+    them, they are read from torch and kept there."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         return TorchFacts.from_dict(json.loads(path.read_text()))
     found = live()

@@ -14,8 +14,8 @@ import pytest
 from autotune.strategy import Space, Strategy, torch_facts
 
 ROOT = str(Path(__file__).resolve().parents[2])
-# In a fresh process: the default space, checked and listed, and what it read; whether Dynamo or
-# Inductor came in with them; then the options an Inductor compile passes to torch.
+# In a fresh process: the default space, checked and listed, and the modes it read; whether
+# Dynamo or Inductor came in with them; then the options an Inductor compile passes to torch.
 PROBE = """
 import json, sys
 from autotune.strategy import Space, Strategy, torch_facts
@@ -37,38 +37,39 @@ def _probe(cache: Path) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def test_a_process_reads_the_kept_facts_without_importing_dynamo_and_they_are_torchs(
+def test_a_process_reads_the_kept_facts_without_importing_dynamo_and_a_compile_reads_torch(
     tmp_path: Path,
 ) -> None:
     first = _probe(tmp_path)  # nothing kept: read from torch, and kept
-    [kept] = (tmp_path / "autotune" / "torch").glob("*.json")
-    assert kept.name == f"{torch_facts.key()}.json"
-    second = _probe(tmp_path)
-    assert first["imported"] == ["torch._dynamo", "torch._inductor"]  # it read them from torch
-    assert second["imported"] == []  # it read the kept ones
+    [path] = (tmp_path / "autotune" / "torch").glob("*.json")
+    assert path.name == f"{torch_facts.key()}.json"
     live = torch_facts.live()  # this process imported both: these are torch's own
-    assert torch_facts.TorchFacts.from_dict(json.loads(kept.read_text())) == live
-    assert first["space"] == second["space"] == Space.default("cpu").to_dict()
-    assert second["modes"] == live.modes and second["compiled"] == {}
+    assert torch_facts.TorchFacts.from_dict(json.loads(path.read_text())) == live
+    assert first["imported"] == ["torch._dynamo", "torch._inductor"]  # it read them from torch
+    assert first["space"] == Space.default("cpu").to_dict() and first["modes"] == live.modes
+    # a well-formed record that says otherwise: the space believes it, a compile reads torch
+    record = live.to_dict()
+    said = {**record, "modes": {**record["modes"], "default": {"freezing": True}}}
+    path.write_text(json.dumps(said))
+    second = _probe(tmp_path)
+    assert second["imported"] == []  # it read the kept record, not torch
+    assert second["modes"]["default"] == {"freezing": True}
+    assert second["space"] == first["space"]
+    assert first["compiled"] == second["compiled"] == live.modes["default"] == {}
 
 
-def test_a_kept_file_that_is_not_facts_is_read_again_and_a_compile_reads_torch(
-    tmp_path: Path,
-) -> None:
-    folder = tmp_path / "autotune" / "torch"
-    folder.mkdir(parents=True)
-    path = folder / f"{torch_facts.key()}.json"
-    live = torch_facts.live().to_dict()
+def test_a_kept_file_that_is_not_facts_is_read_again_from_torch(tmp_path: Path) -> None:
+    path = tmp_path / "facts.json"
+    live = torch_facts.live()
+    assert torch_facts.kept(path) == live and path.is_file()  # nothing kept: torch's, kept
     # a path among the values: not autotune's record; it is read again from torch and kept
-    path.write_text(json.dumps({**live, "modes": {"default": {"cpp.cxx": "/tmp/evil"}}}))
-    assert _probe(tmp_path)["modes"] == live["modes"]
-    assert "evil" not in path.read_text()
-    # a well-formed record that says otherwise is believed for the space; a compile reads torch
-    said = {**live["modes"], "default": {"freezing": True}}
-    path.write_text(json.dumps({**live, "modes": said}))
-    seen = _probe(tmp_path)
-    assert seen["modes"]["default"] == {"freezing": True}
-    assert seen["compiled"] == live["modes"]["default"] == {}
+    path.write_text(json.dumps({**live.to_dict(), "modes": {"default": {"cpp.cxx": "/evil"}}}))
+    assert torch_facts.kept(path) == live and "evil" not in path.read_text()
+    path.write_text("{not json")
+    assert torch_facts.kept(path) == live
+    said = {**live.to_dict(), "backends": ["eager"]}  # well formed: believed
+    path.write_text(json.dumps(said))
+    assert torch_facts.kept(path).backends == ("eager",)
 
 
 @pytest.mark.parametrize(
