@@ -185,6 +185,15 @@ class Plan:
         sides = 1 + timed  # eager, the pick and its rivals, one call each a round
         return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
 
+    def kept_to_confirm(self, backends: list[str], traffic: bool) -> str:
+        """The confirmation's share now, and what it grows to once the rivals it times are
+        measured (each one more process over a traffic): the plan line says both."""
+        now = self.confirmation_s(backends, traffic) / 60
+        most = dataclasses.replace(self, compiled=max(self.compiled, RIVALS))
+        grown = most.confirmation_s(backends, traffic) / 60
+        later = f", up to {grown:.1f} min once its rivals are measured"
+        return f"{now:.1f} min kept to confirm" + (later if f"{grown:.1f}" != f"{now:.1f}" else "")
+
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
         """When the last trial must have ended for the confirmation to fit."""
         if self.deadline is None:
@@ -236,9 +245,9 @@ class Plan:
         end = self.trials_end(backends, traffic)
         assert end is not None and self.budget_s is not None
         room = end - time.time()
-        budget, confirm = f"{self.budget_s / 60:.3g} min", (self.deadline - end) / 60
+        budget, kept = f"{self.budget_s / 60:.3g} min", self.kept_to_confirm(backends, traffic)
         if room >= trials * trial:
-            return f"{head}: {trials} trials fit in {budget} ({confirm:.1f} min kept to confirm)"
+            return f"{head}: {trials} trials fit in {budget} ({kept})"
         least = min(self.trial_s(b, deciding_rounds()) for b in backends)  # as may_start
         if room < least:
             return (f"{head}: the budget of {budget} cannot decide anything here (a trial "
@@ -246,7 +255,7 @@ class Plan:
                     "are left before the confirmation); raise --time-budget")  # fmt: skip
         return (f"{head}: {max(int(room // trial), 1)} of {trials} trials fit in {budget} at "
                 f"{self.iters} rounds, up to {min(int(room // least), trials)} at "
-                f"{deciding_rounds()} ({confirm:.1f} min kept to confirm)")  # fmt: skip
+                f"{deciding_rounds()} ({kept})")  # fmt: skip
 
 
 def backends_of(members: list[Strategy]) -> list[str]:

@@ -172,11 +172,17 @@ def test_the_confirmation_s_share_grows_with_the_rivals_measured() -> None:
     plan = Plan(600.0, iters=6)
     plan.learn_baseline(traffic_baseline(5.0, 8))
     first = plan.confirmation_s(["inductor"], traffic=True)
+    before = plan.line(8, ["inductor"], traffic=True)
     plan.compiled = 1
     second = plan.confirmation_s(["inductor"], traffic=True)
     plan.compiled = 5
     most = plan.confirmation_s(["inductor"], traffic=True)
     assert first < second < most
+    # the plan line, printed before any trial, says what the share grows to (the main job's
+    # said 1.5 min, and its confirmation of two rivals took 3.2 to 4.2)
+    assert f"({first / 60:.1f} min kept to confirm, up to {most / 60:.1f} min once its rivals" \
+        in before  # fmt: skip
+    assert f"({most / 60:.1f} min kept to confirm)" in plan.line(8, ["inductor"], traffic=True)
     plan.compiled = 9
     assert plan.confirmation_s(["inductor"], traffic=True) == most  # the pick and 2 rivals
 
