@@ -94,8 +94,9 @@ def rounds_timed(folder: Path) -> float:
 
 @pytest.mark.long
 def test_a_budget_is_kept_whole_and_a_quicker_model_measures_more(tmp_path: Path) -> None:
-    """Two searches of 40 s each, on a machine of its own (.ci/run's ``-m long`` line: on a
-    loaded machine both baselines start past their share and stop at their least rounds).
+    """Two searches of 40 s each, on a machine of its own (.ci/run's ``-m long`` line runs its
+    tests one at a time: on a loaded machine both baselines start past their share and stop
+    at their least rounds, and no trial fits).
     100 ms a call against 400 rounds a trial: unbounded, one trial alone would take 80 s.
     Under a 40 s budget the whole search (baseline, trials, confirmation) ends within 10 % of
     it and prints its plan first; the same model ten times quicker, under the same budget,
