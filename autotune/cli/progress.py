@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 
 from autotune.choice.selection import choose
 from autotune.errors import AutotuneError
+from autotune.search.state import Lines
 
 if TYPE_CHECKING:
+    from typing import TextIO
+
     from autotune.search.plan import Plan
     from autotune.storage import Store, Stored
 
@@ -95,3 +98,14 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Told(Lines):
+    """A listener for after the bar: its notes as :class:`Lines` writes them, and what the
+    search does now, one line each on ``out``."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def now(self, what: str) -> None:
+        print(f"{what}…", file=self.out, flush=True)

@@ -7,13 +7,9 @@ import dataclasses
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
 from autotune.errors import ConfigError
-
-if TYPE_CHECKING:
-    from typing import TextIO
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -58,7 +54,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune import usercode
     from autotune.choice.verdict import answer
     from autotune.cli import report
-    from autotune.cli.progress import BestSoFar, Progress
+    from autotune.cli.progress import BestSoFar, Progress, Told
     from autotune.environment import slow_dtype
     from autotune.job.tuning import Tuning
     from autotune.search.overview import counts
@@ -137,19 +133,3 @@ def cmd_search(args: argparse.Namespace) -> int:
     if page:
         print(f"wrote {page}")
     return 0
-
-
-class Told:
-    """A listener for after the bar: what the search does now, one line each on ``out``."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def now(self, what: str) -> None:
-        print(f"{what}…", file=self.out, flush=True)
-
-    def measured(self, key: str, done: int) -> None:
-        pass
-
-    def note(self, line: str) -> None:
-        print(f"autotune: {line}", file=sys.stderr, flush=True)

@@ -114,8 +114,13 @@ def kept(path: Path) -> TorchFacts:
     with contextlib.suppress(OSError):  # a read-only home still works, at the import's cost
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as f:
-            json.dump(found.to_dict(), f)
-        os.replace(f.name, path)
+            try:
+                json.dump(found.to_dict(), f)
+                f.close()
+                os.replace(f.name, path)  # whole or not at all, whoever reads it meanwhile
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(f.name)  # left only where the replace failed
     return found
 
 

@@ -70,6 +70,10 @@ def test_a_kept_file_that_is_not_facts_is_read_again_from_torch(tmp_path: Path) 
     said = {**live.to_dict(), "backends": ["eager"]}  # well formed: believed
     path.write_text(json.dumps(said))
     assert torch_facts.kept(path).backends == ("eager",)
+    blocked = tmp_path / "blocked.json"  # where the record cannot go: torch's, and no litter
+    (blocked / "inside").mkdir(parents=True)
+    assert torch_facts.kept(blocked) == live
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked.json", "facts.json"]
 
 
 @pytest.mark.parametrize(
