@@ -24,12 +24,10 @@ def chromium(target: str, screenshot: Path | None = None, height: int = 5400) ->
             "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
             f"--window-size=1400,{height}", "--virtual-time-budget=10000",
         ]  # fmt: skip
-        if screenshot:
-            run = subprocess.run([*flags, f"--screenshot={screenshot}", target],
-                                 capture_output=True, text=True, timeout=180)  # fmt: skip
-            assert screenshot.is_file(), run.stderr[-2000:]
-        run = subprocess.run([*flags, "--dump-dom", target],
+        shot = [f"--screenshot={screenshot}"] if screenshot else []  # in the same run
+        run = subprocess.run([*flags, *shot, "--dump-dom", target],
                              capture_output=True, text=True, timeout=180)  # fmt: skip
+        assert screenshot is None or screenshot.is_file(), run.stderr[-2000:]
     return run.stdout, run.stderr
 
 

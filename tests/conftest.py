@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,13 @@ from tests.helpers import fast_spec
 # user may with the same variable; the product and the benchmarks run with torch's default.
 # This takes the suite from 6 min 50 s to 5 min 13 s on 2 cores.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
-# One intra-op thread per process: the suite runs 4 xdist workers, each with trial children, on
+# Bytecode is written (beside the sources, in __pycache__, which git ignores) even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, as on the CI machines): the suite starts
+# some 150 Python processes (commands, fork servers, scripts), and each would compile autotune's
+# sources again, and each xdist worker rewrite the tests' asserts again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+# One intra-op thread per process: the suite runs 3 xdist workers, each with trial children, on
 # 2 cores, and torch's default (a thread per core) oversubscribes them; an OpenMP barrier then
 # waits out a descheduled thread's time slice at every op. Under load one round of the tiny
 # Llama over a traffic took 3.6 s instead of 25 ms, and test_traffic's four trials 150 s of

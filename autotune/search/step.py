@@ -278,10 +278,17 @@ def reuse(search: Search, trial: optuna.trial.Trial, key: str) -> str:
         skip(search, trial, key, "taken by another worker")
         return "taken"
     m = Measurement.from_dict(row.payload)
-    if row.trial_number is None and search.coord.adopt(key, trial.number):
-        if not tell(search, trial, m, None):
-            search.coord.unadopt(key, trial.number)
-        return "adopted"
+    if row.trial_number is None:
+        if search.coord.adopt(key, trial.number):
+            if not tell(search, trial, m, None):
+                search.coord.unadopt(key, trial.number)
+            return "adopted"
+        # a peer's trial adopted it since it was read: this trial repeats that one (told as
+        # the read row says, it would count as a second measurement of the strategy)
+        row = search.store.measurement(search.name, key)
+        if row is None or row.trial_number is None:  # adopted and freed again meanwhile
+            skip(search, trial, key, "adopted by another worker's trial")
+            return "taken"
     tell(search, trial, m, row.trial_number)
     return "repeat"
 

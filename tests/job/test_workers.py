@@ -36,15 +36,14 @@ study = "{study}"
 
 
 def _submit(tmp: Path, url: str, study: str, trials: int, spec: str | None = None) -> None:
-    """Submit a study: SPEC with its budget and name, or the given spec file's text."""
+    """Submit a study: SPEC with its budget and name, or the given spec file's text. Through the
+    library, in this process: the workers are what these tests start; `autotune submit` is run
+    as a command in tests/service and tests/cli."""
+    from autotune.search import submit
+    from autotune.search.spec import StudySpec
+
     (tmp / "s.toml").write_text(spec or SPEC.format(trials=trials, study=study))
-    out = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "submit", "--space", str(tmp / "s.toml"),
-         "--storage", url], capture_output=True, text=True, cwd=tmp,
-        env={**os.environ, "PYTHONPATH": ROOT},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert PASSWORD not in out.stdout + out.stderr
+    submit(StudySpec.from_sources(str(tmp / "s.toml")), url)
 
 
 def _worker(tmp: Path, url: str, study: str, *extra: str) -> subprocess.Popen:
@@ -85,7 +84,6 @@ def _consistent(url: str, study: str, budget: int, returning: int = 0) -> None:
     assert max(_measured_once(url, study).values()) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 def test_three_concurrent_workers_measure_each_strategy_once(postgres, tmp_path: Path) -> None:
     url = postgres.url
@@ -133,7 +131,6 @@ study = "killed"
 """
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 def test_a_killed_worker_s_strategy_is_measured_by_another(
     postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -178,7 +175,6 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(
     assert max(_measured_once(url, "killed").values()) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 @pytest.mark.parametrize(
     ("grace_s", "outage_s"),
@@ -249,7 +245,6 @@ study = "frozen"
 """
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 def test_a_worker_frozen_past_the_grace_period(
     postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -293,7 +288,6 @@ def test_a_worker_frozen_past_the_grace_period(
     assert study.trials[busy[0].trial_number].state.name == "FAIL"  # reaped by the peer
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT}
@@ -314,7 +308,6 @@ def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     assert (tmp_path / "studies" / "two" / "best.json").is_file()
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Path) -> None:
     import sqlalchemy
@@ -337,7 +330,6 @@ def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Pa
     assert len(Store(url).measurements("elsewhere")) == 2
 
 
-@pytest.mark.slow
 @pytest.mark.waits
 def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     import time
@@ -394,3 +386,36 @@ def test_a_tell_whose_answer_was_lost_is_not_taken_for_a_reaper_s(tmp_path: Path
     assert step.tell(search, fresh, m, None) is True
     states = [t.state.name for t in search.optuna.get_trials(deepcopy=False)]
     assert states == ["COMPLETE", "FAIL", "COMPLETE"]
+
+
+def test_a_trial_that_loses_an_adoption_repeats_the_winner_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers' trials both propose the eager baseline, stored with no trial: the one that
+    loses the adoption is told as a repeat of the winner's trial, so the strategy is measured
+    once (told as the row it read, it counted as a second measurement: seen with three workers
+    on PostgreSQL)."""
+    from autotune.search import open_search, step
+    from autotune.trial.measurement import Measurement
+    from tests.helpers import S, fast_spec, point
+
+    search = open_search(fast_spec(trials=4), f"sqlite:///{tmp_path}/t.db")
+    m = Measurement.from_dict(point(S["none"], 0.0, 10.0))
+    search.baseline = m
+    assert search.coord.record("none", None, m.to_dict()) == "stored"  # as the baseline is
+    read, won = search.store.measurement, []
+
+    def peer_adopts_after_the_read(name: str, key: str):  # the race's window, made certain
+        row = read(name, key)
+        if not won:
+            won.append(search.optuna.ask())
+            assert step.reuse(search, won[0], "none") == "adopted"
+        return row
+
+    loser = search.optuna.ask()
+    monkeypatch.setattr(search.store, "measurement", peer_adopts_after_the_read)
+    assert step.reuse(search, loser, "none") == "repeat"
+    trials = {t.number: t for t in search.optuna.get_trials(deepcopy=False)}
+    assert "repeat_of" not in trials[won[0].number].user_attrs
+    assert trials[loser.number].user_attrs["repeat_of"] == won[0].number
+    assert read(search.name, "none").trial_number == won[0].number
