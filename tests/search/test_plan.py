@@ -73,7 +73,7 @@ def search(model: str, folder: Path) -> tuple[dict, str, float]:
             "--allow-code", f"tests.models:{model}", "--backend", "eager,aot_eager",
             "--granularity", "none,full,regional", "--fullgraph", "false", "--trials", "8",
             "--iters", "400", "--warmup", "1", "--starts", "cold", "--time-budget",
-            f"{BUDGET_S:g}s", "--no-progress", "--json"]  # fmt: skip
+            f"{BUDGET_S:g}s", "--rungs", "full", "--no-progress", "--json"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     began = time.monotonic()
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=300)
@@ -98,6 +98,11 @@ def test_a_budget_is_kept_whole_and_a_quicker_model_measures_more(tmp_path: Path
     tests one at a time: on a loaded machine both baselines start past their share and stop
     at their least rounds, and no trial fits).
     100 ms a call against 400 rounds a trial: unbounded, one trial alone would take 80 s.
+    Every trial times its rounds to its share of the budget (``--rungs full``): with the cheap
+    rung, the sleeping model's trials, which compiling cannot speed up, all stopped after 6
+    rounds, both searches measured the whole space in well under the budget, and only the
+    baselines' rounds told them apart (in CI once the quick one's timed its least, 3, and
+    the test failed).
     Under a 40 s budget the whole search (baseline, trials, confirmation) ends within 10 % of
     it and prints its plan first; the same model ten times quicker, under the same budget,
     times more rounds or measures more trials."""
