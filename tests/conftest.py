@@ -50,10 +50,13 @@ if "OMP_NUM_THREADS" not in os.environ:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that mostly wait (fault tests with real outages, several workers), then those
-    that compile with inductor, go first, so that pytest-xdist overlaps them with everything
-    else instead of ending on them."""
+    """The tests that mostly wait (fault tests with real outages, several workers), then the
+    slow ones, go first, so that pytest-xdist overlaps them with everything else instead of
+    ending on them; the tests of the shared toy study go to one xdist worker."""
     order = ("long", "waits", "slow")
+    for item in items:  # the session's one toy study is built once: its tests share a worker
+        if "toy_study" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("toy_study"))
 
     def rank(item: pytest.Item) -> int:
         return next((i for i, m in enumerate(order) if item.get_closest_marker(m)), len(order))
@@ -72,9 +75,10 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def toy_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Search]:
-    """One finished toy-64 study (TPE, 10 measured strategies), shared by a test module."""
+    """One finished toy-64 study (TPE, 10 measured strategies), for tests that only read it
+    (the study's and the dashboard's); they run on one xdist worker, so it is built once."""
     folder = tmp_path_factory.mktemp("study")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AUTOTUNE_STUDIES", str(folder / "studies"))  # its caches go there

@@ -23,6 +23,7 @@ def test_readme_setup_commands_install_torch_first_and_test_command_matches_ci()
     assert f'pip install --quiet -e ".[test]" && python3 -m pytest{pytest_args}\n' in ci
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs(in_tmp: Path) -> None:
     text = README.read_text()
     search = re.search(r"after `(autotune search [^`]*)`", text)

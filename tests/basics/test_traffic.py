@@ -119,6 +119,7 @@ def dynamic_trials() -> dict[str, object]:
             "stance": measure(LLAMA, many, guarded, QUICK)}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_dynamic_false_hits_the_recompile_limit_only_under_traffic(dynamic_trials: dict) -> None:
     one, false, auto = dynamic_trials["one"], dynamic_trials["false"], dynamic_trials["none"]
     assert one.ok and not one.limit_hit and one.graphs.count == 1
@@ -137,6 +138,7 @@ def test_dynamic_false_hits_the_recompile_limit_only_under_traffic(dynamic_trial
     assert ranked[0].key == auto.strategy.key and ranked[1].limit_hit, shown
 
 
+@pytest.mark.slow
 def test_first_pass_counts_agree_with_torchs_own_counters(dynamic_trials: dict) -> None:
     for m in (dynamic_trials["false"], dynamic_trials["none"]):
         t = m.traffic
@@ -148,6 +150,7 @@ def test_first_pass_counts_agree_with_torchs_own_counters(dynamic_trials: dict) 
         assert abs(sum(r["weight"] for r in t["steady"]) - 1) < 1e-9
 
 
+@pytest.mark.slow
 def test_eager_on_recompile_compiles_once_and_serves_new_shapes_eager(
     dynamic_trials: dict,
 ) -> None:
@@ -166,6 +169,7 @@ def test_unbacked_marks_are_found_where_this_torch_keeps_them() -> None:
     assert unbacked_marker() is not None and unbacked_marker().__name__ == "mark_unbacked"
 
 
+@pytest.mark.slow
 def test_a_traffic_studys_dashboard_draws_the_first_pass(dynamic_trials: dict,
                                                           tmp_path: Path) -> None:  # fmt: skip
     from autotune import dashboard

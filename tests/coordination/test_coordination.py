@@ -61,7 +61,9 @@ def test_record_outcomes(store: Store) -> None:
 
 
 def test_a_silent_worker_is_reaped_only_past_the_grace_period(store, monkeypatch) -> None:
-    monkeypatch.setenv("AUTOTUNE_GRACE_S", "1")
+    # A 3 s grace: the first reap must come within it of the claim even when a loaded machine
+    # stalls this process (with 1 s, a stall once made the claim look silent already).
+    monkeypatch.setenv("AUTOTUNE_GRACE_S", "3")
     w1, w2, name = _pair(store)
     study = optuna.create_study(study_name=name, storage=optuna_storage(store.url),
                                 directions=["minimize"])  # fmt: skip
@@ -70,7 +72,7 @@ def test_a_silent_worker_is_reaped_only_past_the_grace_period(store, monkeypatch
     w2.pulse.since = time.monotonic() - 5  # w2 has reached the database for 5 s
     assert w2.reap(study, w2.tally(KEYS)) == 0  # w1 beat just now (and t2 is a new suspect)
     assert w2.live_workers() == 1
-    time.sleep(1.5)
+    time.sleep(3.5)
     assert w2.reap(study, w2.tally(KEYS)) == 2  # w1's trial, and t2 that never claimed
     states = {t.number: t.state.name for t in study.trials}
     assert states == {t1.number: "FAIL", t2.number: "FAIL"}
@@ -90,10 +92,15 @@ def test_no_one_is_reaped_until_the_reaper_has_been_connected_for_the_grace_peri
     t1 = study.ask()
     w1.claim("a", t1.number, 10, KEYS)
     time.sleep(1.5)
+    tally = w2.tally(KEYS)  # read before the beat: a stalled tally must not eat the grace
+    assert [c.key for c in tally.stale] == ["a"]  # w1's claim looks silent
     w2.pulse.since = None  # w2's last beat failed: the database was away
     w2.pulse.beat()  # and now it is back
-    assert not w2.pulse.steady() and w2.reap(study, w2.tally(KEYS)) == 0
+    assert not w2.pulse.steady() and w2.reap(study, tally) == 0
     assert study.trials[0].state.name == "RUNNING"
+    w2.pulse.since = time.monotonic() - 1  # once back for the grace period, it reaps
+    assert w2.pulse.steady() and w2.reap(study, tally) == 1
+    assert study.trials[0].state.name == "FAIL"
 
 
 def test_a_failed_baseline_is_forgotten_once_and_a_good_one_kept(store: Store) -> None:

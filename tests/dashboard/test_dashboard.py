@@ -19,10 +19,6 @@ from autotune.strategy.strategy import Strategy
 from tests.browser import ARTIFACTS, CHROMIUM, chromium, console_errors, rendered_plots
 from tests.helpers import S, hand_built, point
 
-# a module-scoped fixture is built once: every test that shares it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("dashboard")
-
-
 PLOTS = 7
 
 
@@ -147,6 +143,7 @@ def _one_and_many(folder: Path) -> tuple[Store, Store]:
     return one, many
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
 def test_page_renders_in_real_chromium(toy_study: Search, tmp_path: Path) -> None:
     ARTIFACTS.mkdir(exist_ok=True)

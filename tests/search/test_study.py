@@ -19,9 +19,6 @@ from autotune.search.deduction import Tactics
 from autotune.trial.measurement import Measurement
 from tests.helpers import fast_spec
 
-# a module-scoped fixture is built once: every test that shares it runs on one xdist worker
-pytestmark = pytest.mark.xdist_group("study")
-
 
 def test_optuna_reads_the_study_and_agrees_on_the_front(toy_study: Search) -> None:
     study = optuna.load_study(study_name=toy_study.name, storage=toy_study.store.url)

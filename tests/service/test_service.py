@@ -360,6 +360,7 @@ def test_the_listening_socket_gives_connections_without_delayed_acks() -> None:
     assert asyncio.run(nodelay(plain)) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it)")
 def test_the_index_and_a_study_page_in_real_chromium(site: Site) -> None:
     ARTIFACTS.mkdir(exist_ok=True)

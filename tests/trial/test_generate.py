@@ -281,6 +281,7 @@ def test_transformers_export_round_trips_through_compile_config_and_generate(
     assert gen.generation_config.cache_implementation == "static"
 
 
+@pytest.mark.slow
 def test_search_over_fast_backends_on_gpt2(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
     code = cli.main([
         "search", "--model", "gpt2", "--layers", "2", "--workload", "generate", "--seq-len", "8",

@@ -168,6 +168,7 @@ def confirmed() -> Iterator[dict[str, object]]:
            "guarded": guarded, "trial": measure(LLAMA, long, guarded, QUICK)}  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_confirmation_isolates_each_rival(confirmed: dict) -> None:
     m = confirmed["static"]
     assert m.ok and len(m.rounds) == 4 and all(len(r) == 4 for r in m.rounds.values())
@@ -176,6 +177,7 @@ def test_a_confirmation_isolates_each_rival(confirmed: dict) -> None:
         assert m.traffic[s.key] == {"compiles": graphs, "ran_eager": []}, s.key
 
 
+@pytest.mark.slow
 def test_a_confirmation_serves_a_stance_as_its_trial_did(confirmed: dict) -> None:
     m, trial = confirmed["stance"], confirmed["trial"]
     key = confirmed["guarded"].key
