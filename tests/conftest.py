@@ -49,12 +49,14 @@ if "OMP_NUM_THREADS" not in os.environ:
     torch.set_num_threads(1)  # this one imported torch before it was set
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that mostly wait (fault tests with real outages, several workers), then the
     slow ones, go first, so that pytest-xdist overlaps them with everything else instead of
-    ending on them; the tests of the shared toy study go to one xdist worker."""
+    ending on them; the tests of the session's one toy study go to one xdist worker, so that
+    it is built once."""
     order = ("long", "waits", "slow")
-    for item in items:  # the session's one toy study is built once: its tests share a worker
+    for item in items:
         if "toy_study" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("toy_study"))
 

@@ -57,6 +57,7 @@ def test_every_command_the_docs_show_is_one_the_parser_takes() -> None:
         parser.parse_args(["worker", "--all"])
 
 
+@pytest.mark.slow
 def test_the_api_page_example_runs_as_written(in_tmp: Path) -> None:
     page = (ROOT / "docs" / "api.md").read_text()
     [code] = re.findall(r"```python\n(.*?)```", page, re.S)

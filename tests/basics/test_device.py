@@ -264,6 +264,7 @@ def test_only_the_device_module_touches_torch_cuda() -> None:
     assert found == []
 
 
+@pytest.mark.slow
 def test_the_gpu_acceptance_run_s_plan_parses_and_builds() -> None:
     """bench/gpu.py --dry-run: every command of the plan parses, every model builds at one
     layer (what CI can check of a run that needs a GPU)."""

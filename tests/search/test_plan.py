@@ -32,7 +32,8 @@ def test_rounds_end_by_their_deadline_but_not_before_the_least() -> None:
     calls = {"a": lambda: time.sleep(0.02), "b": lambda: time.sleep(0.02)}
     began = time.time()
     samples = timing.interleave(calls, 1000, lambda c: c(), deadline=began + 0.5, least=3)
-    assert 3 <= timing.rounds_of(samples) < 20 and time.time() - began < 0.6
+    # ends by its deadline, not after 1000 rounds (40 s); the slack is for a loaded machine
+    assert 3 <= timing.rounds_of(samples) < 20 and time.time() - began < 2.0
     past = timing.interleave(calls, 1000, lambda c: c(), deadline=began, least=4)
     assert timing.rounds_of(past) == 4  # the deadline had passed: the least rounds still run
     free = timing.interleave(calls, 7, lambda c: c())

@@ -113,6 +113,7 @@ print(after[0] - before[0], graphs, len(after[2]) - len(before[2]))
 """
 
 
+@pytest.mark.slow
 def test_compile_counts_drop_no_record_past_64() -> None:
     """In a fresh process, where dynamo keeps its last 64 records: 80 compiles counted."""
     import subprocess
