@@ -84,6 +84,7 @@ def _consistent(url: str, study: str, budget: int, returning: int = 0) -> None:
     assert max(_measured_once(url, study).values()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 def test_three_concurrent_workers_measure_each_strategy_once(postgres, tmp_path: Path) -> None:
     url = postgres.url
@@ -288,6 +289,7 @@ def test_a_worker_frozen_past_the_grace_period(
     assert study.trials[busy[0].trial_number].state.name == "FAIL"  # reaped by the peer
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT}

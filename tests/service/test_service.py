@@ -112,6 +112,7 @@ def one_line_error(response: httpx.Response, status: int, needle: str = "") -> s
     return body["error"]
 
 
+@pytest.mark.slow
 def test_the_lookup_answers_with_the_export_and_404_when_none_exists(site: Site) -> None:
     exported = json.loads(Store(site.url).latest_export("real").content)  # type: ignore[union-attr]
     with site.server.client() as http:
@@ -135,6 +136,7 @@ def test_the_lookup_answers_with_the_export_and_404_when_none_exists(site: Site)
         one_line_error(http.get("/api/lookup", params={"device": "cpu"}), 422, "model")
 
 
+@pytest.mark.slow
 def test_the_studies_and_one_study_with_its_trials_and_front(site: Site) -> None:
     with site.server.client() as http:
         rows = {s["study"]: s for s in http.get("/api/studies").json()["studies"]}
@@ -157,6 +159,7 @@ def test_the_studies_and_one_study_with_its_trials_and_front(site: Site) -> None
         one_line_error(http.delete("/api/studies/real"), 405)
 
 
+@pytest.mark.slow
 def test_export_formats_and_the_cache_artefact_download(site: Site) -> None:
     with site.server.client() as http:
         yaml = http.get("/api/studies/real/export", params={"format": "accelerate-yaml"})
@@ -185,6 +188,7 @@ def _snapshot(url: str) -> tuple:
     return store.stamp(), sorted(optuna.get_all_study_names(url)), len(store.claims("real"))
 
 
+@pytest.mark.slow
 def test_every_refusal_is_4xx_one_line_and_changes_nothing(site: Site) -> None:
     wrong = {"Authorization": "Bearer " + "x" * len(TOKEN)}
     basic = {"Authorization": f"Basic {TOKEN}"}
@@ -547,6 +551,7 @@ def test_submit_over_http_then_two_queue_workers_on_postgres(postgres, tmp_path:
     assert PASSWORD not in output and "Traceback" not in output
 
 
+@pytest.mark.slow
 def test_the_lookup_says_whether_the_pick_s_artefact_fits_the_asker(site: Site) -> None:
     """Given the asker's fingerprint fields, the lookup judges each artefact of the pick as
     autotune check does: the fields given that differ, and only those."""

@@ -139,7 +139,7 @@ def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
     assert len(set(first.tokens.flatten().tolist())) > 2  # the check compares real variety
 
 
-@pytest.mark.parametrize("granularity", ["full", "regional"])
+@pytest.mark.parametrize("granularity", ["full", pytest.param("regional", marks=pytest.mark.slow)])
 def test_the_kv_cache_is_allocated_before_the_first_compiled_call(granularity: str) -> None:
     """transformers allocates a StaticCache's tensors on its first update and marks them static
     only outside a trace: first updated inside a compiled prefill, they are the graph's outputs
@@ -248,7 +248,7 @@ def _export(tmp_path: Path, strategy: Strategy) -> Path:
     return path
 
 
-@pytest.mark.parametrize("granularity", ["full", "regional"])
+@pytest.mark.parametrize("granularity", ["full", pytest.param("regional", marks=pytest.mark.slow)])
 def test_transformers_export_round_trips_through_compile_config_and_generate(
     granularity: str, tmp_path: Path
 ) -> None:
