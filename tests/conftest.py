@@ -15,11 +15,11 @@ from autotune.trial import process
 from tests.helpers import fast_spec
 
 # Inductor's first load in a process with an empty cache directory compiles and loads a test
-# program per vector ISA with gcc (5-6 s here; BENCHMARKS.md, "Starts that skip the compiler"),
-# and every cold trial of the suite starts with an empty cache directory. The tests check what
-# autotune does, not how long torch's probes take, so they trust the CPU's flags instead, as a
-# user may with the same variable; the product and the benchmarks run with torch's default.
-# This takes the suite from 6 min 50 s to 5 min 13 s on 2 cores.
+# program per vector ISA with gcc (5-6 s here; docs/benchmarks.md, "How much does a precompiled or
+# AOTInductor start save?"), and every cold trial of the suite starts with an empty cache
+# directory. The tests check what autotune does, not how long torch's probes take, so they trust
+# the CPU's flags instead, as a user may with the same variable; the product and the benchmarks run
+# with torch's default. This takes the suite from 6 min 50 s to 5 min 13 s on 2 cores.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # Bytecode is written (beside the sources, in __pycache__, which git ignores) even where the
 # environment says not to (PYTHONDONTWRITEBYTECODE, as on the CI machines): the suite starts

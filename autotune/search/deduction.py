@@ -44,7 +44,8 @@ _MODE_COST = {"lite": 0, "default": 1}
 class Tactics:
     """Which of the rules a search uses (the replay switches them one by one). Equivalence is
     off by default (``--equivalence`` turns it on): it is right, but it stops the search from
-    re-measuring identical compiles, and on a CPU their noise decides the front (BENCHMARKS.md)."""
+    re-measuring identical compiles, and on a CPU their noise decides the front
+    (docs/benchmarks.md)."""
 
     anchors: bool = True
     implication: bool = True
