@@ -13,6 +13,11 @@ rival the rounds cannot tell from the pick ties with it; and the policy picks ag
 numbers, so a tie goes where the policy's tie rule sends it (the quicker compile, for every
 policy but ``fastest`` on latency alone). Where it lands on a strategy the rounds did not
 time, that one is confirmed in rounds of its own (:func:`passes`).
+
+The rounds stop before :data:`MIN_ROUNDS` only where no strategy they time could be shown
+faster than eager any more, even winning every round left (a curtailed sign test,
+:func:`autotune.trial.timing.none_can_show`): what they decide is then what all the rounds
+would decide, since a strategy not shown counts as eager whatever its rounds measured.
 """
 
 from __future__ import annotations
@@ -128,9 +133,10 @@ def confirmed_points(points: list[Point], latency_ms: dict[str, float],
 
 
 def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]], policy: str,
-           objectives: tuple[str, ...]) -> Confirmation:  # fmt: skip
+           objectives: tuple[str, ...], planned: int = 0) -> Confirmation:  # fmt: skip
     """The policy's pick once the confirmed strategies' latencies are what the rounds show,
-    and a confirmation that says so (its lines, the latencies and speedups)."""
+    and a confirmation that says so (its lines, the latencies and speedups; a strategy timed
+    in fewer than the ``planned`` rounds stopped where no more could have shown it)."""
     eager = rounds_ms["none"]
     base = next((p.latency_ms for p in points if p.key == "none"), statistics.median(eager))
     confirmed: dict[str, float] = {}
@@ -149,8 +155,10 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
             shown_keys.add(key)
         speedups[key] = speedup
         word = "confirmed" if shown else "not shown"
+        stopped = (f"; stopped: the {planned - len(ms)} rounds left could not have shown it"
+                   if 0 < len(ms) < planned else "")  # fmt: skip
         lines.append(f"{word}: {key} beat eager in {won} of {n} rounds (p = {p:.2g}, "
-                     f"{speedup:.2f}x)")  # fmt: skip
+                     f"{speedup:.2f}x){stopped}")  # fmt: skip
     if chosen.key in confirmed:
         for key, ms in rounds_ms.items():
             if key in ("none", chosen.key):
@@ -171,12 +179,13 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
 
 def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
            objectives: tuple[str, ...], time_rounds: Callable[[list[str]], Rounds],
-           where: str = "in one process") -> Confirmation:  # fmt: skip
+           where: str = "in one process", planned: int = 0) -> Confirmation:  # fmt: skip
     """Confirm ``chosen`` against its rivals; where the policy then picks a strategy the rounds
     did not time, confirm that one in a pass of its own (at most :data:`PASSES`), so that the
     exported pick is always one the rounds showed, or eager. ``time_rounds(keys)`` times the
     strategies ``keys`` and eager in one process: ``(rounds by key, wall seconds)``, or
-    ``(None, why)`` when it could not; ``where`` says how they were timed."""
+    ``(None, why)`` when it could not; ``where`` says how they were timed, ``planned`` how
+    many rounds each would take unless no more could show it faster than eager."""
     first, shown = chosen.key, Confirmation(chosen.key, chosen.key, 0, 0.0)
     for attempt in range(PASSES):
         others = rivals(chosen, points, front, objectives)
@@ -193,7 +202,7 @@ def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,
             if attempt == 0:
                 shown.status, shown.reason = why.split(":")[0], why
             break
-        result = settle(points, chosen, rounds_ms, policy, objectives)
+        result = settle(points, chosen, rounds_ms, policy, objectives, planned)
         shown.lines += result.lines
         shown.lines.append(f"confirmation: {result.rounds} rounds of {len(keys)} strategies and "
                            f"eager {where}, {float(wall):.1f} s")  # fmt: skip
@@ -225,12 +234,13 @@ def confirm(spec: Confirmable, chosen: Point, points: list[Point], front: list[P
     from autotune.trial import parent
 
     by_key = {p.key: p for p in points}
+    planned = max(spec.settings.iters, MIN_ROUNDS)
 
     def time_rounds(keys: list[str]) -> Rounds:
         strategies = [Strategy.from_dict(by_key[k].strategy) for k in keys]
         caches = [parent.cache_folder(kept, k) for k in keys] if kept else []
         start = time.perf_counter()
-        settings = dataclasses.replace(spec.settings, iters=max(spec.settings.iters, MIN_ROUNDS))
+        settings = dataclasses.replace(spec.settings, iters=planned)
         m = parent.confirm(spec.model, spec.workload, strategies, settings, caches)
         if not m.ok or not m.rounds:
             return None, f"{m.status}: {m.reason}"
@@ -238,4 +248,4 @@ def confirm(spec: Confirmable, chosen: Point, points: list[Point], front: list[P
 
     where = ("over the traffic, each strategy with its own eager in a process of its own"
              if spec.workload.traffic else "in one process")  # fmt: skip
-    return passes(points, chosen, front, spec.policy, spec.objectives, time_rounds, where)
+    return passes(points, chosen, front, spec.policy, spec.objectives, time_rounds, where, planned)

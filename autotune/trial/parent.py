@@ -153,7 +153,8 @@ def confirm_apart(
 ) -> Measurement:  # fmt: skip
     """A traffic's confirmation: each strategy timed by a trial of its own in a fresh process
     (warm from its kept caches), as its trial measured it: the first pass over the traffic,
-    then ``settings.iters`` rounds of the steady state against eager, none cut short. Rivals
+    then ``settings.iters`` rounds of the steady state against eager, none cut short but where
+    no more rounds could show it faster than eager (then "not shown" is what all would say). Rivals
     apart share no code object, so no recompile budget and no graph. The rounds come back on
     one scale: each strategy's round ``i`` times the ratio to its own process's eager round
     ``i``, against a constant eager (its first process's median), so that a sign test against
@@ -181,8 +182,10 @@ def confirm_apart(
         passes[strategy.key] = {"compiles": sum(t.get("compiles", [])),
                                 "ran_eager": t.get("ran_eager", [])}  # fmt: skip
         eager, own = m.rounds["none"], m.rounds[strategy.key]
-        found.setdefault("none", [statistics.median(eager)] * len(eager))
-        found[strategy.key] = [c * found["none"][0] / e for c, e in zip(own, eager, strict=True)]
+        base = found.setdefault("none", [statistics.median(eager)])[0]
+        found[strategy.key] = [c * base / e for c, e in zip(own, eager, strict=True)]
+    # as long as the longest: a strategy that no more rounds could show stopped early
+    found["none"] *= max(len(v) for k, v in found.items() if k != "none")
     return Measurement(*Request("confirm", strategies[0], model, workload,
                                 confirm=tuple(strategies)).base(), "ok", rounds=found,
                        traffic=passes)  # fmt: skip

@@ -7,7 +7,9 @@ model would share its code objects, so their recompile limit and each other's gr
 The model is built once; each strategy compiles it (regional and nested make new trees that
 share its parameters, so the strategies fit together), warm where the parent handed over their
 kept compile caches. A train workload gives each strategy a copy of its own, as a step changes
-the weights. Each round times one call of every strategy, in a random order.
+the weights. Each round times one call of every strategy, in a random order; the rounds end
+early only where no strategy could be shown faster than eager any more
+(:func:`autotune.trial.timing.none_can_show`).
 """
 
 from __future__ import annotations
@@ -60,11 +62,13 @@ def run(ctx: TrialContext) -> Measurement:
     for _ in range(max(1, ctx.request.warmup)):
         for call in calls.values():
             call()
+    iters = ctx.request.iters
     samples = timing.interleave(
         calls,
-        ctx.request.iters,
+        iters,
         lambda call: call(),
         ctx.seed,
+        after_round=lambda done: timing.none_can_show(done, iters, "none"),
         deadline=ctx.request.deadline,
         least=ctx.request.least,
     )

@@ -102,3 +102,29 @@ def settled(wins: int, losses: int, remaining: int) -> bool:
     """:func:`decided` from the counts so far (a loop that keeps them pays O(1) a round)."""
     now = _verdict(wins, losses)
     return _verdict(wins + remaining, losses) == now == _verdict(wins, losses + remaining)
+
+
+def cannot_show(wins: int, losses: int, remaining: int) -> bool:
+    """Whether compiled can no longer be shown faster than eager, even if it wins every one of
+    the ``remaining`` rounds: "not shown" is then the verdict that all the rounds would give."""
+    return _verdict(wins + remaining, losses) != 1
+
+
+def none_can_show(samples: dict[str, list[float]], iters: int, eager: str) -> bool:
+    """A confirmation's early end (curtailment): True once no side of ``samples`` but
+    ``eager`` can still be shown faster than it in ``iters`` rounds, after at least
+    :data:`MIN_ROUNDS`. What the confirmation decides is then what ``iters`` rounds would
+    decide (every strategy not shown, so none counts a speedup); a strategy that may still be
+    shown keeps every side timing to the last round, for the comparisons between them."""
+    done = rounds_of(samples)
+    if done < MIN_ROUNDS:
+        return False
+    base = samples[eager]
+    for key, values in samples.items():
+        if key == eager:
+            continue
+        wins = sum(e > c for e, c in zip(base, values, strict=False))
+        losses = sum(e < c for e, c in zip(base, values, strict=False))
+        if not cannot_show(wins, losses, iters - done):
+            return False
+    return True

@@ -12,14 +12,19 @@ import torch
 
 from autotune import device, traffic
 from autotune.catalog import ModelRef
+from autotune.choice.confirm import settle
+from autotune.choice.selection import candidates
 from autotune.strategy.strategy import Strategy
 from autotune.trial import recompiles
+from autotune.trial.child import fulfil
+from autotune.trial.measurement import Measurement
 from autotune.trial.parent import confirm, measure
 from autotune.trial.request import Request
 from autotune.trial.scenarios import Served, begin
 from autotune.trial.scenarios.served import judged_outputs
 from autotune.workload import Settings, Workload
 from tests import models
+from tests.helpers import point, stored
 
 LLAMA = ModelRef("tests.models:tiny_llama")
 LENGTHS = "8,12,16,20,24,28,32,40,48,56,64,72"  # 12 lengths: past a static compile's limit (8)
@@ -183,3 +188,53 @@ def test_a_confirmation_serves_a_stance_as_its_trial_did(confirmed: dict) -> Non
     m, trial = confirmed["stance"], confirmed["trial"]
     key = confirmed["guarded"].key
     assert m.ok and m.traffic[key]["ran_eager"] == trial.traffic["ran_eager"] != []
+
+
+MATMULS = ModelRef("tests.models:matmuls")
+SLOWER = Strategy.create("full", "tests.models:dawdling_backend")  # 20 ms slower a call
+QUICKER = Strategy.create("full", "tests.models:memo_backend")  # computes once
+TWELVE = Settings(iters=12, warmup=1, starts=("cold",), timeout_s=300)
+TWO_SHAPES = Workload(device="cpu", seq_len="64,128", requests=4)
+
+
+def confirmation_child(workload: Workload, strategies: list[Strategy]) -> Measurement:
+    """A confirmation's child of 12 rounds, run in this process."""
+    torch._dynamo.reset()
+    return fulfil(Request("confirm", strategies[0], MATMULS, workload, 12, 1, 0,
+                          confirm=tuple(strategies)))  # fmt: skip
+
+
+def test_a_confirmation_stops_where_no_round_left_could_show_a_speedup() -> None:
+    """Over a traffic, a rival that loses its rounds stops after the least (5 of 12): 12
+    could no longer show it; one that wins times all 12. At one shape, the strategies in one
+    process stop only where none of them could be shown."""
+    lost = confirmation_child(TWO_SHAPES, [SLOWER])
+    assert lost.ok and [len(r) for r in lost.rounds.values()] == [5, 5]
+    won = confirmation_child(TWO_SHAPES, [QUICKER])
+    assert won.ok and [len(r) for r in won.rounds.values()] == [12, 12]
+    one = Workload(device="cpu")
+    alone = confirmation_child(one, [SLOWER])
+    assert alone.ok and {len(r) for r in alone.rounds.values()} == {5}
+    beside = confirmation_child(one, [SLOWER, QUICKER])
+    assert beside.ok and {len(r) for r in beside.rounds.values()} == {12}
+
+
+@pytest.mark.slow
+def test_a_confirmation_that_stopped_one_rival_early_judges_the_next_on_all_its_rounds() -> None:
+    """In processes of their own: the first rival stops at 5 rounds, the second times 12, and
+    eager's scale is as long as the longest, so the second is judged on all 12."""
+    m = confirm(MATMULS, TWO_SHAPES, [SLOWER, QUICKER], TWELVE, [])
+    assert m.ok and {k: len(v) for k, v in m.rounds.items()} == {
+        "none": 12, SLOWER.key: 5, QUICKER.key: 12}  # fmt: skip
+    rows = [
+        stored(s.key, n, point(s, c, ms))
+        for n, (s, c, ms) in enumerate(
+            [(Strategy("none"), 0.0, 10.0), (SLOWER, 1.0, 12.0), (QUICKER, 1.0, 5.0)]
+        )
+    ]
+    found = candidates(rows)
+    chosen = next(p for p in found if p.key == QUICKER.key)
+    said = settle(found, chosen, m.rounds, "fastest", ("compile", "latency"), planned=12)
+    assert said.pick == QUICKER.key
+    assert f"confirmed: {QUICKER.key} beat eager in 12 of 12 rounds" in said.lines[1]
+    assert said.lines[0].endswith("stopped: the 7 rounds left could not have shown it")

@@ -295,8 +295,8 @@ class Served(Inference):
         return super().time_rounds(calls)
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
-        if self.ctx.request.kind == "confirm":  # a confirmation times all its rounds
-            return False
+        if self.ctx.request.kind == "confirm":  # all its rounds, unless none could show it
+            return timing.none_can_show(samples, self.ctx.request.iters, "eager")
         return super().after_round(samples)
 
     def record(self, samples: dict[str, list[Any]]) -> None:
