@@ -91,6 +91,31 @@ def test_timed_calls_carry_no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     assert scenario.eager_shapes  # the probes found the shapes served eager
 
 
+def test_a_shape_that_arrives_once_is_timed_once_on_each_side(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The first pass times a shape's repeat latency only where a later arrival stands at it:
+    (1, 8) arrives twice, so each side times it twice; (1, 16) and (1, 24) once each."""
+    calls: list[object] = []
+    real_wall = device.wall
+
+    def wall(fn, where):  # type: ignore[no-untyped-def]
+        calls.append(fn)
+        return real_wall(fn, where)
+
+    monkeypatch.setattr(device, "wall", wall)
+    requests = ((1, 8), (1, 16), (1, 8), (1, 24))
+    scenario = served(Workload(traffic=requests), Strategy.create("full", "aot_eager"))
+    timed = {(side, shape): calls.count(step) for side, steps in scenario.steps.items()
+             for shape, step in steps.items() if shape in requests}  # fmt: skip
+    assert timed == {("eager", (1, 8)): 2, ("eager", (1, 16)): 1, ("eager", (1, 24)): 1,
+                     ("compiled", (1, 8)): 2, ("compiled", (1, 16)): 1,
+                     ("compiled", (1, 24)): 1}  # fmt: skip
+    t = scenario.ctx.result.traffic
+    assert t["played"] == [1, 2, 4] and len(t["first_ms"]) == 4  # the repeat at its latency
+    assert t["eager_first_ms"][2] > 0 and t["first_ms"][2] > 0
+
+
 def test_a_model_without_repeated_blocks_is_found_running_eager() -> None:
     mixer = ModelRef("tests.models:mixing")
     assert recompiles.blocks_of(models.mixing()[0]) == []

@@ -11,10 +11,12 @@ an ``attention_mask`` where the forward takes one).
    or by its stance). A repeat changes nothing a first pass measures, so repeats are not
    played (the cost grows with distinct shapes, not requests), except under
    ``eager_then_compile``, which compiles on a later call: every request is played until the
-   first compile. A CUDA-graph strategy records a shape's graph on its second call: that
-   call is a stall too. **Time to ready** is eager's time to ready (each request up to the
-   last new shape's first arrival, at eager's latency of its shape) plus the stalls; the
-   start objective is the stalls' sum (``compile_s``).
+   first compile. A shape that arrives again is called once more on each side, for the
+   repeat latency its later arrivals stand at; one that arrives once is not. A CUDA-graph
+   strategy records a shape's graph on its second call: that call is a stall too. **Time to
+   ready** is eager's time to ready (each request up to the last new shape's first arrival,
+   at eager's latency of its shape) plus the stalls; the start objective is the stalls' sum
+   (``compile_s``).
 2. **Steady state**: shapes that stand for the traffic and keep its mix of shapes served
    compiled and eager (:func:`autotune.traffic.steady`), one call of each per round,
    interleaved with eager; a round's sample is the latency weighted by the traffic. A cheap
@@ -27,6 +29,7 @@ an ``attention_mask`` where the forward takes one).
 
 from __future__ import annotations
 
+import collections
 import math
 import statistics
 import time
@@ -153,6 +156,10 @@ class Served(Inference):
         found: dict[str, Any] = {"compiles": [], "reasons": [], "stall_ms": [], "played": []}
         by_stance: set[int] = set()  # requests eager_then_compile ran eager before its compile
         compiled_any = False
+        # a shape's repeat latency stands for its later arrivals, or finds a CUDA graph's
+        # recording: a shape that arrives once has no later arrival to stand for
+        arrivals = collections.Counter(requests)
+        repeated = {s for s, n in arrivals.items() if n > 1 or self.graphs}
 
         confirming = ctx.request.kind == "confirm"  # only the state matters: eager untimed
 
@@ -172,7 +179,8 @@ class Served(Inference):
             found["played"].append(n)
             if new:
                 first[shape] = ms("eager", shape)
-                repeat["eager"][shape] = ms("eager", shape)
+                if shape in repeated:
+                    repeat["eager"][shape] = ms("eager", shape)
             timed["eager"].append(first[shape] if new else repeat["eager"][shape])
             before = metrics.compile_counts()
             took = ms("compiled", shape) if compiled_side else timed["eager"][-1]
@@ -180,12 +188,12 @@ class Served(Inference):
             compiles = after[0] - before[0]
             compiled_any = compiled_any or compiles > 0
             stall = max(0.0, took - first[shape]) if compiles else 0.0
-            if (compiles or new) and not confirming:  # its repeat latency, from here on
-                again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
+            if (compiles or new) and not confirming and shape in repeated:  # its repeat latency
+                took_again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
                 if new and self.graphs:  # a CUDA graph was recorded on that second call
-                    stall += max(0.0, again - repeat["eager"][shape])
-                    again = ms("compiled", shape)
-                repeat["compiled"][shape] = again
+                    stall += max(0.0, took_again - repeat["eager"][shape])
+                    took_again = ms("compiled", shape)
+                repeat["compiled"][shape] = took_again
             elif compiles or new:
                 repeat["compiled"][shape] = took
             if compiles and shape not in self.compiled_shapes:
