@@ -7,9 +7,13 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
 - the eager baseline's timed rounds end at :data:`BASELINE_SHARE` of the budget, but never
   before :data:`BASELINE_ROUNDS` (eager against itself has nothing to decide);
 - from the baseline come a round's cost (its timed rounds over their number) and what a trial
-  costs besides its compile and its rounds (the process, the build, the first pass, the gate);
+  costs besides its compile and its rounds (the process, the build, the first pass, the gate;
+  over a traffic, a compiled trial's first pass at :data:`FIRST_PASS_CALLS` times the
+  baseline's);
 - a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
   backend is measured, then the mean of what its trials took beyond the rest;
+- the study's higher-precision reference, until it is computed, is kept
+  :data:`REFERENCE_PRIOR_S`: the first trial starts only where it fits after the reference;
 - the confirmation is kept its share first: its processes (the pick and its rivals, no more
   than the compiled strategies measured once the next trial is), each with a warm compile and the
   confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`); over a
@@ -52,6 +56,14 @@ WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against th
 # confirmation's least rounds cost more than this share of the budget, fewer shapes are timed.
 CONFIRM_SHARE = 0.35
 TAIL_S = 5.0  # the export and the answer, after the confirmation
+# Over a traffic, a compiled trial's first pass calls each new shape three times (eager's call,
+# the compiled model's, and the probe that finds whether it ran eager); the baseline's, once.
+# A first pass of 100 s in the baseline took 350 s in a compiled trial (bf16 without native
+# instructions), 6.5 s took 20-24 s at 260 ms a call.
+FIRST_PASS_CALLS = 3
+# The study's higher-precision reference before it is computed (float64, one forward a shape):
+# gemma-2b at 2 layers over a traffic took 24-37 s on a 2-core CPU, with or without AVX-512.
+REFERENCE_PRIOR_S = 40.0
 
 
 @functools.cache
@@ -79,6 +91,7 @@ class Plan:
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
     rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
+    reference_s: float = 0.0  # what the reference still costs (its prior until it is computed)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
 
     @property
@@ -110,6 +123,8 @@ class Plan:
             self.round_s = per_shape * self.steady
         self.fixed_s = max(0.0, t.get("startup_s", 0.0) + t.get("child_s", 0.0)
                            - t.get("timing_s", 0.0))  # fmt: skip
+        if self.shapes:  # a compiled trial's first pass, and a confirmation's, call more
+            self.fixed_s += (FIRST_PASS_CALLS - 1) * t.get("first_s", 0.0)
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
 
     def account(self, m: Measurement) -> None:
@@ -195,10 +210,11 @@ class Plan:
         return f"{now:.1f} min kept to confirm" + (later if f"{grown:.1f}" != f"{now:.1f}" else "")
 
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
-        """When the last trial must have ended for the confirmation to fit."""
+        """When the last trial must have ended for the confirmation (and a reference not yet
+        computed) to fit."""
         if self.deadline is None:
             return None
-        return self.deadline - self.confirmation_s(backends, traffic)
+        return self.deadline - self.confirmation_s(backends, traffic) - self.reference_s
 
     def may_start(self, backends: list[str], traffic: bool) -> bool:
         """Whether one more trial fits (its deciding rounds, the cheapest backend's compile)
@@ -250,9 +266,10 @@ class Plan:
             return f"{head}: {trials} trials fit in {budget} ({kept})"
         least = min(self.trial_s(b, deciding_rounds()) for b in backends)  # as may_start
         if room < least:
+            kept = "the reference and the confirmation" if self.reference_s else "the confirmation"
             return (f"{head}: the budget of {budget} cannot decide anything here (a trial "
                     f"needs {least:.0f} s for {deciding_rounds()} rounds, {max(room, 0):.0f} s "
-                    "are left before the confirmation); raise --time-budget")  # fmt: skip
+                    f"are left before {kept}); raise --time-budget")  # fmt: skip
         return (f"{head}: {max(int(room // trial), 1)} of {trials} trials fit in {budget} at "
                 f"{self.iters} rounds, up to {min(int(room // least), trials)} at "
                 f"{deciding_rounds()} ({kept})")  # fmt: skip

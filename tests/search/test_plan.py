@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.search.plan import Plan, deciding_rounds
+from autotune.search.plan import REFERENCE_PRIOR_S, Plan, deciding_rounds
 from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
@@ -131,6 +131,22 @@ def traffic_baseline(round_s: float, shapes: int) -> Measurement:
     return m
 
 
+def test_a_compiled_trial_s_first_pass_over_a_traffic_is_counted_as_its_calls() -> None:
+    """The main job's baseline restricted to AVX2 (bf16 at 3.9 s a call, 2026-11-27): a first
+    pass of 103 s, 3 rounds of one shape in 25 s. Its one compiled trial then took 404 s
+    (first pass 351 s: each shape called by eager, the compiled model and the probe), and
+    with the confirmation the run ended at 813 s of 600. Counted as its calls, the trial is
+    estimated near what it took, and none starts in what is left of 10 minutes."""
+    m = baseline(3900.0, 3, child_s=140.5)
+    m.timings.update(startup_s=3.3, first_s=102.9, timing_s=25.0)
+    m.traffic = {"steady": [{"seq_len": 32, "weight": 1.0}]}
+    plan = Plan(600.0, time.time() - 150.0, iters=6)
+    plan.learn_baseline(m)
+    assert 0.8 * 404.5 < plan.trial_s("eager", deciding_rounds()) < 1.2 * 404.5
+    assert not plan.may_start(["eager", "aot_eager", "inductor"], traffic=True)
+    assert "cannot decide anything here" in plan.line(8, ["eager", "inductor"], traffic=True)
+
+
 def test_dear_rounds_over_a_traffic_time_fewer_steady_shapes() -> None:
     """A round of 8 shapes at 4 s a shape: the confirmation's 3 processes of 12 rounds would
     take 1152 s of a 600 s budget, so a round times fewer shapes (and says so); cheap rounds
@@ -240,6 +256,25 @@ def test_no_reference_is_computed_when_no_trial_fits_the_budget(tmp_path: Path) 
         step.baseline(search, Lines())
         assert search.plan.may_start(search.backends, search.traffic) is kept
         assert (search.store.reference(search.name) is not None) is kept
+        assert search.store.has_reference(search.name) is kept
+        assert search.plan.reference_s == (0.0 if kept else REFERENCE_PRIOR_S)
+
+
+def test_a_first_trial_starts_only_where_it_fits_after_the_reference() -> None:
+    """A budget with room for one trial's deciding rounds, but not for them and the reference
+    still to compute: no trial starts, and the plan line says the reference is kept too."""
+    probe = Plan(3600.0, iters=20)
+    probe.learn_baseline(baseline(200.0, 20, child_s=10.0))
+    least = probe.trial_s("eager", deciding_rounds())
+    budget = least + probe.confirmation_s(["eager"], traffic=False) + REFERENCE_PRIOR_S / 2
+    plan = Plan(budget, iters=20)
+    plan.learn_baseline(baseline(200.0, 20, child_s=10.0))
+    assert plan.may_start(["eager"], traffic=False)  # without the reference: it fits
+    plan.reference_s = REFERENCE_PRIOR_S
+    assert not plan.may_start(["eager"], traffic=False)
+    line = plan.line(8, ["eager"], traffic=False)
+    assert "cannot decide anything here" in line, line
+    assert "left before the reference and the confirmation" in line, line
 
 
 def test_a_trial_s_cost_counts_its_cheap_rung_over_a_traffic() -> None:
