@@ -195,8 +195,9 @@ def test_a_rival_stopped_early_is_said_to_have_stopped_and_counts_as_eager() -> 
     chosen = next(p for p in points if p.key == S["B"].key)
     rounds = {"none": [10.0] * 12, S["B"].key: [11.0] * 5, S["A"].key: [5.0] * 12}
     said = settle(points, chosen, rounds, "fastest", ("compile", "latency"), planned=12)
-    assert said.lines[0] == (f"not shown: {S['B'].key} beat eager in 0 of 5 rounds (p = 0.062, "
-                             "0.91x); stopped: the 7 rounds left could not have shown it")  # fmt: skip
+    want = (f"not shown: {S['B'].key} beat eager in 0 of 5 rounds (p = 0.062, 0.91x); stopped: "
+            "the 7 rounds left could not have shown it")  # fmt: skip
+    assert said.lines[0] == want
     assert said.latency_ms[S["B"].key] == 10.0 and said.pick == S["A"].key
     whole = settle(points, chosen, rounds, "fastest", ("compile", "latency"), planned=5)
     assert "stopped" not in whole.lines[0]
