@@ -12,8 +12,6 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
   baseline's);
 - a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
   backend is measured, then the mean of what its trials took beyond the rest;
-- the study's higher-precision reference, until it is computed, is kept
-  :data:`REFERENCE_PRIOR_S`: the first trial starts only where it fits after the reference;
 - the confirmation is kept its share first: its processes (the pick and its rivals, no more
   than the compiled strategies measured once the next trial is), each with a warm compile and the
   confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`); over a
@@ -61,9 +59,6 @@ TAIL_S = 5.0  # the export and the answer, after the confirmation
 # A first pass of 100 s in the baseline took 350 s in a compiled trial (bf16 without native
 # instructions), 6.5 s took 20-24 s at 260 ms a call.
 FIRST_PASS_CALLS = 3
-# The study's higher-precision reference before it is computed (float64, one forward a shape):
-# gemma-2b at 2 layers over a traffic took 24-37 s on a 2-core CPU, with or without AVX-512.
-REFERENCE_PRIOR_S = 40.0
 
 
 @functools.cache
@@ -91,7 +86,6 @@ class Plan:
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
     rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
-    reference_s: float = 0.0  # what the reference still costs (its prior until it is computed)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
 
     @property
@@ -210,11 +204,10 @@ class Plan:
         return f"{now:.1f} min kept to confirm" + (later if f"{grown:.1f}" != f"{now:.1f}" else "")
 
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
-        """When the last trial must have ended for the confirmation (and a reference not yet
-        computed) to fit."""
+        """When the last trial must have ended for the confirmation to fit."""
         if self.deadline is None:
             return None
-        return self.deadline - self.confirmation_s(backends, traffic) - self.reference_s
+        return self.deadline - self.confirmation_s(backends, traffic)
 
     def may_start(self, backends: list[str], traffic: bool) -> bool:
         """Whether one more trial fits (its deciding rounds, the cheapest backend's compile)
@@ -266,10 +259,9 @@ class Plan:
             return f"{head}: {trials} trials fit in {budget} ({kept})"
         least = min(self.trial_s(b, deciding_rounds()) for b in backends)  # as may_start
         if room < least:
-            kept = "the reference and the confirmation" if self.reference_s else "the confirmation"
             return (f"{head}: the budget of {budget} cannot decide anything here (a trial "
                     f"needs {least:.0f} s for {deciding_rounds()} rounds, {max(room, 0):.0f} s "
-                    f"are left before {kept}); raise --time-budget")  # fmt: skip
+                    "are left before the confirmation); raise --time-budget")  # fmt: skip
         return (f"{head}: {max(int(room // trial), 1)} of {trials} trials fit in {budget} at "
                 f"{self.iters} rounds, up to {min(int(room // least), trials)} at "
                 f"{deciding_rounds()} ({kept})")  # fmt: skip

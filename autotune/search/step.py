@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, TypeVar
 from autotune.choice.selection import objective_values
 from autotune.errors import AutotuneError, shorten
 from autotune.search import deduction, surrogate
-from autotune.search.plan import REFERENCE_PRIOR_S
 from autotune.storage import retrying
 from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
@@ -75,17 +74,13 @@ def baseline(search: Search, listener: Listener) -> Measurement:
     plan = search.plan
     if plan is not None and plan.round_s is None:
         plan.learn_baseline(m)
-    if plan is not None:  # a first trial must fit after a reference not yet computed
-        pending = search.reference is None and not search.store.has_reference(search.name)
-        plan.reference_s = REFERENCE_PRIOR_S if pending else 0.0
-        if not plan.may_start(search.backends, search.traffic):
-            return m  # no trial fits the budget: the reference would judge nothing (a later
-            # run with more time computes it)
+    if plan is not None and not plan.may_start(search.backends, search.traffic):
+        return m  # no trial fits the budget: the reference would judge nothing (a later run
+        # with more time computes it)
     began = time.time()
     reference(search, listener)
     if plan is not None:
         plan.spent.setdefault("reference", time.time() - began)
-        plan.reference_s = 0.0
     return m
 
 

@@ -233,15 +233,6 @@ class Store:
             return None if row is None else (row.dtype, row.reason, row.data)
 
     @resilient
-    def has_reference(self, study: str) -> bool:
-        """Whether the study's reference is stored, without reading its outputs."""
-        if not self._has(ReferenceRow):
-            return False
-        with self.session() as s:
-            found = s.scalar(select(ReferenceRow.study).where(ReferenceRow.study == study))
-            return found is not None
-
-    @resilient
     def add_confirmation(self, study: str, policy: str, key: str, payload: dict[str, Any]) -> None:
         with self.session() as s:
             s.add(ConfirmationRow(study=study, policy=policy, key=key, payload=payload))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.search.plan import REFERENCE_PRIOR_S, Plan, deciding_rounds
+from autotune.search.plan import Plan, deciding_rounds
 from autotune.strategy.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
@@ -256,25 +256,6 @@ def test_no_reference_is_computed_when_no_trial_fits_the_budget(tmp_path: Path) 
         step.baseline(search, Lines())
         assert search.plan.may_start(search.backends, search.traffic) is kept
         assert (search.store.reference(search.name) is not None) is kept
-        assert search.store.has_reference(search.name) is kept
-        assert search.plan.reference_s == (0.0 if kept else REFERENCE_PRIOR_S)
-
-
-def test_a_first_trial_starts_only_where_it_fits_after_the_reference() -> None:
-    """A budget with room for one trial's deciding rounds, but not for them and the reference
-    still to compute: no trial starts, and the plan line says the reference is kept too."""
-    probe = Plan(3600.0, iters=20)
-    probe.learn_baseline(baseline(200.0, 20, child_s=10.0))
-    least = probe.trial_s("eager", deciding_rounds())
-    budget = least + probe.confirmation_s(["eager"], traffic=False) + REFERENCE_PRIOR_S / 2
-    plan = Plan(budget, iters=20)
-    plan.learn_baseline(baseline(200.0, 20, child_s=10.0))
-    assert plan.may_start(["eager"], traffic=False)  # without the reference: it fits
-    plan.reference_s = REFERENCE_PRIOR_S
-    assert not plan.may_start(["eager"], traffic=False)
-    line = plan.line(8, ["eager"], traffic=False)
-    assert "cannot decide anything here" in line, line
-    assert "left before the reference and the confirmation" in line, line
 
 
 def test_a_trial_s_cost_counts_its_cheap_rung_over_a_traffic() -> None:
