@@ -189,11 +189,11 @@ class Served(Inference):
             compiled_any = compiled_any or compiles > 0
             stall = max(0.0, took - first[shape]) if compiles else 0.0
             if (compiles or new) and not confirming and shape in repeated:  # its repeat latency
-                took_again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
+                again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
                 if new and self.graphs:  # a CUDA graph was recorded on that second call
-                    stall += max(0.0, took_again - repeat["eager"][shape])
-                    took_again = ms("compiled", shape)
-                repeat["compiled"][shape] = took_again
+                    stall += max(0.0, again - repeat["eager"][shape])
+                    again = ms("compiled", shape)
+                repeat["compiled"][shape] = again
             elif compiles or new:
                 repeat["compiled"][shape] = took
             if compiles and shape not in self.compiled_shapes:
