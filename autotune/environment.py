@@ -57,10 +57,14 @@ def cpu_bf16() -> str:
 SLOW = 4.0  # a dtype whose matmuls run this many times slower than float32's is named
 
 
+_RATIOS: dict[tuple[Any, ...], float] = {}  # measured once per process and kind of GEMM
+
+
 def matmul_ratio(dtype: str) -> float:
     """How many times longer a 64x1024 @ 1024x1024 matmul takes in ``dtype`` than in float32
     on this CPU (the median of 3 after a warm-up, each side): without native bfloat16
-    instructions, torch takes a fallback GEMM that can be 100x slower."""
+    instructions, torch takes a fallback GEMM that can be 100x slower. Measured once a process
+    for each ``dtype``, oneDNN switch and thread count."""
     import statistics
     import time
 
@@ -76,23 +80,55 @@ def matmul_ratio(dtype: str) -> float:
             runs.append(time.perf_counter() - start)
         return statistics.median(runs)
 
-    return median_s(getattr(torch, dtype)) / median_s(torch.float32)
+    key = (dtype, torch.backends.mkldnn.enabled, torch.get_num_threads())
+    if key not in _RATIOS:
+        _RATIOS[key] = median_s(getattr(torch, dtype)) / median_s(torch.float32)
+    return _RATIOS[key]
+
+
+def _where() -> str:
+    import torch
+
+    return f"{cpu_model()}, torch's CPU capability {torch.backends.cpu.get_cpu_capability()}"
 
 
 def slow_dtype(dtype: str, device: str) -> str:
     """One line when ``dtype``'s matmuls run :data:`SLOW` times slower than float32's on this
     CPU, with the measured ratio and what to try; "" otherwise (and on a GPU)."""
-    import torch
-
     if device != "cpu" or dtype not in ("bfloat16", "float16"):
         return ""
     ratio = matmul_ratio(dtype)
     if ratio < SLOW:
         return ""
-    return (f"note: {dtype} matmuls run {ratio:.0f}x slower than float32 here ({cpu_model()}, "
-            f"torch's CPU capability {torch.backends.cpu.get_cpu_capability()}): every call "
-            f"this search times will; try --dtype float32, or a machine with native {dtype} "
-            "(AMX or AVX-512 BF16)")  # fmt: skip
+    return (f"note: {dtype} matmuls run {ratio:.0f}x slower than float32 here ({_where()}): "
+            f"every call this search times will; try --dtype float32 (or --dtype auto), or a "
+            f"machine with native {dtype} (AMX or AVX-512 BF16)")  # fmt: skip
+
+
+def auto_dtype(device: str) -> tuple[str, str]:
+    """``--dtype auto``: the dtype a model is served in on ``device``, and one line saying why.
+    A CPU: bfloat16 where its matmuls run less than :data:`SLOW` times float32's (native AMX or
+    AVX-512 BF16), else float32. A GPU: bfloat16 where it has it, else float16."""
+    import torch
+
+    if autotune.device.is_cuda(device):
+        if torch.version.hip or torch.cuda.get_device_properties(device).major >= 8:
+            return "bfloat16", "dtype auto: bfloat16 (this GPU computes in it natively)"
+        return "float16", "dtype auto: float16 (this GPU has no native bfloat16)"
+    ratio = matmul_ratio("bfloat16")
+    if ratio < SLOW:
+        return "bfloat16", (f"dtype auto: bfloat16, whose matmuls take {ratio:.2g}x float32's "
+                            f"time here ({_where()})")  # fmt: skip
+    return "float32", (f"dtype auto: float32, as bfloat16 matmuls run {ratio:.0f}x slower than "
+                       f"float32 here ({_where()})")  # fmt: skip
+
+
+def dtype_line(asked: str | None, dtype: str, device: str) -> str:
+    """What a search says of its dtype before its first trial: what ``--dtype auto`` chose and
+    why, or that the dtype asked for is slow here (:func:`slow_dtype`); "" when neither."""
+    if asked == "auto":
+        return auto_dtype(device)[1]
+    return slow_dtype(dtype, device)
 
 
 def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]:

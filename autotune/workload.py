@@ -32,7 +32,13 @@ class Workload:
         "seeded) or 32,128,512 (a traffic)",
         read=autotune.traffic.whole_or_spread(1),
     )
-    dtype: str = option("float32", "float32, bfloat16 or float16", read=text())
+    dtype: str = option(
+        "float32",
+        "float32, bfloat16, float16, or auto: the dtype a model is "
+        "served in here (bfloat16 where this CPU or GPU computes in it "
+        "natively, else float32 on a CPU, float16 on a GPU)",
+        read=text(),
+    )
     device: str = option("cpu", DEVICE_HELP, read=text())  # the command line's: auto
     kind: str = option("inference", "inference, train, or generate (causal LMs)",
                        flag="--workload", read=text())  # fmt: skip
@@ -52,7 +58,8 @@ class Workload:
         fields.validate(self)
         self._draw_traffic()
         if self.dtype not in DTYPES:
-            raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+            raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)} "
+                              "or auto")  # fmt: skip
         if self.kind not in KINDS:
             raise ConfigError(f"bad workload {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.batch_size < 1 or self.seq_len < 1:
@@ -96,9 +103,15 @@ class Workload:
         return dataclasses.replace(self, batch_size=shape[0], seq_len=shape[1], traffic=())
 
     @classmethod
-    def create(cls, device: str = "auto", **fields: Any) -> Workload:
-        """Build a workload, resolving ``auto`` and checking the device against this machine."""
-        return cls(device=autotune.device.resolve(device), **fields)
+    def create(cls, device: str = "auto", dtype: str = "float32", **fields: Any) -> Workload:
+        """Build a workload, resolving an ``auto`` device and dtype on this machine
+        (:func:`autotune.environment.auto_dtype`) and checking the device against it."""
+        device = autotune.device.resolve(device)
+        if dtype == "auto":
+            from autotune.environment import auto_dtype
+
+            dtype = auto_dtype(device)[0]
+        return cls(device=device, dtype=dtype, **fields)
 
     @property
     def torch_dtype(self) -> Any:

@@ -55,10 +55,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.choice.verdict import answer
     from autotune.cli import report
     from autotune.cli.progress import BestSoFar, Progress, Told
-    from autotune.environment import slow_dtype
+    from autotune.environment import dtype_line
     from autotune.job.tuning import Tuning
     from autotune.search.overview import counts
-    from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name
+    from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name, read_toml
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
@@ -74,8 +74,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     search = tuning.search
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
-    if slow := slow_dtype(spec.workload.dtype, spec.workload.device):
-        print(slow, file=out, flush=True)
+    asked = flags.get("dtype") or (read_toml(args.space).get("workload", {}).get("dtype")
+                                   if args.space else None)  # fmt: skip
+    if line := dtype_line(asked, spec.workload.dtype, spec.workload.device):
+        print(line, file=out, flush=True)
     best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
     with Progress(search.target, len(search.measured()), not args.no_progress, best,
                   search.plan) as bar:  # fmt: skip

@@ -256,7 +256,8 @@ class Plan:
         room = end - time.time()
         budget, kept = f"{self.budget_s / 60:.3g} min", self.kept_to_confirm(backends, traffic)
         if room >= trials * trial:
-            return f"{head}: {trials} trials fit in {budget} ({kept})"
+            every = "the 1 trial fits" if trials == 1 else f"{trials} trials fit"
+            return f"{head}: {every} in {budget} ({kept})"
         least = min(self.trial_s(b, deciding_rounds()) for b in backends)  # as may_start
         if room < least:
             return (f"{head}: the budget of {budget} cannot decide anything here (a trial "

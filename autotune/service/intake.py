@@ -86,6 +86,9 @@ def spec_from_request(data: Any, model_root: Path | None) -> StudySpec:
     if workload.get("device") == "auto":
         raise ConfigError("[workload] device 'auto' means the server's device: name the "
                           "workers' (cpu, cuda or cuda:N)")  # fmt: skip
+    if workload.get("dtype") == "auto":
+        raise ConfigError("[workload] dtype 'auto' means the server's CPU's: name the dtype the "
+                          "workers serve in (float32, bfloat16 or float16)")  # fmt: skip
     try:
         spec = StudySpec.from_tables(tables, resolve_device=False)
     except (TypeError, ValueError, AttributeError) as exc:  # a value of an unexpected shape

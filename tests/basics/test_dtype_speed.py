@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.environment import SLOW, matmul_ratio, slow_dtype
+from autotune.environment import SLOW, auto_dtype, matmul_ratio, slow_dtype
+from autotune.workload import Workload
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # fmt: skip  # a CPU without native bfloat16
 
 
 def test_a_slow_bfloat16_is_named_with_its_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -14,7 +18,7 @@ def test_a_slow_bfloat16_is_named_with_its_ratio(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)  # restored after the test
     line = slow_dtype("bfloat16", "cpu")
     assert line.startswith("note: bfloat16 matmuls run ") and "x slower than float32" in line
-    assert "--dtype float32" in line and "CPU capability" in line
+    assert "--dtype float32" in line and "--dtype auto" in line and "CPU capability" in line
     ratio = float(line.split(" run ")[1].split("x")[0])
     assert ratio >= SLOW
 
@@ -46,3 +50,65 @@ def test_the_study_records_the_cpu_s_capability_and_refuses_another() -> None:
                            == "none" else "none"}, here, force=False)  # fmt: skip
     older = {k: v for k, v in here.items() if k not in ("cpu_capability", "cpu_bf16")}
     check_environment(older, here, force=False)
+
+
+def test_auto_serves_float32_where_bfloat16_is_slow_and_bfloat16_where_it_is_native(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--dtype auto`` is the dtype a user serves in here: float32 where bfloat16 matmuls take
+    the fallback (oneDNN off), bfloat16 where the CPU has them natively, each with its line."""
+    native = matmul_ratio("bfloat16") < SLOW / 2
+    if native:
+        dtype, line = auto_dtype("cpu")
+        assert dtype == "bfloat16" and line.startswith("dtype auto: bfloat16, whose matmuls take")
+        assert Workload.create(device="cpu", dtype="auto").dtype == "bfloat16"
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)  # restored after the test
+    dtype, line = auto_dtype("cpu")
+    assert dtype == "float32", line
+    assert (
+        line.startswith("dtype auto: float32, as bfloat16 matmuls run ")
+        and "CPU capability" in line
+    )
+    assert float(line.split(" run ")[1].split("x")[0]) >= SLOW
+    assert Workload.create(device="cpu", dtype="auto").dtype == "float32"
+    assert Workload.create(device="cpu", dtype="bfloat16").dtype == "bfloat16"  # asked: kept
+
+
+def test_auto_on_a_gpu_is_bfloat16_from_ampere_on_else_float16(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPU side read from the device's own properties (torch's lowest layer stands in: a
+    compute capability 7.5 card, then 9.0), never by a bfloat16 tensor's emulation."""
+    import types
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    for major, want in ((7, "float16"), (9, "bfloat16")):
+        card = types.SimpleNamespace(major=major, minor=0)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, c=card: c)
+        dtype, line = auto_dtype("cuda:0")
+        assert dtype == want and line.startswith(f"dtype auto: {want}")
+
+
+def test_the_search_says_what_auto_chose_and_names_it_in_the_study(tmp_path) -> None:
+    """End to end on a CPU restricted to AVX2: ``--dtype auto`` measures float32 and says why
+    before the first trial; ``--dtype bfloat16`` there measures bfloat16 and names it slow."""
+    import os
+    import subprocess
+    import sys
+
+    def search(dtype: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers", "1",
+             "--dtype", dtype, "--trials", "1", "--iters", "2", "--warmup", "1", "--backend",
+             "eager", "--granularity", "none", "--no-progress", "--no-confirm"],
+            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **AVX2}, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    chose = search("auto")
+    assert "-float32-cpu" in chose.splitlines()[0]
+    assert "dtype auto: float32, as bfloat16 matmuls run" in chose.splitlines()[1]
+    asked = search("bfloat16")
+    assert "-bfloat16-cpu" in asked.splitlines()[0]
+    assert asked.splitlines()[1].startswith("note: bfloat16 matmuls run")

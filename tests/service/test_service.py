@@ -213,6 +213,7 @@ def test_every_refusal_is_4xx_one_line_and_changes_nothing(site: Site) -> None:
         (AUTH, spec(search={"study": "real"}), 409, "exists already"),
         (AUTH, spec(search={"trials": 2.7}), 400, "whole number"),
         (AUTH, spec(workload={"device": "auto"}), 400, "name the workers'"),
+        (AUTH, spec(workload={"dtype": "auto"}), 400, "the workers serve in"),
         (AUTH, spec(workload={"traffic": "/etc/passwd"}), 400, "not a file on the server"),
         (AUTH, spec(workload={"traffic": [[1, 8], [1, -2]]}), 400, "request 2"),
         (AUTH, spec(space={"backend": [{"a": 1}]}), 400, "expected a value"),
