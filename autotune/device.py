@@ -307,6 +307,14 @@ def traits(device: str, dtype: str | None = None) -> dict[str, Any]:
     return found
 
 
+def native_bfloat16(device: str) -> bool:
+    """Whether the GPU ``device`` computes in bfloat16 natively: compute capability 8.0 on
+    (Ampere), or ROCm; never by a bfloat16 tensor's emulation."""
+    import torch
+
+    return bool(torch.version.hip) or torch.cuda.get_device_properties(device).major >= 8
+
+
 def available(device: str) -> int:
     """Bytes of memory free for a new copy of a model on ``device`` (the CPU's MemAvailable)."""
     if is_cuda(device):

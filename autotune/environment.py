@@ -109,10 +109,8 @@ def auto_dtype(device: str) -> tuple[str, str]:
     """``--dtype auto``: the dtype a model is served in on ``device``, and one line saying why.
     A CPU: bfloat16 where its matmuls run less than :data:`SLOW` times float32's (native AMX or
     AVX-512 BF16), else float32. A GPU: bfloat16 where it has it, else float16."""
-    import torch
-
     if autotune.device.is_cuda(device):
-        if torch.version.hip or torch.cuda.get_device_properties(device).major >= 8:
+        if autotune.device.native_bfloat16(device):
             return "bfloat16", "dtype auto: bfloat16 (this GPU computes in it natively)"
         return "float16", "dtype auto: float16 (this GPU has no native bfloat16)"
     ratio = matmul_ratio("bfloat16")

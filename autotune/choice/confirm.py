@@ -155,8 +155,9 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
             shown_keys.add(key)
         speedups[key] = speedup
         word = "confirmed" if shown else "not shown"
-        stopped = (f"; stopped: the {planned - len(ms)} rounds left could not have shown it"
-                   if 0 < len(ms) < planned else "")  # fmt: skip
+        left = planned - len(ms)
+        rest = "the round left" if left == 1 else f"the {left} rounds left"
+        stopped = f"; stopped: {rest} could not have shown it" if 0 < len(ms) < planned else ""
         lines.append(f"{word}: {key} beat eager in {won} of {n} rounds (p = {p:.2g}, "
                      f"{speedup:.2f}x){stopped}")  # fmt: skip
     if chosen.key in confirmed:

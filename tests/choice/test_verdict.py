@@ -201,3 +201,5 @@ def test_a_rival_stopped_early_is_said_to_have_stopped_and_counts_as_eager() -> 
     assert said.latency_ms[S["B"].key] == 10.0 and said.pick == S["A"].key
     whole = settle(points, chosen, rounds, "fastest", ("compile", "latency"), planned=5)
     assert "stopped" not in whole.lines[0]
+    one = settle(points, chosen, rounds, "fastest", ("compile", "latency"), planned=6)
+    assert one.lines[0].endswith("stopped: the round left could not have shown it")
