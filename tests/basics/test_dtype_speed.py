@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.environment import SLOW, auto_dtype, matmul_ratio, slow_dtype
+from autotune.environment import SLOW, matmul_ratio, slow_dtype
 from autotune.workload import Workload
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -57,6 +57,8 @@ def test_auto_serves_float32_where_bfloat16_is_slow_and_bfloat16_where_it_is_nat
 ) -> None:
     """``--dtype auto`` is the dtype a user serves in here: float32 where bfloat16 matmuls take
     the fallback (oneDNN off), bfloat16 where the CPU has them natively, each with its line."""
+    from autotune.environment import auto_dtype
+
     native = matmul_ratio("bfloat16") < SLOW / 2
     if native:
         dtype, line = auto_dtype("cpu")
@@ -80,6 +82,8 @@ def test_auto_on_a_gpu_is_bfloat16_from_ampere_on_else_float16(
     """The GPU side read from the device's own properties (torch's lowest layer stands in: a
     compute capability 7.5 card, then 9.0), never by a bfloat16 tensor's emulation."""
     import types
+
+    from autotune.environment import auto_dtype
 
     monkeypatch.setattr(torch.version, "hip", None)
     for major, want in ((7, "float16"), (9, "bfloat16")):
