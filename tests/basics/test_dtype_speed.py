@@ -93,7 +93,7 @@ def test_auto_on_a_gpu_is_bfloat16_from_ampere_on_else_float16(
         assert dtype == want and line.startswith(f"dtype auto: {want}")
 
 
-def test_the_search_says_what_auto_chose_and_names_it_in_the_study(tmp_path) -> None:
+def test_the_search_says_what_auto_chose_and_names_it_in_the_study(in_tmp) -> None:
     """End to end on a CPU restricted to AVX2: ``--dtype auto`` measures float32 and says why
     before the first trial; ``--dtype bfloat16`` there measures bfloat16 and names it slow."""
     import os
@@ -105,7 +105,7 @@ def test_the_search_says_what_auto_chose_and_names_it_in_the_study(tmp_path) -> 
             [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers", "1",
              "--dtype", dtype, "--trials", "1", "--iters", "2", "--warmup", "1", "--backend",
              "eager", "--granularity", "none", "--no-progress", "--no-confirm"],
-            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **AVX2}, timeout=300,
+            cwd=in_tmp, capture_output=True, text=True, env={**os.environ, **AVX2}, timeout=300,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         return out.stdout
