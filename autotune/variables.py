@@ -118,9 +118,11 @@ PRELOADS = {
 def preload() -> list[str]:
     """The modules a trial's fork server imports besides torch and Dynamo
     (``$AUTOTUNE_PRELOAD``: ``compilers``, ``transformers``, comma-separated; none by default).
-    The test suite sets both: each child then skips seconds of imports, and a compile's time
-    leaves out AOTAutograd's and Inductor's import, which a user's first compile pays and the
-    product and the benchmarks measure. A fixed table, so the variable names no module itself."""
+    Ignored on a machine with a CUDA GPU, where their import initialised CUDA in the fork
+    server and no child could use it. The test suite sets both: each child then skips
+    seconds of imports, and a compile's time leaves out AOTAutograd's and Inductor's import,
+    which a user's first compile pays and the product and the benchmarks measure. A fixed
+    table, so the variable names no module itself."""
     words = [w.strip() for w in (_text("AUTOTUNE_PRELOAD") or "").split(",") if w.strip()]
     unknown = [w for w in words if w not in PRELOADS]
     if unknown:

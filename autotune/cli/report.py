@@ -35,6 +35,12 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def recordings(t: dict) -> str:
+    """The CUDA graphs a first pass recorded, where it recorded any (a stall each)."""
+    n = sum(t.get("recorded", []))
+    return f", {n} CUDA graphs recorded" if n else ""
+
+
 def traffic_lines(m: Measurement) -> list[str]:
     """A traffic's first pass and steady state in a few lines (none at one shape)."""
     t = m.traffic
@@ -42,8 +48,9 @@ def traffic_lines(m: Measurement) -> list[str]:
         return []
     ready, eager = seconds(t["ready_s"]), seconds(t["eager_ready_s"])
     lines = [f"traffic    ready after {ready} (eager {eager}); "
-             f"{t['stalls']} of {t['requests']} requests compiled, worst stall "
-             f"{t['worst_stall_ms'] / 1e3:.2f} s; {sum(t['compiles'])} graphs"]  # fmt: skip
+             f"{t['stalls']} of {t['requests']} requests stalled, worst stall "
+             f"{t['worst_stall_ms'] / 1e3:.2f} s; {sum(t['compiles'])} graphs"
+             f"{recordings(t)}"]  # fmt: skip
     if t["ran_eager"]:
         shown = ", ".join(map(str, t["ran_eager"][:8]))
         more = "…" if len(t["ran_eager"]) > 8 else ""

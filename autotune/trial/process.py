@@ -41,8 +41,17 @@ def fork_server() -> Any:
         import multiprocessing
 
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload([*PRELOAD, *variables.preload()])
+        _context.set_forkserver_preload(preloaded())
     return _context
+
+
+def preloaded() -> list[str]:
+    """What the fork server imports before it forks a child: torch, Dynamo and the child's
+    module, then ``$AUTOTUNE_PRELOAD``'s, except where this machine has a CUDA GPU: there
+    importing them initialised CUDA in the fork server (torch 2.11 on an H100), and every
+    child forked from it failed ("Cannot re-initialize CUDA in forked subprocess")."""
+    extra = variables.preload()  # a bad value is refused on any machine
+    return list(PRELOAD) if device.count() else [*PRELOAD, *extra]
 
 
 def _child_env(cache_root: str) -> dict[str, str]:

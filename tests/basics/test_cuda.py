@@ -80,8 +80,11 @@ def test_apply_generation_replays_cuda_graphs_with_the_cache_allocated_first() -
 def test_eager_s_peak_beside_a_live_cuda_graph_pool_is_its_peak_before_the_graphs() -> None:
     """A CUDA graph's pool stays reserved while its graphs live (``empty_cache`` cannot free
     it): eager's peak, read beside them, leaves it out."""
+    import gc
+
     import autotune
 
+    gc.collect()  # what the GPU tests before it left (their graphs' pools) until collected
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(),
                                 torch.nn.Linear(4096, 1024)).to("cuda:0")  # fmt: skip
     x = torch.randn(1024, 1024, device="cuda:0")  # 16 MiB activations: a pool to see
@@ -102,4 +105,5 @@ def test_eager_s_peak_beside_a_live_cuda_graph_pool_is_its_peak_before_the_graph
     memory.reset()
     eager()
     assert memory.peak_mb() - memory.peak_mb(pools=False) >= 16  # the live pool
-    assert memory.peak_mb(pools=False) == pytest.approx(before, abs=2)
+    # within two of the allocator's 2 MiB small segments: one more under another driver
+    assert memory.peak_mb(pools=False) == pytest.approx(before, abs=4)

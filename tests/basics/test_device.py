@@ -143,6 +143,34 @@ def test_cudagraph_skips_are_read_from_inductor() -> None:
                      ("", "skipping cudagraphs due to a run-time reason")]  # fmt: skip
 
 
+def test_cudagraph_recordings_are_read_from_inductor() -> None:
+    """A CUDA graph's recording has no counter and no public API: Inductor's CUDA-graph trees
+    log each one from ``record_function`` (seen on an H100, torch 2.11). If that changes, this
+    fails, and a traffic's stalls would leave out the recordings."""
+    import inspect
+
+    from torch._inductor import cudagraph_trees
+
+    source = inspect.getsource(cudagraph_trees.CUDAGraphTreeManager.record_function)
+    assert "log.debug(" in source and "Recording function=" in source
+    assert cudagraph_trees.log.name == device.RECORD_LOGGER
+
+    def record_function() -> None:  # as the tree manager logs a recording
+        cudagraph_trees.log.debug("[%s] Recording function=%s", "0/0", "partition_0")
+
+    def run_eager() -> None:  # its warm-up, the call before the recording: not one
+        cudagraph_trees.log.debug("[%s] Running warmup function=%s", "0/0", "partition_0")
+
+    with device.cudagraph_recordings() as recordings:
+        assert recordings() == 0
+        run_eager()
+        record_function()
+        record_function()
+        assert recordings() == 2
+    record_function()  # closed: no longer counted, and the logger is as it was
+    assert recordings() == 2 and logging.getLogger(device.RECORD_LOGGER).handlers == []
+
+
 def test_a_graph_without_a_cuda_device_is_not_a_cuda_graph_fallback() -> None:
     """Inductor bumps its CUDA-graph skip counter without a line for a graph with no CUDA device
     (every graph on a CPU): that counter made strategies NO GRAPHS with an empty reason. Only
@@ -338,3 +366,20 @@ def test_a_cuda_child_measures_its_gpu_as_cuda_0_seen_alone(tmp_path, monkeypatc
     m = run_child(request, str(tmp_path), "cold", str(tmp_path / "caches"), Settings())
     assert m.workload is not None and m.workload.device == "cuda:1"
     assert m.status == "failed" and "cuda:0" in m.reason  # what the child was asked to use
+
+
+def test_a_machine_with_a_gpu_preloads_nothing_that_initialises_cuda(
+    two_gpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test suite's ``$AUTOTUNE_PRELOAD`` (Inductor's and transformers' modules) initialised
+    CUDA in the fork server on an H100 (torch 2.11): every trial forked from it failed with
+    "Cannot re-initialize CUDA in forked subprocess"."""
+    from autotune.trial import process
+
+    monkeypatch.setenv("AUTOTUNE_PRELOAD", "compilers,transformers")
+    assert process.preloaded() == process.PRELOAD  # torch and Dynamo alone, as the bench ran
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "torch._inductor.compile_fx" in process.preloaded()  # a CPU machine keeps them
+    monkeypatch.setenv("AUTOTUNE_PRELOAD", "everything")
+    with pytest.raises(ConfigError, match="everything"):
+        process.preloaded()

@@ -62,10 +62,8 @@ class Allocator:
         return {"segments": [default, *pools], "device_traces": []}
 
 
-@pytest.fixture
-def allocator(monkeypatch: pytest.MonkeyPatch) -> Allocator:
-    """torch's lowest CUDA layer, as one GPU would answer, its allocator held by ``Allocator``."""
-    found = Allocator()
+def stand_in(monkeypatch: pytest.MonkeyPatch, found: Allocator) -> Allocator:
+    """torch's lowest CUDA layer, as one GPU would answer, its allocator held by ``found``."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: None)
@@ -80,6 +78,11 @@ def allocator(monkeypatch: pytest.MonkeyPatch) -> Allocator:
                      ("_cuda_memorySnapshot", found.snapshot)):  # fmt: skip
         monkeypatch.setattr(torch._C, name, fn, raising=False)
     return found
+
+
+@pytest.fixture
+def allocator(monkeypatch: pytest.MonkeyPatch) -> Allocator:
+    return stand_in(monkeypatch, Allocator())
 
 
 class Pooled(Scenario):
@@ -137,3 +140,65 @@ def test_the_pools_are_read_from_the_allocator_s_segments(allocator) -> None:
     assert peak.peak_mb() == WEIGHTS + CALL + POOL
     assert peak.peak_mb(pools=False) == WEIGHTS + CALL
     assert device.PeakMemory("cpu").peak_mb(pools=False) > 0  # a CPU has no pools to leave out
+
+
+class Mallocs(Allocator):
+    """The allocator, counting each side's calls that found too little cached once timing
+    began: each of those is a ``cudaMalloc`` inside a timed call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timing = False
+        self.mallocs: list[str] = []
+
+    def call(self, transient: int, side: str = "eager") -> None:
+        if self.timing and self.cached < transient:
+            self.mallocs.append(side)
+        super().call(transient)
+
+
+class Timed(Pooled):
+    """``Pooled`` where both sides allocate per call (as a traffic's logits do), and the
+    allocator knows when the timed rounds begin."""
+
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        return {"eager": lambda: self.allocator.call(CALL, "eager"),
+                "compiled": lambda: self.allocator.call(CALL // 2, "compiled")}  # fmt: skip
+
+    def time_rounds(self, calls: dict[str, Callable[[], Any]]) -> dict[str, list[Any]]:
+        self.allocator.timing = True
+        return super().time_rounds(calls)
+
+
+def trial_on(allocator: Allocator, scenario: type[Pooled]) -> Measurement:
+    strategy = Strategy.create("full", "inductor", "reduce-overhead")
+    workload, ref = Workload(device="cuda:0"), ModelRef("toy-64", layers=1)
+    request = Request("trial", strategy, ref, workload, iters=3, warmup=2)
+    result = Measurement(strategy.to_dict(), ref.to_dict(), workload.to_dict(), "ok")
+    ctx = TrialContext(request, strategy, workload, ref, result, device.PeakMemory("cuda:0"))
+    return scenario(ctx, allocator).run()
+
+
+def test_no_timed_call_pays_an_allocation_the_other_side_did_not(monkeypatch) -> None:
+    """The warm-up empties the cache before each reading and the compiled side's came last, so
+    eager's first timed call paid ``cudaMalloc`` (for a traffic, hundreds of MB of logits)."""
+    found = stand_in(monkeypatch, Mallocs())
+    m = trial_on(found, Timed)
+    assert m.eager_latency is not None and len(m.eager_latency.samples_ms) == 3
+    assert found.mallocs == []  # each side found its memory cached, as in its later calls
+    assert m.memory is not None and m.memory.eager_peak_mb == WEIGHTS + CALL  # still read apart
+
+
+def test_a_trial_reads_what_its_cuda_graphs_recorded_into_their_pools(allocator) -> None:
+    """Check 2 asked ``recording > 0`` of the second call's time, which is stored whatever that
+    call did; the pools hold a recorded graph's memory, and hold nothing where none was."""
+    m = trial_on(allocator, Pooled)
+    assert m.timings["cuda_graph_pools_mb"] == POOL
+
+    class Unrecorded(Pooled):
+        def first(self) -> None:
+            self.allocator.call(CALL)  # compiled, but no graph recorded (a silent fallback)
+            self.ctx.result.compile_s = 1.0
+
+    allocator.pools.clear()
+    assert trial_on(allocator, Unrecorded).timings["cuda_graph_pools_mb"] == 0

@@ -93,6 +93,13 @@ def weighted_call(
     return call
 
 
+def stalls_of(compiles: list[int], recorded: list[int]) -> int:
+    """How many requests stalled: each that compiled a graph or recorded a CUDA graph (a
+    dynamic graph records one per new length without compiling again; a shape served eager
+    records none)."""
+    return sum(1 for c, r in zip(compiles, recorded, strict=True) if c or r)
+
+
 def throwaway(requests: tuple[Shape, ...]) -> Shape:
     """A shape the traffic does not hold, no larger than its largest: the warm-up's."""
     held = set(requests)
@@ -146,14 +153,20 @@ class Served(Inference):
     def play(self) -> dict[str, Any]:
         """The first pass (see the module's docstring): per request, eager's and the compiled
         model's milliseconds (a request not played at its shape's repeat latency), the graphs
-        each compiled and why, its stall, and the requests served eager."""
+        each compiled and why, the CUDA graphs it recorded, its stall, and the requests served
+        eager."""
+        with device.cudagraph_recordings() as recordings:
+            return self._play(recordings)
+
+    def _play(self, recordings: Callable[[], int]) -> dict[str, Any]:
         ctx, requests = self.ctx, self.ctx.workload.traffic
         compiled_side = ctx.strategy.granularity != "none"
         until_compiled = ctx.strategy.stance == "eager_then_compile"
         first: dict[Shape, float] = {}  # eager's first call of each shape
         repeat: dict[str, dict[Shape, float]] = {"eager": {}, "compiled": {}}
         timed: dict[str, list[float | None]] = {"eager": [], "compiled": []}
-        found: dict[str, Any] = {"compiles": [], "reasons": [], "stall_ms": [], "played": []}
+        found: dict[str, Any] = {"compiles": [], "recorded": [], "reasons": [], "stall_ms": [],
+                                 "played": []}  # fmt: skip
         by_stance: set[int] = set()  # requests eager_then_compile ran eager before its compile
         compiled_any = False
         # a shape's repeat latency stands for its later arrivals, or finds a CUDA graph's
@@ -174,6 +187,7 @@ class Served(Inference):
                 timed["eager"].append(None)
                 timed["compiled"].append(None)
                 found["compiles"].append(0)
+                found["recorded"].append(0)
                 found["stall_ms"].append(0.0)
                 continue
             found["played"].append(n)
@@ -182,7 +196,7 @@ class Served(Inference):
                 if shape in repeated:
                     repeat["eager"][shape] = ms("eager", shape)
             timed["eager"].append(first[shape] if new else repeat["eager"][shape])
-            before = metrics.compile_counts()
+            before, recorded = metrics.compile_counts(), recordings()
             took = ms("compiled", shape) if compiled_side else timed["eager"][-1]
             after = metrics.compile_counts()
             compiles = after[0] - before[0]
@@ -190,7 +204,7 @@ class Served(Inference):
             stall = max(0.0, took - first[shape]) if compiles else 0.0
             if (compiles or new) and not confirming and shape in repeated:  # its repeat latency
                 again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
-                if new and self.graphs:  # a CUDA graph was recorded on that second call
+                if new and self.graphs:  # a CUDA graph is recorded on that second call
                     stall += max(0.0, again - repeat["eager"][shape])
                     again = ms("compiled", shape)
                 repeat["compiled"][shape] = again
@@ -201,6 +215,7 @@ class Served(Inference):
                 self.eager_shapes.discard(shape)
             timed["compiled"].append(took)
             found["compiles"].append(compiles)
+            found["recorded"].append(recordings() - recorded)
             found["stall_ms"].append(stall)
             found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
             if compiled_side and until_compiled and not compiled_any:
@@ -232,7 +247,8 @@ class Served(Inference):
             "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
             "first_ms": found["compiled_ms"], "eager_first_ms": found["eager_ms"],
             "stall_ms": found["stall_ms"], "compiles": found["compiles"],
-            "stalls": sum(1 for c in found["compiles"] if c),
+            "recorded": found["recorded"],
+            "stalls": stalls_of(found["compiles"], found["recorded"]),
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
         }  # fmt: skip
