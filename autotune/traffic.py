@@ -23,7 +23,9 @@ from autotune.errors import ConfigError
 Shape = tuple[int, int]  # (batch_size, seq_len)
 COLUMNS = ("batch_size", "seq_len")
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
-MAX_REQUESTS = 10_000  # a file's requests played in a trial's first pass, at most
+# A file's requests, at most, unless --requests takes its first N: the study stores the traffic
+# with every measurement. Past it the file is refused, never cut without a word.
+MAX_REQUESTS = 100_000
 STEADY_SHAPES = 8  # the distinct shapes timed in the steady state, at most (see steady())
 STATIC_COMPILES = 8  # torch's recompile limit: a static compile's graphs per code object
 QUANTILES = (0.25, 0.5, 0.75, 1.0)  # the edges of quantile buckets, in each dimension
@@ -89,8 +91,9 @@ def draw(
 
 
 def read_file(path: str, requests: int | None = None) -> tuple[Shape, ...]:
-    """A traffic file's requests in order (the first ``requests`` of them); ``ConfigError``
-    naming the line for an empty file, a malformed line or a bad value."""
+    """A traffic file's requests in order, all of them (the first ``requests`` where given);
+    ``ConfigError`` naming the line for an empty file, a malformed line or a bad value, and
+    for a file of more than :data:`MAX_REQUESTS` without ``requests``."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--traffic {path}: no such file")
@@ -107,8 +110,11 @@ def read_file(path: str, requests: int | None = None) -> tuple[Shape, ...]:
         rows = _csv_rows(path, lines)
     if not rows:
         raise ConfigError(f"--traffic {path}: the file holds no requests")
-    found = tuple(_shape(path, n, row) for n, row in rows[: requests or MAX_REQUESTS])
-    return found
+    if not requests and len(rows) > MAX_REQUESTS:
+        raise ConfigError(f"--traffic {path}: {len(rows):,} requests, more than the "
+                          f"{MAX_REQUESTS:,} a study holds; --requests N takes the first "
+                          "N")  # fmt: skip
+    return tuple(_shape(path, n, row) for n, row in rows[: requests or len(rows)])
 
 
 def _json_line(path: str, n: int, line: str) -> dict[str, Any]:

@@ -176,7 +176,10 @@ class Settings:
                               cli_type=float)  # fmt: skip
     # Set by a search's plan (autotune.search.plan), not by the user: the timed rounds end by
     # ``deadline`` (time.time(); 0: none), but not before ``least`` rounds, each over at most
-    # ``steady`` of a traffic's shapes (0: autotune.traffic.STEADY_SHAPES).
+    # ``steady`` of a traffic's shapes (0: autotune.traffic.STEADY_SHAPES); a start's process is
+    # stopped at ``stop_at`` (time.time(); 0: only its timeout), where going on would break
+    # the search's time budget.
+    stop_at: float = 0.0
     deadline: float = 0.0
     least: int = 0
     steady: int = 0

@@ -98,6 +98,13 @@ def slow_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
     return gm
 
 
+def stalling_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend whose compile takes ``$TEST_COMPILE_STALL_S`` seconds (an hour unless set):
+    a compile far dearer than any prior, as Inductor's can be after an upgrade."""
+    time.sleep(float(os.environ.get("TEST_COMPILE_STALL_S", "3600")))
+    return gm
+
+
 def int_attrs_16() -> tuple[torch.nn.Module, tuple]:
     """16 blocks, each with its own int attribute: past dynamo's recompile limit (8)."""
     torch.manual_seed(0)

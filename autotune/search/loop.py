@@ -34,6 +34,8 @@ def run(
     worker serving a queue has other studies to measure."""
     listener = listener or Lines()
     start = time.monotonic()
+    if search.plan is None and search.spec.time_budget_s is not None:
+        search.ends = time.time() + search.spec.time_budget_s
     step.baseline(search, listener)
     if search.plan is not None and search.plan.round_s is not None:
         listener.note(search.plan.line(search.target, search.backends, search.traffic))

@@ -18,7 +18,9 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
   traffic, where those rounds would take more than :data:`CONFIRM_SHARE` of the budget, each
   round times fewer of its steady shapes (evenly spaced quantiles that keep its mix);
 - each trial's rounds end at its share of the time left for trials, never before
-  :func:`deciding_rounds`; a trial that cannot fit them is not started;
+  :func:`deciding_rounds`; a trial that cannot fit them is not started, and one whose compile
+  runs past the time left for trials is stopped there (``Settings.stop_at``): the search goes
+  on to its answer, and its backend's compile estimate counts at least that long at once;
 - over a traffic, a trial's cheap rung (:mod:`autotune.trial.rungs`) times its own rounds over
   a sample of the steady shapes before the full ones: a trial's cost counts them
   (:meth:`Plan.rung_s`), so that a trial is started only where they fit too.
@@ -87,6 +89,9 @@ class Plan:
     compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
     rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
+    # backend -> seconds a trial of it ran before an earlier run's budget stopped it: until
+    # one of its trials is measured here, its compile costs at least that, less the fixed part
+    floors: dict[str, float] = field(default_factory=dict)
 
     @property
     def deadline(self) -> float | None:
@@ -134,27 +139,35 @@ class Plan:
 
     def split(self, total_s: float) -> dict[str, float]:
         """Where a run's ``total_s`` went, in seconds: compile, first pass, steady state,
-        confirmation, reference, and the rest (processes, builds, gates, later starts, the
-        storage)."""
+        confirmation, reference, trials stopped at the budget (where any was), and the rest
+        (processes, builds, gates, later starts, the storage)."""
         named = {
             k: round(self.spent.get(k, 0.0), 1)
             for k in ("compile", "first pass", "steady state", "confirmation", "reference")
         }
+        if "stopped" in self.spent:  # trials stopped at the budget, measured nothing
+            named["stopped at the budget"] = round(self.spent["stopped"], 1)
         rest = total_s - sum(named.values())
         return {**named, "rest": round(max(0.0, rest), 1), "total": round(total_s, 1)}
 
     def compile_s(self, backend: str) -> float:
-        """A cold compile's cost with ``backend``: what its trials took, else the prior."""
+        """A cold compile's cost with ``backend``: what its trials took, else the prior, or
+        what a trial of it ran before an earlier run's budget stopped it, if longer."""
         seen = self.compiles.get(backend)
         if seen:
             return statistics.mean(seen)
-        return COMPILE_PRIOR_S.get(backend, COMPILE_PRIOR_S["inductor"])
+        prior = COMPILE_PRIOR_S.get(backend, COMPILE_PRIOR_S["inductor"])
+        return max(prior, self.floors.get(backend, 0.0) - (self.fixed_s or 0.0))
 
     def learn_trial(self, strategy: Strategy, m: Measurement, wall_s: float) -> None:
         """A measured trial's cost beyond the fixed part and its rounds (its cheap rung's
         own rounds too, where it timed them), as its backend's."""
         self.account(m)
         if strategy.granularity == "none" or self.round_s is None or self.fixed_s is None:
+            return
+        if m.status == "stopped":  # at least this long, to its backend's estimate at once
+            self.spent["stopped"] = self.spent.get("stopped", 0.0) + wall_s
+            self.compiles.setdefault(strategy.backend, []).append(max(0.0, wall_s - self.fixed_s))
             return
         self.compiled += m.ok
         rounds = m.timings.get("rounds", float(self.iters))
@@ -225,7 +238,7 @@ class Plan:
         if end is None:
             return settings
         share = (end - time.time()) / max(1, trials_left)
-        return dataclasses.replace(settings, deadline=time.time() + share,
+        return dataclasses.replace(settings, deadline=time.time() + share, stop_at=end,
                                    least=deciding_rounds(), steady=self.steady)  # fmt: skip
 
     def for_confirmation(self, settings: Settings) -> Settings:
@@ -234,7 +247,8 @@ class Plan:
         if self.deadline is None:
             return settings
         return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,
-                                   least=MIN_ROUNDS, steady=self.steady)  # fmt: skip
+                                   stop_at=self.deadline - TAIL_S, least=MIN_ROUNDS,
+                                   steady=self.steady)  # fmt: skip
 
     def line(self, trials: int, backends: list[str], traffic: bool) -> str:
         """The plan in one line: what a call and a trial cost here, and what fits."""

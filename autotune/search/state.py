@@ -6,6 +6,7 @@ the protocol of a step is in :mod:`.step`, the loop in :mod:`.loop`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class Search:
     reference: Reference | None = None  # the study's higher-precision outputs, likewise
     current: int | None = None  # the trial this worker is on
     plan: Plan | None = None  # a lone search's: its time budget and what costs what here
+    ends: float | None = None  # a worker's time budget's end (time.time()), without a plan
 
     def __post_init__(self) -> None:
         self.run_keys = {s.key for s in self.members}
@@ -115,6 +117,8 @@ class Search:
         elif plan is not None:
             left = max(1, self.target - len(self.measured()))
             settings = plan.for_trial(settings, self.backends, self.traffic, left)
+        elif self.ends is not None:  # a worker's trial stops at its budget's end too
+            settings = dataclasses.replace(settings, stop_at=self.ends)
         rung = self.rung(settings) if strategy.granularity != "none" else None
         began = time.time()
         m = parent.run_trial(spec.model, spec.workload, strategy, settings, self.reference,

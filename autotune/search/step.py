@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -29,6 +30,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 POLL_S = 5.0  # how often a worker with nothing to claim looks again
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A trial stopped at a time budget: its strategy, backend, seconds run and why."""
+
+    key: str
+    backend: str
+    seconds: float
+    why: str
 
 
 def db(search: Search, fn: Callable[[], T], what: str) -> T:
@@ -176,7 +187,8 @@ def skip(search: Search, trial: optuna.trial.Trial, key: str, why: str) -> None:
 def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
     """Ask for one trial and answer it. Returns the strategy's key and what happened:
     ``measured``, ``adopted`` (a stored measurement became this trial's), ``repeat``,
-    ``taken`` (by another worker in the meantime) or ``dropped``."""
+    ``taken`` (by another worker in the meantime), ``dropped`` or ``stopped`` (at the time
+    budget: see :func:`stopped`)."""
     free = [s for s in search.members if s.key not in tally.claimed]
     forced = next((s for s in search.members if s.key in tally.unadopted), None)
     search.sampler.cheap_first = search.tactics.cheap_first
@@ -199,6 +211,9 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
             return key, "taken"
         listener.now(f"measuring {key}")
         m = search.measure(strategy)
+        if m.status == "stopped":
+            stopped(search, trial, key, m, listener)
+            return key, "stopped"
         what = store_and_tell(search, trial, key, m, listener)
     except BaseException:
         abandon(search, trial, key)
@@ -311,6 +326,53 @@ def store_and_tell(
         coord.unadopt(key, trial.number)
     coord.done(key)
     return "measured"
+
+
+def stopped(
+    search: Search, trial: optuna.trial.Trial, key: str, m: Measurement, listener: Listener
+) -> None:
+    """A trial stopped at the time budget: stopped is not failed. Nothing is stored as its
+    measurement (a later run with more time measures it again), its claim is freed, and its
+    Optuna trial ends failed with how long it ran and where it had got to."""
+    import optuna
+
+    def told() -> FrozenTrial:
+        trial.set_user_attr("key", key)
+        trial.set_user_attr("reason", m.reason)
+        trial.set_user_attr("stopped", {"seconds": round(m.wall_s or 0.0, 1), "why": m.reason,
+                                        "backend": m.strategy.backend})  # fmt: skip
+        return search.optuna.tell(trial, state=optuna.trial.TrialState.FAIL,
+                                  skip_if_finished=True)  # fmt: skip
+
+    db(search, lambda: finished_as(search.optuna, told), "tell")
+    search.coord.release(key)
+    listener.note(f"{key}: {m.reason}; a later run with a larger --time-budget measures it")
+
+
+def stopped_trials(search: Search) -> list[Stop]:
+    """The study's trials stopped at a time budget whose strategy no trial has measured
+    since, in the order they ran."""
+    import optuna
+
+    failed = db(search, lambda: search.optuna.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.FAIL,)), "read")  # fmt: skip
+    measured = search.store.measured_keys(search.name)
+    found = []
+    for t in failed:
+        said, key = t.user_attrs.get("stopped"), t.user_attrs.get("key")
+        if isinstance(said, dict) and isinstance(key, str) and key not in measured:
+            found.append(Stop(key, str(said.get("backend", "")), float(said.get("seconds") or 0),
+                              str(said.get("why", ""))))  # fmt: skip
+    return found
+
+
+def stopped_before(search: Search) -> dict[str, float]:
+    """Per backend, the longest that a trial of the study ran before an earlier run's time
+    budget stopped it (none measured since): its compile costs at least about that."""
+    floors: dict[str, float] = {}
+    for stop in stopped_trials(search):
+        floors[stop.backend] = max(floors.get(stop.backend, 0.0), stop.seconds)
+    return floors
 
 
 def abandon(search: Search, trial: optuna.trial.Trial, key: str) -> None:

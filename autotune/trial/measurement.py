@@ -12,7 +12,16 @@ from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.workload import Workload
 
-STATUSES = ("ok", "failed", "timeout", "crashed", "not-applicable")
+# "stopped": its process was stopped where going on would break the search's time budget; it
+# is not stored, so that a later run with more time measures it (autotune.search.step)
+STATUSES = ("ok", "failed", "timeout", "crashed", "not-applicable", "stopped")
+PHASE = "autotune phase: "  # a child's log line as it enters a phase, read where it is stopped
+
+
+def reached(log: str) -> str:
+    """The last phase a child's ``log`` says it entered ("starting" before any)."""
+    found = [line[len(PHASE) :].strip() for line in log.splitlines() if line.startswith(PHASE)]
+    return found[-1] if found else "starting its process"
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:

@@ -76,7 +76,7 @@ def compute(ref: ModelRef, workload: Workload, seed: int = 0) -> dict[str, Any]:
     inputs = _upcast(inputs, high)
     if workload.traffic:  # every shape a trial may judge (autotune.trial.scenarios.served)
         from autotune.traffic import reference_shapes
-        from autotune.trial.scenarios.served import judged_outputs, reference_name
+        from autotune.trial.scenarios.judged import judged_outputs, reference_name
 
         for shape in reference_shapes(workload.traffic):
             at = _upcast(catalog.inputs_at(ref, model, workload, shape), high)

@@ -22,7 +22,7 @@ from typing import Any
 
 from autotune import device, variables
 from autotune.trial import child
-from autotune.trial.measurement import Measurement
+from autotune.trial.measurement import Measurement, reached
 from autotune.trial.request import Request
 from autotune.workload import Settings
 
@@ -96,6 +96,14 @@ def _ended(returncode: int) -> str:
     return f"child exited with code {returncode} without a result"
 
 
+def _limit(settings: Settings) -> tuple[float, bool]:
+    """How long a start's process may run, and whether the search's time budget (its
+    ``stop_at``), not the start's own timeout, sets that."""
+    if settings.stop_at and settings.stop_at - time.time() < settings.timeout_s:
+        return max(0.0, settings.stop_at - time.time()), True
+    return settings.timeout_s, False
+
+
 def run_child(
     request: Request, work: str, kind: str, caches: str, settings: Settings
 ) -> Measurement:
@@ -117,8 +125,9 @@ def run_child(
     )  # fmt: skip
     proc.start()
     timed_out = False
+    limit, budget = _limit(settings)
     try:
-        proc.join(timeout=settings.timeout_s)
+        proc.join(timeout=limit)
         if proc.exitcode is None:
             _kill(proc)
             proc.join()
@@ -135,6 +144,12 @@ def run_child(
         unbuilt(result, request, "timeout" if timed_out else "crashed",
                 f"within the trial's {settings.timeout_s:g} s" if timed_out
                 else f"({_ended(proc.exitcode)})")  # fmt: skip
+    elif timed_out and budget:  # the search's time budget, not the trial, ended it
+        log = _tail(log_path, 64_000)
+        return Measurement(
+            *base, "stopped", wall_s=wall_s, log_tail=log[-4000:],
+            reason=f"stopped at the time budget after {wall_s:.0f} s, while {reached(log)}",
+        )  # fmt: skip
     elif timed_out:
         return Measurement(
             *base, "timeout", reason=f"no result within {settings.timeout_s:g} s",

@@ -44,6 +44,22 @@ def test_a_traffic_file_reads_as_json_lines_or_csv(tmp_path: Path) -> None:
     assert "traffic" not in Workload().to_dict()  # a one-shape study's identity is as it was
 
 
+def test_a_long_log_is_read_whole_and_one_past_the_limit_is_refused(tmp_path: Path) -> None:
+    """A 12,000-line log lost its last 2,000 requests without a word (here its only long
+    shape): the traffic was cut at 10,000. Now all are read; past the limit, one line."""
+    from autotune import traffic
+
+    log = tmp_path / "t.csv"
+    log.write_text("seq_len\n" + "16\n" * 11_999 + "512\n")
+    w = Workload(traffic=str(log))
+    assert len(w.traffic) == 12_000 and w.traffic[-1] == (1, 512)
+    assert len(Workload(traffic=str(log), requests=100).traffic) == 100  # the first N, as asked
+    huge = tmp_path / "huge.csv"
+    huge.write_text("seq_len\n" + "16\n" * (traffic.MAX_REQUESTS + 1))
+    with pytest.raises(ConfigError, match="100,001 requests, more than the 100,000"):
+        Workload(traffic=str(huge))
+
+
 @pytest.mark.parametrize("text, needle", [
     ('{"seq_len": 16}\n{"seq_len": -3}\n', "line 2: seq_len = -3"),
     ('{"seq_len": 16}\n\n{"seq_len": 8\n', "line 3: not JSON"),
@@ -196,7 +212,7 @@ def test_padding_buckets_pass_the_gate_where_padding_is_safe_and_fail_where_not(
     bucketed = Strategy.create("full", "aot_eager", buckets="pow2")
     m = measure(LLAMA, many, bucketed, QUICK)  # causal: right padding never reaches a token
     assert m.ok and m.accuracy.passed, m.accuracy
-    assert "4 compiled graphs judged of 4" in m.accuracy.detail  # every bucket, none eager
+    assert "4 of 4 graphs judged (4 shapes" in m.accuracy.detail  # every bucket, none eager
     quartiles = Strategy.create("full", "aot_eager", buckets="quantiles")
     q = measure(LLAMA, many, quartiles, QUICK)
     assert q.ok and q.accuracy.passed, q.accuracy

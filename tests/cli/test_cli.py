@@ -86,6 +86,7 @@ def test_debug_shows_the_traceback() -> None:
         (["--granularity", ","], None, "search space is empty: no granularity"),
         (["--policy", "median"], None, "bad policy 'median'"),
         (["--time-budget", "soon"], None, "bad duration 'soon'"),
+        (["--time-budget", "0"], None, "bad duration '0': it must be above 0"),
     ],
 )
 def test_search_bad_input_is_one_line_and_writes_nothing(

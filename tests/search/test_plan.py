@@ -217,7 +217,7 @@ def test_a_baseline_under_a_deadline_times_the_steady_shapes_that_fit() -> None:
     through 3 rounds and took 10 min 20 s of a 10 min budget (AVX2, bfloat16)."""
     from autotune.traffic import STEADY_SHAPES
     from autotune.trial.request import Request
-    from autotune.trial.scenarios.served import fitting_shapes
+    from autotune.trial.scenarios.steady import fitting_shapes
 
     def request(deadline: float) -> Request:
         return Request("trial", {}, {}, {}, 400, 1, deadline=deadline, least=3)
@@ -228,6 +228,8 @@ def test_a_baseline_under_a_deadline_times_the_steady_shapes_that_fit() -> None:
     assert fitting_shapes(request(soon), [10.0] * 16) == STEADY_SHAPES  # cheap: all of them
     assert fitting_shapes(request(time.time() - 1), [10.0] * 16) == 1  # past: still one
     assert fitting_shapes(request(0.0), [7000.0] * 16) == STEADY_SHAPES  # no deadline: all
+    # a confirmation's eager is untimed (0 ms): it divided by zero under a deadline
+    assert fitting_shapes(request(soon), [0.0] * 16) == STEADY_SHAPES
 
 
 def test_a_real_baseline_past_its_deadline_times_one_steady_shape() -> None:

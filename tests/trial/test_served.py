@@ -5,9 +5,11 @@ every compiled graph judged, and a confirmation that measures what the trial mea
 from __future__ import annotations
 
 import collections
+import os
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,12 +24,13 @@ from autotune.trial.child import fulfil
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import confirm, measure
 from autotune.trial.request import Request
-from autotune.trial.scenarios import Served, begin
-from autotune.trial.scenarios.served import judged_outputs
+from autotune.trial.scenarios import Served, begin, judged
+from autotune.trial.scenarios.judged import judged_outputs
 from autotune.workload import Settings, Workload
 from tests import models
 from tests.helpers import point, stored
 
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ModelRef("tests.models:tiny_llama")
 LENGTHS = "8,12,16,20,24,28,32,40,48,56,64,72"  # 12 lengths: past a static compile's limit (8)
 QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
@@ -66,7 +69,7 @@ def test_eager_on_recompile_is_judged_on_its_one_compiled_graph() -> None:
     guarded = Strategy.create("full", "aot_eager", dynamic=False, stance="eager_on_recompile")
     m = measure(LLAMA, Workload(seq_len=LENGTHS, requests=24), guarded, QUICK)
     assert m.ok and m.accuracy.passed, m.accuracy
-    assert "1 compiled graphs judged of 1" in m.accuracy.detail, m.accuracy.detail
+    assert "1 of 1 graphs judged" in m.accuracy.detail, m.accuracy.detail
     eager_weight = sum(r["weight"] for r in m.traffic["steady"] if r["ran_eager"])
     share = len(m.traffic["ran_eager"]) / m.traffic["requests"]
     assert abs(eager_weight - share) <= 1 / traffic.STEADY_SHAPES  # the traffic's mix kept
@@ -156,6 +159,70 @@ def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
     assert "3 CUDA graphs recorded" in traffic_lines(scenario.ctx.result)[0]
 
 
+PLAIN_LOOP = """
+import json, sys, torch
+from torch._dynamo.utils import counters
+import autotune
+from autotune.strategy.strategy import Strategy
+from tests import models
+strategy = Strategy.from_dict(json.loads(sys.argv[1]))
+model, _ = models.tiny_llama()
+served = autotune.apply(model, strategy)
+compiles = []
+with torch.no_grad():
+    for batch, length in json.loads(sys.argv[2]):
+        before = counters["stats"]["unique_graphs"]
+        ids = torch.randint(0, 100, (batch, length))
+        served(input_ids=ids, attention_mask=torch.ones_like(ids))
+        compiles.append(counters["stats"]["unique_graphs"] - before)
+print(json.dumps(compiles))
+"""
+
+
+def plain_loop(strategy: Strategy, requests: tuple) -> list[int]:
+    """The graphs each request compiles in a plain server loop a user would write: a fresh
+    process, ``autotune.apply``, the requests in arrival order, Dynamo's own counter."""
+    import json
+    import subprocess
+
+    argv = [sys.executable, "-c", PLAIN_LOOP, json.dumps(strategy.to_dict()),
+            json.dumps(requests)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "tests.models:wrong_backend"])
+def test_eager_then_compile_compiles_where_a_plain_server_loop_does(backend: str) -> None:
+    """The stance compiles a frame on its second call: the first pass's repeat and probe
+    calls became that call, outside the window where compiles are counted, so the trial
+    said request 2's recompile never happened. Played as a server plays it, the trial's
+    compiles are the plain loop's, request by request; the off-by-one backend fails the gate
+    on the graphs it compiled."""
+    requests = ((1, 16), (1, 24), (1, 16), (1, 40), (1, 16), (1, 24))  # the first repeats
+    strategy = Strategy.create("full", backend, dynamic=True, stance="eager_then_compile")
+    m = measure(LLAMA, Workload(traffic=requests), strategy, QUICK)
+    assert m.ok and m.traffic is not None and m.accuracy is not None, m.reason
+    expected = plain_loop(strategy, requests)
+    assert m.traffic["compiles"] == expected, (m.traffic["compiles"], expected)
+    assert sum(expected) >= 2  # a recompile after the first graph: the case that hid
+    assert m.accuracy.passed == (backend == "aot_eager"), m.accuracy.detail
+    assert "nothing compiled ran" not in m.accuracy.detail
+
+
+def test_the_gate_s_words_count_graphs_not_shapes() -> None:
+    """``marks=seq-unbacked`` on the tiny Llama said "2 compiled graphs judged of 2" beside
+    "8 graphs": it counted shapes. A regional compile makes a graph per region at a shape."""
+    strategy = Strategy.create("regional", "aot_eager", dynamic=False)
+    m = measure(LLAMA, Workload(traffic=((1, 8), (1, 16), (1, 8))), strategy, QUICK)
+    assert m.ok and m.accuracy is not None and m.traffic is not None, m.reason
+    graphs = sum(m.traffic["compiles"])
+    shapes = sum(1 for c in m.traffic["compiles"] if c)
+    assert graphs > shapes  # the case the words got wrong
+    assert f"{graphs} of {graphs} graphs judged" in m.accuracy.detail, m.accuracy.detail
+
+
 def test_a_model_without_repeated_blocks_is_found_running_eager() -> None:
     mixer = ModelRef("tests.models:mixing")
     assert recompiles.blocks_of(models.mixing()[0]) == []
@@ -197,10 +264,8 @@ def test_compile_counts_drop_no_record_past_64() -> None:
 def test_the_accuracy_sample_meets_every_column() -> None:
     logits = torch.arange(4 * 1000, dtype=torch.float64).reshape(1, 4, 1000)
     (sample,) = judged_outputs({"logits": logits})
-    from autotune.trial.scenarios import served
-
-    assert sample.numel() <= served.SAMPLE
-    small = served.spread_sample(logits, 100)  # stride 40 would meet 25 of the 1000 columns
+    assert sample.numel() <= judged.SAMPLE
+    small = judged.spread_sample(logits, 100)  # stride 40 would meet 25 of the 1000 columns
     assert small.numel() > 90 and len({int(v) % 1000 for v in small}) == small.numel()
 
 

@@ -28,7 +28,7 @@ from autotune.catalog import ModelRef
 from autotune.starts import artifact, later
 from autotune.strategy.strategy import Strategy
 from autotune.trial import accuracy, metrics, recompiles, rungs, timing
-from autotune.trial.measurement import Accuracy, Measurement, Memory
+from autotune.trial.measurement import PHASE, Accuracy, Measurement, Memory
 from autotune.trial.request import Request
 from autotune.workload import Workload
 
@@ -58,9 +58,11 @@ class TrialContext:
 
     def judge(self, expected: list[Any], actual: list[Any], *names: str) -> Accuracy:
         """The verdict on compiled outputs, against eager's and the reference's outputs
-        ``names`` (in that order), under :attr:`gate`."""
+        ``names`` (in that order), under :attr:`gate`; against eager's alone where the
+        reference holds none of them."""
         outputs = self.reference["outputs"] if self.reference else {}
-        found = [t for n in names for t in outputs[n]] if outputs else None
+        held = outputs and all(n in outputs for n in names)
+        found = [t for n in names for t in outputs[n]] if held else None
         gate = self.gate
         verdict = accuracy.judge(expected, actual, found, gate.dtype, gate.tolerance,
                                  self.request.reference_dtype, gate.tf32)  # fmt: skip
@@ -75,6 +77,10 @@ class TrialContext:
     @property
     def seed(self) -> int:
         return self.request.seed
+
+    def phase(self, name: str) -> None:
+        """Say in the log which phase begins: where a stopped trial had got to."""
+        print(f"{PHASE}{name}", flush=True)
 
     def lap(self, name: str, since: float) -> float:
         """Record the seconds since ``since`` as timing ``name``; now."""
@@ -202,15 +208,18 @@ class Scenario(ABC):
         ctx, m = self.ctx, self.ctx.result
         if ctx.request.load_artifact:  # a portable start: the saved caches, then compile
             m.load_s = artifact.load(ctx.request.load_artifact)
+        ctx.phase("building the model")
         self.setup()
         t = ctx.lap("build_s", ctx.start)
         ctx.memory.reset()
+        ctx.phase("compiling (its first calls)")
         self.first()
         compile_peak = ctx.memory.peak_mb()
         if ctx.strategy.uses_cuda_graphs() and device.is_cuda(ctx.device):  # what they recorded
             ctx.timings["cuda_graph_pools_mb"] = compile_peak - ctx.memory.peak_mb(pools=False)
         t = ctx.lap("first_s", t)
         calls = self.calls()
+        ctx.phase("warming up")
         peaks = dict.fromkeys(calls, 0.0)
         for _ in range(max(1, ctx.request.warmup)):
             for name, call in calls.items():
@@ -225,6 +234,7 @@ class Scenario(ABC):
                 self.timer(call)  # call pays the cudaMalloc the other's did not
         t = ctx.lap("warmup_s", t)
         device.synchronize(ctx.device)
+        ctx.phase("timing its rounds")
         samples = self.time_rounds(calls)
         t = ctx.lap("timing_s", t)
         ctx.timings["rounds"] = float(timing.rounds_of(samples))

@@ -10,9 +10,12 @@ an ``attention_mask`` where the forward takes one).
    call that finds whether the compiled model ran that shape eager (past a recompile limit,
    or by its stance). A repeat changes nothing a first pass measures, so repeats are not
    played (the cost grows with distinct shapes, not requests), except under
-   ``eager_then_compile``, which compiles on a later call: every request is played until the
-   first compile. A shape that arrives again is called once more on each side, for the
-   repeat latency its later arrivals stand at; one that arrives once is not. A CUDA-graph
+   ``eager_then_compile``, which compiles a frame on its second call, so that any extra call
+   would move its compiles: it is played as a server plays it, one compiled call a request
+   and no probe (a recompile-limit failure in Dynamo's counts says it ran eager), until its
+   first compile and a call of every shape after it; then as any other. A shape that
+   arrives again is called once more on each side, for the repeat latency its later arrivals
+   stand at; one that arrives once is not. A CUDA-graph
    strategy records a shape's graph on its second call: that call is a stall too. **Time to
    ready** is eager's time to ready (each request up to the last new shape's first arrival,
    at eager's latency of its shape) plus the stalls; the start objective is the stalls' sum
@@ -30,67 +33,21 @@ an ``attention_mask`` where the forward takes one).
 from __future__ import annotations
 
 import collections
-import math
-import statistics
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune import catalog, device, traffic
-from autotune.trial import accuracy, metrics, recompiles, rungs, timing
+from autotune.trial import metrics, recompiles, rungs, timing
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.inference import Inference
+from autotune.trial.scenarios.judged import judged_outputs, reference_name
+from autotune.trial.scenarios.steady import fitting_shapes, weighted_call
 
 if TYPE_CHECKING:
-    from autotune.trial.request import Request
+    pass
 
 Shape = tuple[int, int]
-SAMPLE = 2**16  # elements of each output judged at a traffic's shape: the reference keeps them
-# in float64 for every shape it covers (gemma's logits at 256 tokens are 65 M elements)
-
-
-def judged_outputs(out: Any) -> list[Any]:
-    """What is judged of one traffic shape's outputs: :data:`SAMPLE` elements of each tensor
-    at a stride coprime with its last dimension, so that every column is met."""
-    return [spread_sample(t, SAMPLE) for t in accuracy.tensors(out)]
-
-
-def spread_sample(t: Any, size: int) -> Any:
-    """At most ``size`` elements of ``t`` at a fixed stride coprime with its last dimension (a
-    stride sharing a factor with a vocabulary of 256,000 would meet 256 of its columns)."""
-    flat = t.detach().reshape(-1)
-    last = t.shape[-1] if t.dim() else 1
-    stride = max(1, flat.numel() // size)
-    while stride > 1 and math.gcd(stride, last) != 1:
-        stride += 1
-    return flat[::stride][:size].clone()
-
-
-def reference_name(shape: Shape) -> str:
-    """The reference's outputs of one traffic shape."""
-    return f"forward@{shape[0]}x{shape[1]}"
-
-
-def weighted_call(
-    step: dict[Shape, Callable[[], Any]],
-    weights: dict[Shape, float],
-    where: str,
-    seen: dict[Shape, list[float]] | None = None,
-) -> Callable[[], float]:
-    """One call of every steady shape; the seconds weighted by the traffic (each shape's own
-    seconds kept in ``seen``)."""
-
-    def call() -> float:
-        total = 0.0
-        for shape, weight in weights.items():
-            seconds = device.timed(step[shape], where)
-            total += weight * seconds
-            if seen is not None:
-                seen.setdefault(shape, []).append(seconds)
-        return total
-
-    return call
 
 
 def stalls_of(compiles: list[int], recorded: list[int]) -> int:
@@ -106,21 +63,6 @@ def throwaway(requests: tuple[Shape, ...]) -> Shape:
     batch = min(b for b, _ in requests)
     return next(((batch, s) for s in range(1, max(s for _, s in requests) + 1)
                  if (batch, s) not in held), (batch, 1))  # fmt: skip
-
-
-def fitting_shapes(request: Request, eager_ms: list[float]) -> int:
-    """How many steady shapes a round may time when nobody said (``request.steady`` 0): the
-    traffic's default, or where the rounds have a deadline (the eager baseline under a time
-    budget), as many as let the warm-up and the least rounds end by it, at the first pass's
-    median eager call per shape on each side (never fewer than one). A baseline whose calls
-    take seconds would otherwise time every steady shape through its least rounds, past any
-    budget: 6.96 s a call over 8 shapes made one baseline 10 min 20 s of a 10 min budget."""
-    if not request.deadline or not eager_ms:
-        return traffic.STEADY_SHAPES
-    rounds = max(1, request.warmup) + max(1, request.least)
-    per_round_and_shape = 2 * statistics.median(eager_ms) / 1e3  # both sides' calls
-    left = request.deadline - time.time()
-    return max(1, min(traffic.STEADY_SHAPES, int(left / (rounds * per_round_and_shape))))
 
 
 class Served(Inference):
@@ -139,6 +81,7 @@ class Served(Inference):
         self.units = recompiles.units_of(self.model, ctx.strategy.granularity)
         self.seen: dict[str, dict[Shape, list[float]]] = {"eager": {}, "compiled": {}}
         self.compiled_shapes: list[Shape] = []  # whose first arrival compiled a graph
+        self.graphs_at: collections.Counter[Shape] = collections.Counter()  # compiled there
         self.eager_shapes: set[Shape] = set()  # served eager by the compiled model
         self.weights: dict[Shape, float] = {}
 
@@ -181,9 +124,49 @@ class Served(Inference):
                 return 0.0
             return device.wall(self.steps[side][shape], ctx.device)[0] * 1e3
 
-        for n, shape in enumerate(requests, 1):
+        # A stance that counts calls (eager_then_compile compiles a frame on its second call)
+        # is played as a server plays it, one compiled call a request and no other, until
+        # its first compile and then every shape's call after it; then as any other.
+        start, since = 0, set()  # shapes called compiled since the first compile
+        while until_compiled and compiled_side and start < len(requests):
+            if compiled_any and since >= set(requests):
+                break
+            shape = requests[start]
+            start += 1
             new = shape not in first
-            if not new and not (until_compiled and not compiled_any):
+            found["played"].append(start)
+            if new:
+                first[shape] = ms("eager", shape)
+                if shape in repeated:
+                    repeat["eager"][shape] = ms("eager", shape)
+            eager_ms = first[shape] if new else repeat["eager"][shape]
+            timed["eager"].append(eager_ms)
+            before, recorded = metrics.compile_counts(), recordings()
+            took = ms("compiled", shape)
+            after = metrics.compile_counts()
+            compiles, was = after[0] - before[0], compiled_any
+            compiled_any = compiled_any or compiles > 0
+            if compiles and shape not in self.compiled_shapes:
+                self.compiled_shapes.append(shape)
+            elif was and not compiles:  # the compiled code served it, as it will again
+                repeat["compiled"][shape] = took
+            if not compiled_any:
+                by_stance.add(start)
+            elif after[1] > before[1]:  # past the recompile limit: served eager from now on
+                self.eager_shapes.add(shape)
+            else:
+                since.add(shape)
+            timed["compiled"].append(took)
+            found["compiles"].append(compiles)
+            self.graphs_at[shape] += compiles
+            found["recorded"].append(recordings() - recorded)
+            found["stall_ms"].append(max(0.0, took - eager_ms) if compiles else 0.0)
+            found["reasons"] += [[start, r] for r in after[2][len(before[2]) :]]
+        for shape in set(requests[start:]) - set(repeat["compiled"]) if start else ():
+            repeat["compiled"][shape] = ms("compiled", shape)  # where later arrivals stand
+        for n, shape in enumerate(requests[start:], start + 1):
+            new = shape not in first
+            if not new:
                 timed["eager"].append(None)
                 timed["compiled"].append(None)
                 found["compiles"].append(0)
@@ -215,13 +198,11 @@ class Served(Inference):
                 self.eager_shapes.discard(shape)
             timed["compiled"].append(took)
             found["compiles"].append(compiles)
+            self.graphs_at[shape] += compiles
             found["recorded"].append(recordings() - recorded)
             found["stall_ms"].append(stall)
             found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
-            if compiled_side and until_compiled and not compiled_any:
-                by_stance.add(n)
-                self.eager_shapes.add(shape)
-            elif compiled_side and new and self.ran_eager(shape):
+            if compiled_side and new and self.ran_eager(shape):
                 self.eager_shapes.add(shape)
         for side, values in timed.items():
             found[f"{side}_ms"] = [repeat[side][s] if v is None else v
@@ -259,8 +240,10 @@ class Served(Inference):
 
     def judge_shapes(self) -> Accuracy:
         """The worst verdict over the shapes that ran compiled code: every one whose first
-        arrival compiled a graph, then the extremes; says how many were judged of how many
-        compiled (a shape without a reference is not judged, and counts against K)."""
+        arrival compiled a graph, then the extremes; says how many of the graphs compiled at
+        those shapes were judged, and over how many shapes (a shape without a reference is
+        not judged, and its graphs count against K, unless none is covered: then the compiled
+        shapes are judged against eager alone)."""
         ctx = self.ctx
         if ctx.strategy.granularity == "none":
             return self._judge([traffic.distinct(ctx.workload.traffic)[0][0]], "eager")
@@ -271,9 +254,12 @@ class Served(Inference):
                   if s not in self.eager_shapes]  # fmt: skip
         if covered is not None:
             shapes = [s for s in shapes if reference_name(s) in covered]
-        graphs = [s for s in self.compiled_shapes if s not in self.eager_shapes]
-        judged = len([s for s in graphs if s in shapes])
-        words = f"{judged} compiled graphs judged of {len(graphs)}"
+        compiled = [s for s in self.compiled_shapes if s not in self.eager_shapes]
+        if not shapes:  # none the reference covers: every graph still judged, against eager
+            shapes = compiled
+        total = sum(self.graphs_at[s] for s in compiled)
+        judged = sum(self.graphs_at[s] for s in compiled if s in shapes)
+        words = f"{judged} of {total} graphs judged"
         if not shapes:
             return Accuracy(0.0, 0.0, True, 0.0, 0.0, f"nothing compiled ran: {words}",
                             rule=ctx.gate.describe(ctx.request.reference_dtype))  # fmt: skip
@@ -288,8 +274,8 @@ class Served(Inference):
                                 reference_name(shape))  # fmt: skip
             verdicts.append((not verdict.passed, verdict.max_rel, shape, verdict))
         failed, _, shape, worst = max(verdicts, key=lambda v: (v[0], v[1]))
-        worst.detail = (f"{'at' if failed else 'worst at'} batch {shape[0]} x seq {shape[1]} "
-                        f"({words}, {len(shapes)} shapes judged)"
+        worst.detail = (f"{'at' if failed else 'worst at'} batch {shape[0]} x seq {shape[1]}; "
+                        f"{words} ({len(shapes)} shapes)"
                         + (f": {worst.detail}" if worst.detail else ""))  # fmt: skip
         return worst
 

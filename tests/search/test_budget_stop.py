@@ -1,0 +1,155 @@
+"""The budget holds whatever the model: a trial whose compile overruns its plan is stopped where
+going on would break the time budget, stored as nothing (a later run with more time measures
+it), and the search answers within its budget (autotune/trial/process.py, search/step.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.catalog import ModelRef
+from autotune.search.plan import Plan
+from autotune.strategy.strategy import Strategy
+from autotune.trial.parent import run_trial
+from autotune.trial.reference import make
+from autotune.workload import Settings, Workload
+from tests.search.test_plan import baseline
+
+ROOT = Path(__file__).resolve().parents[2]
+STALLING = "tests.models:stalling_backend"
+
+
+def test_a_trial_past_its_stop_is_stopped_with_where_it_had_got_to() -> None:
+    """A compile of an hour, told to stop 4 s from now: stopped then, not at its timeout
+    (1,200 s), saying it was compiling; one that ends before its stop is measured."""
+    strategy = Strategy.create("full", STALLING)
+    ref, workload = ModelRef("toy-64", layers=1), Workload()
+    settings = Settings(iters=3, warmup=1, starts=("cold",))
+    reference = make(ref, workload, settings)  # as a search has it before its trials
+    settings = dataclasses.replace(settings, stop_at=time.time() + 4.0)
+    began = time.monotonic()
+    m = run_trial(ref, workload, strategy, settings, reference)
+    assert m.status == "stopped" and time.monotonic() - began < 30, (m.status, m.reason)
+    assert "stopped at the time budget after" in m.reason and "while compiling" in m.reason
+    quick = Strategy.create("full", "eager")
+    later = dataclasses.replace(settings, stop_at=time.time() + 120)
+    done = run_trial(ref, workload, quick, later, reference)
+    assert done.ok, done.reason
+
+
+def test_a_trial_stops_where_the_confirmation_s_share_begins_and_counts_at_once() -> None:
+    plan = Plan(120.0, iters=20)
+    plan.learn_baseline(baseline(5.0, 20, child_s=3.0))
+    cut = plan.for_trial(Settings(iters=20), ["inductor"], False, 1)
+    assert cut.stop_at == pytest.approx(plan.trials_end(["inductor"], False), abs=1.0)
+    assert cut.deadline <= cut.stop_at + 0.01 and cut.stop_at < plan.deadline  # the confirmation
+    # keeps its share
+    assert plan.for_confirmation(Settings()).stop_at < plan.deadline  # so does the answer
+    before = plan.compile_s("inductor")
+    from autotune.trial.measurement import Measurement
+
+    stopped = Measurement({}, {}, {}, "stopped", reason="stopped at the time budget after 300 s")
+    plan.learn_trial(Strategy.create("full", "inductor"), stopped, 300.0)
+    assert plan.compile_s("inductor") > 2 * before  # the overrun, at once, not the prior
+    assert plan.split(400.0)["stopped at the budget"] == 300.0  # where its time went
+    assert plan.compiled == 0  # nothing measured to confirm
+    later = Plan(600.0, iters=20, floors={"inductor": 300.0})  # a later run of the study
+    later.learn_baseline(baseline(5.0, 20, child_s=3.0))
+    assert later.compile_s("inductor") > 250  # not the 40 s prior: it ran 300 s and was cut
+    assert later.compile_s("aot_eager") == 4.0  # another backend keeps its prior
+    measured = baseline(5.0, 20, child_s=3.0)
+    later.learn_trial(Strategy.create("full", "inductor"), measured, 20.0)
+    assert later.compile_s("inductor") < 250  # measured here: what it took
+
+
+def test_a_budget_below_the_eager_baseline_answers_eager_at_once(in_tmp, capsys) -> None:
+    """One second: less than the eager baseline alone takes. The search says that nothing
+    can be decided, answers eager, and ends; it neither hangs nor runs a trial."""
+    from autotune.cli import main
+
+    began = time.monotonic()
+    code = main(["search", "--model", "toy-64", "--layers", "1", "--backend", "eager",
+                 "--granularity", "full", "--trials", "2", "--iters", "5", "--starts", "cold",
+                 "--time-budget", "1s", "--no-progress"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "cannot decide anything here" in err and "raise --time-budget" in err, err
+    assert "chosen (amortized:1h): none" in out and "0 strategies measured" in out, out
+    assert time.monotonic() - began < 60
+
+
+def search(
+    folder: Path, budget: str, stall_s: float, *more: str
+) -> tuple[subprocess.CompletedProcess, float]:
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers", "1",
+            "--backend", STALLING, "--allow-code", STALLING, "--granularity", "full",
+            "--fullgraph", "false", "--trials", "1", "--iters", "10", "--warmup", "1",
+            "--starts", "cold", "--time-budget", budget, "--study", "stalls",
+            "--no-progress", *more]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TEST_COMPILE_STALL_S": f"{stall_s:g}"}
+    began = time.monotonic()
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=240)
+    return done, time.monotonic() - began
+
+
+@pytest.mark.long
+def test_a_compile_dearer_than_the_budget_is_stopped_and_measured_by_a_later_run(
+    tmp_path: Path,
+) -> None:
+    """A compile of an hour under a 2-minute budget: the search ends within 10 % of it, with
+    an answer (eager, nothing else measured) and a line naming the stopped strategy; the same
+    study run again with a compile of 1 s measures it."""
+    done, wall = search(tmp_path, "2m", 3600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert wall <= 1.1 * 120, wall
+    out = done.stdout
+    assert "stopped at the time budget: full/tests.models:stalling_backend" in out, out
+    assert "while compiling" in out and "chosen (amortized:1h): none" in out, out
+    best = json.loads((tmp_path / "studies" / "stalls" / "best.json").read_text())
+    assert best["autotune"]["key"] == "none"
+    again, _ = search(tmp_path, "3m", 1)
+    assert again.returncode == 0, again.stderr[-3000:]
+    compiling = re.search(r"\((\d+) s of it compiling\)", again.stderr)
+    assert compiling and int(compiling[1]) > 60, again.stderr  # the stop, not the 40 s prior
+    assert "stopped at the time budget" not in again.stdout
+    assert "1 strategies measured in this study" in again.stdout, again.stdout
+
+
+@pytest.mark.long
+def test_workers_stop_their_trial_at_the_budget_and_leave_the_study_consistent(
+    tmp_path: Path,
+) -> None:
+    """Two local workers (no plan: a raw budget each): the stalling trial is stopped at the
+    budget, its Optuna trial failed with why, no claim and no running trial left behind, and
+    the summary names it."""
+    import optuna
+
+    from autotune.storage import Store
+
+    more = ["--workers", "2", "--backend", f"{STALLING},eager", "--trials", "2"]
+    done, wall = search(tmp_path, "60s", 3600, *more)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert wall < 120, wall  # not the hour the compile would take, nor its 1,200 s timeout
+    assert "stopped at the time budget: full/tests.models:stalling_backend" in done.stdout
+    store = Store(f"sqlite:///{tmp_path}/studies/autotune.db")
+    try:
+        claims = store.claims("stalls")
+        assert all(c.heartbeat is None for c in claims)  # none in flight, none to be reaped
+        assert not any(c.key.startswith("full/tests.models:stalling") for c in claims)  # freed
+        assert "full/tests.models:stalling_backend" not in " ".join(store.measured_keys("stalls"))
+    finally:
+        store.engine.dispose()
+    study = optuna.load_study(
+        study_name="stalls", storage=f"sqlite:///{tmp_path}/studies/autotune.db"
+    )
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert any("stopped" in t.user_attrs for t in study.trials)
