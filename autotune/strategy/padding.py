@@ -8,8 +8,9 @@ to the bucket (and, for marks, marked alike): with zeros (ids, embeddings, ``tok
 an ``attention_mask`` that hides the padding), positions that go on counting
 (``position_ids``), or ``-100`` (``labels``: the loss ignores them). Another keyword of that
 size, a KV cache passed in, or ``logits_to_keep`` is refused in one line. Outputs are cut back
-to the request's rows and positions: every tensor whose first two dimensions are the bucket's,
-and a transformers ``Cache`` (cropped in sequence, its rows selected).
+to the request's rows and positions: every tensor's first dimension where it is the bucket's
+batch (pooled outputs and a classifier's logits included), its second where it is the bucket's
+length, and a transformers ``Cache`` (cropped in sequence, its rows selected).
 """
 
 from __future__ import annotations
@@ -79,14 +80,30 @@ def cut_cache(cache: Any, padded: Size, size: Size) -> None:
                             f"from its bucket ({exc}): {NO_CACHE}") from None  # fmt: skip
 
 
-def cut(value: Any, padded: Size, size: Size) -> Any:
-    """Outputs cut back from the padded shape to the request's: every tensor whose first two
-    dimensions are the padded ones, and a KV cache (containers keep their type)."""
+PER_TOKEN = ("start_logits", "end_logits")  # 2-D outputs of one score per position
+POOLED = "pool"  # in an output's name: one vector per row (pooler_output), never positions
+
+
+def cut(value: Any, padded: Size, size: Size, name: str = "") -> Any:
+    """Outputs cut back from the padded shape to the request's: every tensor's rows where its
+    first dimension is the padded batch (a pooled output's, a classifier's logits: the padded
+    rows' mask hides everything, and their mean is NaN), its positions where its second is
+    the padded length, and a KV cache (containers keep their type)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        if value.dim() >= 2 and tuple(value.shape[:2]) == padded:
-            return value[: size[0], : size[1]]
+        if value.dim() >= 1 and padded[0] != size[0] and value.shape[0] == padded[0]:
+            value = value[: size[0]]  # the padded rows: a pooled output's or a classifier's too
+        if value.dim() >= 2 and value.shape[1] == padded[1] and padded[1] != size[1]:
+            if value.dim() == 2 and POOLED in name:
+                return value
+            if value.dim() == 2 and name not in PER_TOKEN:  # (rows, positions) or features?
+                raise NotApplicable(
+                    f"padding buckets cannot tell whether output {name or 'tensor'} of shape "
+                    f"{tuple(value.shape)} holds positions or features ({padded[1]} either "
+                    "way): use another bucket or no buckets"
+                )  # fmt: skip
+            value = value[:, : size[1]]
         return value
     if is_cache(value):
         cut_cache(value, padded, size)
@@ -97,9 +114,9 @@ def cut(value: Any, padded: Size, size: Size) -> Any:
             if key in CACHES and found is not None and not is_cache(found):
                 raise NotApplicable(f"a {type(found).__name__} KV cache ({key}) cannot be cut "
                                     f"back from its bucket: {NO_CACHE}")  # fmt: skip
-        return type(value)(**{k: cut(v, padded, size) for k, v in items})
+        return type(value)(**{k: cut(v, padded, size, str(k)) for k, v in items})
     if isinstance(value, (tuple, list)):
-        return type(value)(cut(v, padded, size) for v in value)
+        return type(value)(cut(v, padded, size, name) for v in value)
     return value
 
 

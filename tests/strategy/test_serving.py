@@ -231,3 +231,48 @@ def test_marks_mark_the_users_mask_too() -> None:
             torch.testing.assert_close(out.logits, model(ids, attention_mask=mask).logits,
                                        atol=1e-5, rtol=1e-5)  # fmt: skip
     assert graphs() == 1  # one dynamic graph, as measured; not static then dynamic
+
+
+class Pooled(torch.nn.Module):
+    """A pooled classifier: a masked mean over positions, then a head. A padded row's mask
+    hides every position, so its mean is 0 / 0: NaN."""
+
+    def __init__(self, hidden: int = 16) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = torch.nn.Embedding(100, hidden), torch.nn.Linear(hidden, 2)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        h = self.emb(input_ids) * attention_mask[..., None]
+        pooled = h.sum(1) / attention_mask.sum(1, keepdim=True)
+        return {"logits": self.head(pooled), "pooler_output": pooled, "hidden": h}
+
+
+def test_a_pooled_classifier_gets_its_own_rows_back_and_no_nan() -> None:
+    """Three requests in a batch pad to a bucket of four: the classifier's logits came back
+    (4, 2), the fourth row NaN. Every output carrying the padded batch is cut back."""
+    model = Pooled()
+    ids = torch.randint(0, 100, (3, 10))
+    mask = torch.ones_like(ids)
+    expected = model(ids, mask)
+    served = autotune.apply(model, Strategy.create("full", "eager", buckets="pow2", dynamic=False))
+    out = served(input_ids=ids, attention_mask=mask)
+    assert out["logits"].shape == (3, 2) and not torch.isnan(out["logits"]).any()
+    assert torch.allclose(out["logits"], expected["logits"])
+    assert out["pooler_output"].shape == (3, 16)  # a pooled vector: its 16 are not positions
+    assert out["hidden"].shape == (3, 10, 16)
+
+
+def test_an_output_whose_positions_cannot_be_told_from_features_is_refused() -> None:
+    """A 2-D output whose second dimension is the bucket's length could be one score per
+    position or a feature vector of that size: refused in one line, never cut at a guess."""
+
+    class Bare(Pooled):
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+            return {"features": super().forward(input_ids, attention_mask)["pooler_output"]}
+
+    served = autotune.apply(Bare(), Strategy.create("full", "eager", buckets="pow2",
+                                                    dynamic=False))  # fmt: skip
+    ids = torch.randint(0, 100, (3, 10))
+    with pytest.raises(autotune.errors.NotApplicable, match="positions or features"):
+        served(input_ids=ids, attention_mask=torch.ones_like(ids))
