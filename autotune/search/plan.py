@@ -231,6 +231,18 @@ class Plan:
         least = min(self.trial_s(b, deciding_rounds()) for b in backends)
         return time.time() + least <= end
 
+    def fitting(self, strategies: list[Strategy], backends: list[str],
+                traffic: bool) -> list[Strategy]:  # fmt: skip
+        """Those of ``strategies`` whose trial fits before the confirmation's share at its
+        backend's compile estimate (a stopped trial's included): what the sampler and the
+        surrogate may propose. All of them without a budget."""
+        end = self.trials_end(backends, traffic)
+        if end is None or self.round_s is None:
+            return strategies
+        left, least = end - time.time(), deciding_rounds()
+        return [s for s in strategies
+                if s.granularity == "none" or self.trial_s(s.backend, least) <= left]  # fmt: skip
+
     def for_trial(self, settings: Settings, backends: list[str], traffic: bool,
                   trials_left: int) -> Settings:  # fmt: skip
         """A trial's settings: its rounds end at its share of what is left for trials."""

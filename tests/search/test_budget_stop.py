@@ -61,6 +61,14 @@ def test_a_trial_stops_where_the_confirmation_s_share_begins_and_counts_at_once(
     assert plan.compile_s("inductor") > 2 * before  # the overrun, at once, not the prior
     assert plan.split(400.0)["stopped at the budget"] == 300.0  # where its time went
     assert plan.compiled == 0  # nothing measured to confirm
+    # the sampler and the surrogate choose among what fits: the stopped backend no longer
+    roomy = Plan(1200.0, iters=20)
+    roomy.learn_baseline(baseline(5.0, 20, child_s=3.0))
+    full, quick = Strategy.create("full", "inductor"), Strategy.create("full", "eager")
+    both = ["inductor", "eager"]
+    assert roomy.fitting([full, quick], both, False) == [full, quick]
+    roomy.learn_trial(full, stopped, 900.0)
+    assert roomy.fitting([full, quick], both, False) == [quick]
     later = Plan(600.0, iters=20, floors={"inductor": 300.0})  # a later run of the study
     later.learn_baseline(baseline(5.0, 20, child_s=3.0))
     assert later.compile_s("inductor") > 250  # not the 40 s prior: it ran 300 s and was cut
