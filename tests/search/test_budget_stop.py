@@ -97,9 +97,12 @@ def test_a_budget_below_the_eager_baseline_answers_eager_at_once(in_tmp, capsys)
 def search(
     folder: Path, budget: str, stall_s: float, *more: str
 ) -> tuple[subprocess.CompletedProcess, float]:
+    """``autotune search`` of toy-64 with the stalling backend, one strategy a backend (a
+    sampler's pick among more would make what is measured a draw)."""
     argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "toy-64", "--layers", "1",
             "--backend", STALLING, "--allow-code", STALLING, "--granularity", "full",
-            "--fullgraph", "false", "--trials", "1", "--iters", "10", "--warmup", "1",
+            "--fullgraph", "false", "--dynamic", "none", "--trials", "1", "--iters", "10",
+            "--warmup", "1",
             "--starts", "cold", "--time-budget", budget, "--study", "stalls",
             "--no-progress", *more]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TEST_COMPILE_STALL_S": f"{stall_s:g}"}
@@ -142,7 +145,7 @@ def test_workers_stop_their_trial_at_the_budget_and_leave_the_study_consistent(
 
     from autotune.storage import Store
 
-    more = ["--workers", "2", "--backend", f"{STALLING},eager", "--trials", "2"]
+    more = ["--workers", "2", "--backend", f"{STALLING},eager", "--trials", "2"]  # both
     done, wall = search(tmp_path, "60s", 3600, *more)
     assert done.returncode == 0, done.stderr[-3000:]
     assert wall < 120, wall  # not the hour the compile would take, nor its 1,200 s timeout
