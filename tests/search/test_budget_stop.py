@@ -28,16 +28,16 @@ STALLING = "tests.models:stalling_backend"
 
 
 def test_a_trial_past_its_stop_is_stopped_with_where_it_had_got_to() -> None:
-    """A compile of an hour, told to stop 4 s from now: stopped then, not at its timeout
+    """A compile of an hour, told to stop 12 s from now: stopped then, not at its timeout
     (1,200 s), saying it was compiling; one that ends before its stop is measured."""
     strategy = Strategy.create("full", STALLING)
     ref, workload = ModelRef("toy-64", layers=1), Workload()
     settings = Settings(iters=3, warmup=1, starts=("cold",))
     reference = make(ref, workload, settings)  # as a search has it before its trials
-    settings = dataclasses.replace(settings, stop_at=time.time() + 4.0)
+    settings = dataclasses.replace(settings, stop_at=time.time() + 12.0)  # past its build
     began = time.monotonic()
     m = run_trial(ref, workload, strategy, settings, reference)
-    assert m.status == "stopped" and time.monotonic() - began < 30, (m.status, m.reason)
+    assert m.status == "stopped" and time.monotonic() - began < 60, (m.status, m.reason)
     assert "stopped at the time budget after" in m.reason and "while compiling" in m.reason
     quick = Strategy.create("full", "eager")
     later = dataclasses.replace(settings, stop_at=time.time() + 120)
