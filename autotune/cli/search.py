@@ -57,7 +57,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.cli.progress import BestSoFar, Progress, Told
     from autotune.environment import dtype_line
     from autotune.job.tuning import Tuning
-    from autotune.search import step
+    from autotune.search import stops
     from autotune.search.overview import counts
     from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name, read_toml
 
@@ -107,7 +107,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     front = told.front
     tally = counts(study, rows)
     split = search.plan.split(time.time() - began) if search.plan else None
-    cut = [(s.key, s.seconds, s.why) for s in step.stopped_trials(search)]
+    cut = stops.stopped_trials(search)
     if args.json:
         result = {
             "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
@@ -118,18 +118,18 @@ def cmd_search(args: argparse.Namespace) -> int:
             "pareto_front": [dataclasses.asdict(p) for p in front], **told.block(),
             "budget_s": spec.time_budget_s,
             "seconds": split,
-            "stopped_at_budget": [{"strategy": k, "seconds": round(s, 1), "why": why}
-                                  for k, s, why in cut],
+            "stopped_at_budget": [{"strategy": s.key, "seconds": round(s.seconds, 1),
+                                   "why": s.why} for s in cut],
         }  # fmt: skip
         print(json.dumps(result, indent=2))
         return 0
     print(f"stopped: {outcome.stopped}; {tally['measured']} strategies measured in this study, "
           f"{tally['deduced']} deduced without measuring, {outcome.repeats} sampler repeats "
           "reused their stored values")  # fmt: skip
-    for key, _, why in cut:
-        after = why.removeprefix("stopped at the time budget ")
-        print(f"stopped at the time budget: {key}, {after}; a later run of this study with a "
-              "larger --time-budget measures it")  # fmt: skip
+    for stop in cut:
+        after = stop.why.removeprefix("stopped at the time budget ")
+        print(f"stopped at the time budget: {stop.key}, {after}; a later run of this study "
+              "with a larger --time-budget measures it")  # fmt: skip
     if split:
         print(report.time_split(split))
     print("\nPareto front (cold compile vs median latency, feasible trials and eager):")

@@ -51,7 +51,7 @@ class Tuning:
         """Check the model, then open the study in ``storage``; ``began`` (``time.time()``)
         starts a lone search's time budget earlier than now (the command's own start)."""
         from autotune import catalog
-        from autotune.search import open_search, step
+        from autotune.search import open_search, stops
         from autotune.search.plan import Plan
         from autotune.trial.rungs import wanted
 
@@ -61,7 +61,7 @@ class Tuning:
             rungs = wanted(spec.rungs, spec.objectives, spec.policy)
             search.plan = Plan(spec.time_budget_s, began or time.time(),
                                iters=spec.settings.iters, rungs=rungs,
-                               floors=step.stopped_before(search))  # fmt: skip
+                               floors=stops.stopped_before(search))  # fmt: skip
         return cls(search, workers, force)
 
     @property

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -30,16 +29,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 POLL_S = 5.0  # how often a worker with nothing to claim looks again
-
-
-@dataclass(frozen=True)
-class Stop:
-    """A trial stopped at a time budget: its strategy, backend, seconds run and why."""
-
-    key: str
-    backend: str
-    seconds: float
-    why: str
 
 
 def db(search: Search, fn: Callable[[], T], what: str) -> T:
@@ -349,32 +338,6 @@ def stopped(
     db(search, lambda: finished_as(search.optuna, told), "tell")
     search.coord.release(key)
     listener.note(f"{key}: {m.reason}; a later run with a larger --time-budget measures it")
-
-
-def stopped_trials(search: Search) -> list[Stop]:
-    """The study's trials stopped at a time budget whose strategy no trial has measured
-    since, in the order they ran."""
-    import optuna
-
-    failed = db(search, lambda: search.optuna.get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.FAIL,)), "read")  # fmt: skip
-    measured = search.store.measured_keys(search.name)
-    found = []
-    for t in failed:
-        said, key = t.user_attrs.get("stopped"), t.user_attrs.get("key")
-        if isinstance(said, dict) and isinstance(key, str) and key not in measured:
-            found.append(Stop(key, str(said.get("backend", "")), float(said.get("seconds") or 0),
-                              str(said.get("why", ""))))  # fmt: skip
-    return found
-
-
-def stopped_before(search: Search) -> dict[str, float]:
-    """Per backend, the longest that a trial of the study ran before an earlier run's time
-    budget stopped it (none measured since): its compile costs at least about that."""
-    floors: dict[str, float] = {}
-    for stop in stopped_trials(search):
-        floors[stop.backend] = max(floors.get(stop.backend, 0.0), stop.seconds)
-    return floors
 
 
 def abandon(search: Search, trial: optuna.trial.Trial, key: str) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune import catalog, device, traffic
 from autotune.trial import metrics, recompiles, rungs, timing
@@ -43,9 +43,6 @@ from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.inference import Inference
 from autotune.trial.scenarios.judged import judged_outputs, reference_name
 from autotune.trial.scenarios.steady import fitting_shapes, weighted_call
-
-if TYPE_CHECKING:
-    pass
 
 Shape = tuple[int, int]
 
@@ -124,49 +121,63 @@ class Served(Inference):
                 return 0.0
             return device.wall(self.steps[side][shape], ctx.device)[0] * 1e3
 
+        def eager_first(shape: Shape) -> float:
+            """Eager's first call of a new shape (and its repeat, where one stands for later
+            arrivals): the milliseconds a request of it took eager."""
+            first[shape] = ms("eager", shape)
+            if shape in repeated:
+                repeat["eager"][shape] = ms("eager", shape)
+            timed["eager"].append(first[shape])
+            return first[shape]
+
+        def compiled_call(n: int, shape: Shape) -> tuple[float, int, bool]:
+            """The compiled model's call of request ``n``, counted by Dynamo's own counters:
+            its milliseconds, the graphs it compiled, whether it hit the recompile limit."""
+            before = metrics.compile_counts()
+            took = ms("compiled", shape)
+            after = metrics.compile_counts()
+            compiles = after[0] - before[0]
+            if compiles and shape not in self.compiled_shapes:
+                self.compiled_shapes.append(shape)
+                self.eager_shapes.discard(shape)
+            self.graphs_at[shape] += compiles
+            timed["compiled"].append(took)
+            found["compiles"].append(compiles)
+            found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
+            return took, compiles, after[1] > before[1]
+
         # A stance that counts calls (eager_then_compile compiles a frame on its second call)
         # is played as a server plays it, one compiled call a request and no other, until
         # its first compile and then every shape's call after it; then as any other.
-        start, since = 0, set()  # shapes called compiled since the first compile
+        start, since, distinct = 0, set(), set(requests)  # shapes called since the compile
         while until_compiled and compiled_side and start < len(requests):
-            if compiled_any and since >= set(requests):
+            if compiled_any and since >= distinct:
                 break
             shape = requests[start]
             start += 1
-            new = shape not in first
             found["played"].append(start)
-            if new:
-                first[shape] = ms("eager", shape)
-                if shape in repeated:
-                    repeat["eager"][shape] = ms("eager", shape)
-            eager_ms = first[shape] if new else repeat["eager"][shape]
-            timed["eager"].append(eager_ms)
-            before, recorded = metrics.compile_counts(), recordings()
-            took = ms("compiled", shape)
-            after = metrics.compile_counts()
-            compiles, was = after[0] - before[0], compiled_any
+            if shape in first:
+                eager_ms = repeat["eager"][shape]
+                timed["eager"].append(eager_ms)
+            else:
+                eager_ms = eager_first(shape)
+            was, recorded = compiled_any, recordings()
+            took, compiles, limited = compiled_call(start, shape)
+            found["recorded"].append(recordings() - recorded)
             compiled_any = compiled_any or compiles > 0
-            if compiles and shape not in self.compiled_shapes:
-                self.compiled_shapes.append(shape)
-            elif was and not compiles:  # the compiled code served it, as it will again
+            found["stall_ms"].append(max(0.0, took - eager_ms) if compiles else 0.0)
+            if was and not compiles:  # the compiled code served it, as it will again
                 repeat["compiled"][shape] = took
             if not compiled_any:
                 by_stance.add(start)
-            elif after[1] > before[1]:  # past the recompile limit: served eager from now on
+            elif limited:  # past the recompile limit: served eager from now on
                 self.eager_shapes.add(shape)
             else:
                 since.add(shape)
-            timed["compiled"].append(took)
-            found["compiles"].append(compiles)
-            self.graphs_at[shape] += compiles
-            found["recorded"].append(recordings() - recorded)
-            found["stall_ms"].append(max(0.0, took - eager_ms) if compiles else 0.0)
-            found["reasons"] += [[start, r] for r in after[2][len(before[2]) :]]
         for shape in set(requests[start:]) - set(repeat["compiled"]) if start else ():
             repeat["compiled"][shape] = ms("compiled", shape)  # where later arrivals stand
         for n, shape in enumerate(requests[start:], start + 1):
-            new = shape not in first
-            if not new:
+            if shape in first:  # a repeat changes nothing a first pass measures
                 timed["eager"].append(None)
                 timed["compiled"].append(None)
                 found["compiles"].append(0)
@@ -174,35 +185,25 @@ class Served(Inference):
                 found["stall_ms"].append(0.0)
                 continue
             found["played"].append(n)
-            if new:
-                first[shape] = ms("eager", shape)
-                if shape in repeated:
-                    repeat["eager"][shape] = ms("eager", shape)
-            timed["eager"].append(first[shape] if new else repeat["eager"][shape])
-            before, recorded = metrics.compile_counts(), recordings()
-            took = ms("compiled", shape) if compiled_side else timed["eager"][-1]
-            after = metrics.compile_counts()
-            compiles = after[0] - before[0]
-            compiled_any = compiled_any or compiles > 0
-            stall = max(0.0, took - first[shape]) if compiles else 0.0
-            if (compiles or new) and not confirming and shape in repeated:  # its repeat latency
+            eager_ms, recorded = eager_first(shape), recordings()
+            if compiled_side:
+                took, compiles, _ = compiled_call(n, shape)
+            else:
+                took, compiles = eager_ms, 0
+                timed["compiled"].append(took)
+                found["compiles"].append(0)
+            stall = max(0.0, took - eager_ms) if compiles else 0.0
+            if not confirming and shape in repeated:  # its repeat latency
                 again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
-                if new and self.graphs:  # a CUDA graph is recorded on that second call
+                if self.graphs:  # a CUDA graph is recorded on that second call
                     stall += max(0.0, again - repeat["eager"][shape])
                     again = ms("compiled", shape)
                 repeat["compiled"][shape] = again
-            elif compiles or new:
+            else:
                 repeat["compiled"][shape] = took
-            if compiles and shape not in self.compiled_shapes:
-                self.compiled_shapes.append(shape)
-                self.eager_shapes.discard(shape)
-            timed["compiled"].append(took)
-            found["compiles"].append(compiles)
-            self.graphs_at[shape] += compiles
-            found["recorded"].append(recordings() - recorded)
+            found["recorded"].append(recordings() - recorded)  # the repeat's recording too
             found["stall_ms"].append(stall)
-            found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
-            if compiled_side and new and self.ran_eager(shape):
+            if compiled_side and self.ran_eager(shape):
                 self.eager_shapes.add(shape)
         for side, values in timed.items():
             found[f"{side}_ms"] = [repeat[side][s] if v is None else v
