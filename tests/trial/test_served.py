@@ -4,7 +4,6 @@ every compiled graph judged, and a confirmation that measures what the trial mea
 
 from __future__ import annotations
 
-import collections
 import re
 import sys
 from collections.abc import Iterator
@@ -118,44 +117,6 @@ def test_a_shape_that_arrives_once_is_timed_once_on_each_side(
     t = scenario.ctx.result.traffic
     assert t["played"] == [1, 2, 4] and len(t["first_ms"]) == 4  # the repeat at its latency
     assert t["eager_first_ms"][2] > 0 and t["first_ms"][2] > 0
-
-
-def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
-    """A dynamic graph records a CUDA graph at each new length without compiling again; each
-    recording was added to the stall time but not to the count (``marks=seq`` on an H100: "1
-    stall" for about 20 recordings). A CPU has no CUDA graphs: the model's wrapper logs a
-    recording at each new length's second call, as Inductor's CUDA-graph trees do
-    (tests/basics/test_device.py: test_cudagraph_recordings_are_read_from_inductor), and the
-    scenario takes the strategy for a CUDA-graph one, as on a GPU."""
-    from torch._inductor import cudagraph_trees
-
-    from autotune.cli.report import traffic_lines
-
-    requests = ((1, 8), (1, 16), (1, 24), (1, 16))
-    torch._dynamo.reset()
-    strategy = Strategy.create("full", "aot_eager", dynamic=True)
-    scenario = Served(begin(Request.trial(LLAMA, Workload(traffic=requests), strategy, QUICK)))
-    scenario.setup()
-    scenario.graphs = True
-    calls: collections.Counter[int] = collections.Counter()
-
-    def record_function(length: int) -> None:
-        cudagraph_trees.log.debug("[0/0] Recording function=partition_0, length %d", length)
-
-    def second_call_records(module, args, kwargs):  # type: ignore[no-untyped-def]
-        length = kwargs["input_ids"].shape[1] if "input_ids" in kwargs else args[0].shape[1]
-        calls[length] += 1
-        if calls[length] == 2:
-            record_function(length)
-
-    scenario.compiled.register_forward_pre_hook(second_call_records, with_kwargs=True)
-    scenario.first()
-    t = scenario.ctx.result.traffic
-    assert t["compiles"] == [1, 0, 0, 0]  # one dynamic graph
-    assert t["recorded"] == [1, 1, 1, 0]  # a recording at each new length
-    assert t["stalls"] == 3, t
-    assert "3 of 4 requests stalled" in traffic_lines(scenario.ctx.result)[0]
-    assert "3 CUDA graphs recorded" in traffic_lines(scenario.ctx.result)[0]
 
 
 def test_a_model_without_repeated_blocks_is_found_running_eager() -> None:

@@ -3,6 +3,7 @@ makes request by request, and the graphs the gate judged."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -10,10 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.trial.parent import measure
+from autotune.trial.request import Request
+from autotune.trial.scenarios import Served, begin
 from autotune.workload import Settings, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,3 +84,41 @@ def test_the_gate_s_words_count_graphs_not_shapes() -> None:
     shapes = sum(1 for c in m.traffic["compiles"] if c)
     assert graphs > shapes  # the case the words got wrong
     assert f"{graphs} of {graphs} graphs judged" in m.accuracy.detail, m.accuracy.detail
+
+
+def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
+    """A dynamic graph records a CUDA graph at each new length without compiling again; each
+    recording was added to the stall time but not to the count (``marks=seq`` on an H100: "1
+    stall" for about 20 recordings). A CPU has no CUDA graphs: the model's wrapper logs a
+    recording at each new length's second call, as Inductor's CUDA-graph trees do
+    (tests/basics/test_device.py: test_cudagraph_recordings_are_read_from_inductor), and the
+    scenario takes the strategy for a CUDA-graph one, as on a GPU."""
+    from torch._inductor import cudagraph_trees
+
+    from autotune.cli.report import traffic_lines
+
+    requests = ((1, 8), (1, 16), (1, 24), (1, 16))
+    torch._dynamo.reset()
+    strategy = Strategy.create("full", "aot_eager", dynamic=True)
+    scenario = Served(begin(Request.trial(LLAMA, Workload(traffic=requests), strategy, QUICK)))
+    scenario.setup()
+    scenario.graphs = True
+    calls: collections.Counter[int] = collections.Counter()
+
+    def record_function(length: int) -> None:
+        cudagraph_trees.log.debug("[0/0] Recording function=partition_0, length %d", length)
+
+    def second_call_records(module, args, kwargs):  # type: ignore[no-untyped-def]
+        length = kwargs["input_ids"].shape[1] if "input_ids" in kwargs else args[0].shape[1]
+        calls[length] += 1
+        if calls[length] == 2:
+            record_function(length)
+
+    scenario.compiled.register_forward_pre_hook(second_call_records, with_kwargs=True)
+    scenario.first()
+    t = scenario.ctx.result.traffic
+    assert t["compiles"] == [1, 0, 0, 0]  # one dynamic graph
+    assert t["recorded"] == [1, 1, 1, 0]  # a recording at each new length
+    assert t["stalls"] == 3, t
+    assert "3 of 4 requests stalled" in traffic_lines(scenario.ctx.result)[0]
+    assert "3 CUDA graphs recorded" in traffic_lines(scenario.ctx.result)[0]
