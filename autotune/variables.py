@@ -3,7 +3,8 @@ sees one value and a changed one is seen by the next call.
 
 | variable | what it sets | default |
 | --- | --- | --- |
-| ``AUTOTUNE_STUDIES`` | the studies folder: storage, exports, kept caches | ``studies`` |
+| ``AUTOTUNE_STUDIES`` | the studies folder: storage, exports, kept caches, this | ``studies`` |
+|                      | machine's ``--dtype auto`` decisions (``decisions.json``) | |
 | ``AUTOTUNE_STORAGE`` | the study storage's URL | a SQLite file in the studies folder |
 | ``AUTOTUNE_ARTIFACTS`` | where cache artefacts are kept | ``autotune/artifacts`` in the cache |
 | ``XDG_CACHE_HOME`` | the cache folder; ``autotune/`` in it keeps artefacts and | ``~/.cache`` |
@@ -15,6 +16,7 @@ sees one value and a changed one is seen by the next call.
 | ``AUTOTUNE_DB_RETRY_S`` | how long a database outage is waited out | 300 |
 | ``AUTOTUNE_PRELOAD`` | more for a trial's fork server to import first: ``compilers``, | none |
 |                      | ``transformers`` (the test suite's; see :func:`preload`) | |
+| ``ONEDNN_MAX_CPU_ISA`` | oneDNN's own: read where it caps native bfloat16 | none |
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ def default_storage() -> str:
 def storage() -> str | None:
     """``$AUTOTUNE_STORAGE``, the storage URL when ``--storage`` is not given."""
     return _text(STORAGE)
+
+
+def onednn_max_isa() -> str | None:
+    """``$ONEDNN_MAX_CPU_ISA``, oneDNN's cap on the instructions it uses (read, never set)."""
+    return _text("ONEDNN_MAX_CPU_ISA")
 
 
 def cache_home() -> Path:

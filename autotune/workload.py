@@ -105,12 +105,13 @@ class Workload:
     @classmethod
     def create(cls, device: str = "auto", dtype: str = "float32", **fields: Any) -> Workload:
         """Build a workload, resolving an ``auto`` device and dtype on this machine
-        (:func:`autotune.environment.auto_dtype`) and checking the device against it."""
+        (:func:`autotune.environment.resolve_dtype`: as before where this machine decided it) and
+        checking the device against it."""
         device = autotune.device.resolve(device)
         if dtype == "auto":
-            from autotune.environment import auto_dtype
+            from autotune.environment import resolve_dtype
 
-            dtype = auto_dtype(device)[0]
+            dtype = resolve_dtype(device).dtype
         return cls(device=device, dtype=dtype, **fields)
 
     @property

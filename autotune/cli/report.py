@@ -47,10 +47,16 @@ def traffic_lines(m: Measurement) -> list[str]:
     if not t:
         return []
     ready, eager = seconds(t["ready_s"]), seconds(t["eager_ready_s"])
-    lines = [f"traffic    ready after {ready} (eager {eager}); "
+    warmed = "" if "prewarmed_s" not in t else f", pre-warmed {seconds(t['prewarmed_s'])}"
+    lines = [f"traffic    ready after {ready} (eager {eager}{warmed}); "
              f"{t['stalls']} of {t['requests']} requests stalled, worst stall "
              f"{t['worst_stall_ms'] / 1e3:.2f} s; {sum(t['compiles'])} graphs"
              f"{recordings(t)}"]  # fmt: skip
+    if (buckets := t.get("buckets")) and buckets[0] < buckets[1]:
+        hit, every = buckets
+        lines.append(f"           pre-warmed: all {every} buckets compiled before the first "
+                     f"request; the {every - hit} the traffic did not hit priced at the mean "
+                     f"stall of the {hit} it did")  # fmt: skip
     if t["ran_eager"]:
         shown = ", ".join(map(str, t["ran_eager"][:8]))
         more = "…" if len(t["ran_eager"]) > 8 else ""

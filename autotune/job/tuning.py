@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from autotune.choice.confirm import Confirmation
     from autotune.choice.selection import Point
     from autotune.search import Listener, Outcome, Search, StudySpec
 
@@ -145,7 +146,52 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     if plan is not None:  # its rounds end with the budget, never below its own least
         spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
     result = confirm(spec, chosen, points, front, search.keep)
+    if spec.workload.traffic and result.latency_ms:
+        result = served_as_measured(search, spec, result, points, listener)
     if plan is not None:
         plan.spent["confirmation"] = time.time() - began
     search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
     shutil.rmtree(search.keep, ignore_errors=True)
+
+
+def served_as_measured(
+    search: Search, spec: StudySpec, result: Confirmation, points: list[Point],
+    listener: Listener | None,
+) -> Confirmation:  # fmt: skip
+    """A traffic confirmation's self-check (:mod:`autotune.choice.as_served`): each strategy
+    it confirmed served through its export in a plain loop, in a fresh process warm from its
+    trial's caches, before the budget's end (``spec.settings.stop_at``)."""
+    import os
+    import tempfile
+
+    from autotune.choice import as_served
+    from autotune.search.state import Lines
+    from autotune.search.step import reference
+    from autotune.ship.export import served_file
+    from autotune.trial import parent
+    from autotune.trial.measurement import Measurement
+
+    trials = {r.key: Measurement.from_dict(r.payload)
+              for r in search.store.measurements(search.name)}  # fmt: skip
+    stored = search.store.study(search.name)
+    assert stored is not None
+    judged_by = reference(search, listener or Lines())
+    work = tempfile.mkdtemp(prefix="autotune-served-")
+
+    def serve(key: str) -> Measurement:
+        if listener is not None:
+            listener.now(f"serving the traffic through {key}'s export in a plain loop")
+        strategy = trials[key].strategy
+        path = served_file(strategy, stored.spec, os.path.join(work, "best.json"))
+        return parent.serve(spec.model, spec.workload, strategy, str(path), spec.settings,
+                            parent.cache_folder(search.keep, key), judged_by)  # fmt: skip
+
+    def left_s() -> float | None:
+        stop_at = spec.settings.stop_at
+        return stop_at - time.time() if stop_at else None
+
+    try:
+        return as_served.prove(result, points, trials, spec.policy, spec.objectives, serve,
+                               left_s)  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -6,7 +6,8 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
 
 - the eager baseline's timed rounds end at :data:`BASELINE_SHARE` of the budget, but never
   before :data:`BASELINE_ROUNDS` (eager against itself has nothing to decide);
-- from the baseline come a round's cost (its timed rounds over their number) and what a trial
+- from the baseline come a round's cost (its timed rounds over their number, scaled to its
+  median round, so that a burst of load in a few rounds does not inflate it) and what a trial
   costs besides its compile and its rounds (the process, the build, the first pass, the gate;
   over a traffic, a compiled trial's first pass at :data:`FIRST_PASS_CALLS` times the
   baseline's);
@@ -16,7 +17,9 @@ machines (a dtype without native instructions, fewer cores), so the plan reads i
   than the compiled strategies measured once the next trial is), each with a warm compile and the
   confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`); over a
   traffic, where those rounds would take more than :data:`CONFIRM_SHARE` of the budget, each
-  round times fewer of its steady shapes (evenly spaced quantiles that keep its mix);
+  round times fewer of its steady shapes (evenly spaced quantiles that keep its mix), and
+  each strategy it confirms is served in a plain loop over every request, with a warm compile
+  of its own (:mod:`autotune.choice.as_served`);
 - each trial's rounds end at its share of the time left for trials, never before
   :func:`deciding_rounds`; a trial that cannot fit them is not started, and one whose compile
   runs past the time left for trials is stopped there (``Settings.stop_at``): the search goes
@@ -73,6 +76,16 @@ def deciding_rounds() -> int:
     return n
 
 
+def steady_share(m: Measurement) -> float:
+    """What of its rounds' mean a baseline's typical round took: the median of its samples
+    over their mean, never above 1. A burst of load during a few rounds inflates their mean
+    (and the plan's every estimate after), never their median."""
+    samples = m.latency.samples_ms if m.latency else []
+    if len(samples) < 3 or (mean := statistics.fmean(samples)) <= 0:
+        return 1.0
+    return min(1.0, statistics.median(samples) / mean)
+
+
 @dataclass
 class Plan:
     """The budget of one search, and what it has learned of the costs here (seconds)."""
@@ -84,6 +97,7 @@ class Plan:
     compiles: dict[str, list[float]] = field(default_factory=dict)  # backend -> seen
     iters: int = 0
     eager_ms: float = 0.0  # eager's latency per call here (weighted over a traffic)
+    requests: int = 0  # a traffic's requests: a confirmation's server loop serves them all
     shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
@@ -113,7 +127,7 @@ class Plan:
         process, build, first pass and gate; the reference's cost is the study's, once)."""
         t = m.timings
         rounds = max(1.0, t.get("rounds", float(self.iters or 1)))
-        self.round_s = t.get("timing_s", 0.0) / rounds
+        self.round_s = t.get("timing_s", 0.0) / rounds * steady_share(m)
         self.shapes = len((m.traffic or {}).get("steady") or [])
         if self.shapes and self.budget_s is not None:  # fewer shapes where rounds are dear
             per_shape = self.round_s / self.shapes
@@ -125,6 +139,7 @@ class Plan:
         if self.shapes:  # a compiled trial's first pass, and a confirmation's, call more
             self.fixed_s += (FIRST_PASS_CALLS - 1) * t.get("first_s", 0.0)
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
+        self.requests = int((m.traffic or {}).get("requests") or 0)
 
     def account(self, m: Measurement) -> None:
         """Count a measurement made in this run into :attr:`spent`: its compile, the rest of
@@ -196,14 +211,17 @@ class Plan:
     def confirmation_s(self, backends: list[str], traffic: bool) -> float:
         """The confirmation's share once one more trial is measured: the pick and up to
         :data:`RIVALS` rivals (no more than the compiled strategies measured by then), each in
-        a process of its own over a traffic (else all in one), each compile warm."""
+        a process of its own over a traffic (else all in one), each compile warm; over a
+        traffic, each one's server loop too (:mod:`autotune.choice.as_served`: a process, a
+        warm compile and every request)."""
         if self.round_s is None or self.fixed_s is None:
             return 0.0
         rounds = MIN_ROUNDS  # its least: past them, its rounds take what is left
         timed = min(1 + RIVALS, self.compiled + 1)  # strategies it may time besides eager
         compiles = WARM * timed * max(self.compile_s(b) for b in backends)
         if traffic:
-            return timed * (self.fixed_s + rounds * self.round_s) + compiles + TAIL_S
+            loop = self.fixed_s + self.requests * self.eager_ms / 1e3
+            return timed * (self.fixed_s + rounds * self.round_s + loop) + 2 * compiles + TAIL_S
         sides = 1 + timed  # eager, the pick and its rivals, one call each a round
         return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
 

@@ -58,8 +58,7 @@ def document(
         "storage": mask(store.url),
         "environment": row.environment,
         "model": spec.model_table,
-        "workload": spec.workload_table,
-        **bucket_limit(strategy, spec.traffic),
+        **served_fields(strategy, spec),
         "objectives": list(spec.objectives),
         "pareto_front": [dataclasses.asdict(p) for p in front],
         **told.block(),
@@ -72,6 +71,22 @@ def document(
         notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
     text = formats.render(strategy, fmt, block, notes, study)
     return text + "\n", chosen, notes
+
+
+def served_fields(strategy: Strategy, spec: Any) -> dict[str, Any]:
+    """What of an export :func:`autotune.apply` serves by, beside the strategy: the workload
+    (its traffic sets quantile buckets) and the buckets' ``recompile_limit``."""
+    return {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
+
+
+def served_file(strategy: Strategy, spec: Any, path: str | Path) -> Path:
+    """``strategy`` exported to ``path`` as a confirmation's server loop loads it
+    (:mod:`autotune.trial.server_loop`): in the ``torch`` format (which every strategy fits),
+    with what :func:`autotune.apply` serves by (:func:`served_fields`), as a study's export of
+    any format has it."""
+    block = {"strategy": strategy.to_dict(), **served_fields(strategy, spec)}
+    Path(path).write_text(formats.render(strategy, "torch", block, [], "") + "\n")
+    return Path(path)
 
 
 def bucket_limit(strategy: Strategy, traffic: tuple[tuple[int, int], ...]) -> dict[str, int]:

@@ -67,6 +67,23 @@ def count(buckets: str, traffic: Any) -> int:
     return pow2s([b for b, _ in traffic]) * pow2s([s for _, s in traffic])
 
 
+def bucket_of(size: tuple[int, int], found: tuple[tuple[int, ...], ...] | None) -> tuple[int, int]:
+    """The bucket a (batch, sequence) size pads to: the powers of two at or above it, or the
+    quantile edges ``found`` (:func:`autotune.traffic.edges`)."""
+    if found is None:
+        return bucket(size[0]), bucket(size[1])
+    return up_to(size[0], found[0]), up_to(size[1], found[1])
+
+
+def hit(buckets: str, traffic: Any) -> int:
+    """How many of the buckets of :func:`count` the traffic's requests fall in (0 with no
+    buckets): a deployment that pre-warms them all compiles the others too."""
+    if buckets == "none" or not traffic:
+        return 0
+    found = edges(traffic) if buckets == "quantiles" else None
+    return len({bucket_of(tuple(r), found) for r in traffic})
+
+
 def recompile_limit(buckets: str, traffic: Any) -> int | None:
     """The ``recompile_limit`` a bucketed strategy needs for every bucket of ``traffic`` to
     compile (per compiled code object): the buckets' count, never below torch's own (8 by
@@ -157,8 +174,7 @@ class Shaped:
         if found is None:
             raise NotApplicable(NEEDS_SIZE)
         size = found[0]
-        padded = (bucket(size[0]), bucket(size[1])) if self.edges is None else (
-            up_to(size[0], self.edges[0]), up_to(size[1], self.edges[1]))  # fmt: skip
+        padded = bucket_of(size, self.edges)
         args, kwargs = padding.arguments(args, kwargs, self.names, found, padded,
                                          self.takes_mask)  # fmt: skip
         if padded not in self.seen:  # a bucket past the traffic's raises the limit too

@@ -29,12 +29,17 @@ SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
 
 def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
     """Do what ``request`` asks, by its kind: measure one strategy with the scenario of its
-    workload; compute the study's higher-precision reference; or time a confirmation's
-    strategies against eager in one process. A trial that builds artefacts hands its
-    measurement to ``keep`` before each build (with the builds before it), so that a build
-    that fails, crashes or outlasts the timeout costs only its own start."""
+    workload; compute the study's higher-precision reference; time a confirmation's
+    strategies against eager in one process; or serve a traffic in a plain server loop. A
+    trial that builds artefacts hands its measurement to ``keep`` before each build (with
+    the builds before it), so that a build that fails, crashes or outlasts the timeout costs
+    only its own start."""
     if request.kind == "reference":
         return make_reference(request)
+    if request.kind == "serve":  # a confirmation's self-check: a plain server loop
+        from autotune.trial import server_loop
+
+        return server_loop.serve(request)
     ctx = begin(request)
     if request.kind == "confirm" and not ctx.workload.traffic:
         from autotune.trial import rounds

@@ -3,8 +3,10 @@ recompiles, compile phases, a recompile limit hit, the stage a failure arose in)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune.errors import shorten
@@ -137,6 +139,31 @@ def compile_counts() -> tuple[int, int, list[str]]:
     limits = sum(1 for m in found if (m.fail_reason or "").startswith(LIMIT_FAILURE))
     reasons = [_short(m.recompile_reason) for m in found if m.recompile_reason]
     return int(counters["stats"]["unique_graphs"]), limits, reasons
+
+
+@contextlib.contextmanager
+def around_compiles(start: Callable[[], None], end: Callable[[], None]) -> Iterator[None]:
+    """Call ``start`` as each Dynamo compile begins and ``end`` as it ends, while in the
+    block. torch has no public API for this: it registers Dynamo's own compile callbacks
+    (``torch._dynamo.callback_handler``), and ``test_around_compiles_reads_dynamo_s_callbacks``
+    fails loudly when they change."""
+    import torch._dynamo
+
+    handler = torch._dynamo.callback_handler
+
+    def began(_: Any) -> None:
+        start()
+
+    def ended(_: Any) -> None:
+        end()
+
+    handler.register_start_callback(began)
+    handler.register_end_callback(ended)
+    try:
+        yield
+    finally:
+        handler.remove_start_callback(began)
+        handler.remove_end_callback(ended)
 
 
 def limit_hits() -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
 from autotune.trial.reference import Reference, make
-from autotune.trial.request import Request
+from autotune.trial.request import Request, judged_by
 from autotune.workload import Settings, Workload
 
 if TYPE_CHECKING:
@@ -189,6 +189,26 @@ def confirm_apart(
     return Measurement(*Request("confirm", strategies[0], model, workload,
                                 confirm=tuple(strategies)).base(), "ok", rounds=found,
                        traffic=passes)  # fmt: skip
+
+
+def serve(
+    model: ModelRef, workload: Workload, strategy: Strategy, exported: str, settings: Settings,
+    kept: str | None = None, reference: Reference | None = None,
+) -> Measurement:  # fmt: skip
+    """Serve ``workload``'s traffic through the ``exported`` file of ``strategy`` in a plain
+    loop, in a fresh process (warm from the ``kept`` caches of its trial, where there are
+    any), outputs judged against ``reference`` (:mod:`autotune.trial.server_loop`)."""
+    work = tempfile.mkdtemp(prefix="autotune-serve-")
+    try:
+        caches = os.path.join(work, "caches")
+        if kept and os.path.isdir(kept):
+            shutil.copytree(kept, caches)
+        request = Request("serve", strategy, model, workload, seed=settings.seed,
+                          tolerance=settings.tolerance, exported=exported,
+                          **judged_by(reference))  # fmt: skip
+        return run_child(request, work, "serve", caches, settings)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def start_of(kind: str, m: Measurement, cold: Measurement | None = None) -> Start:

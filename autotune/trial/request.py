@@ -4,7 +4,9 @@ plain dict (JSON) to the child, which reads it back into this class and dispatch
 - ``trial``: measure one strategy at one start (cold, warm, portable, precompiled or aot: the
   start is what the request loads and saves);
 - ``reference``: compute the study's higher-precision reference into ``reference_out``;
-- ``confirm``: time ``confirm``'s strategies and eager in interleaved rounds, in one process.
+- ``confirm``: time ``confirm``'s strategies and eager in interleaved rounds, in one process;
+- ``serve``: play the traffic in a plain server loop through the ``exported`` file
+  (:mod:`autotune.trial.server_loop`), a confirmation's self-check.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from autotune.catalog import ModelRef
 from autotune.strategy.strategy import Strategy
 from autotune.workload import Settings, Workload
 
-KINDS = ("trial", "reference", "confirm")
+KINDS = ("trial", "reference", "confirm", "serve")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Request:
     steady: int = 0  # a traffic's steady shapes a round times, at most (0: traffic's default)
     rung: int = 0  # a cheap rung's rounds, then a check against ``front`` (0: none; trial.rungs)
     front: tuple[tuple[float, float, float | None], ...] = ()  # the study's, as rungs.handed
+    exported: str | None = None  # a serve request's file, loaded through autotune.apply
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -55,6 +58,8 @@ class Request:
             raise ValueError("a reference request, and only one, names reference_out")
         if (self.kind == "confirm") != bool(self.confirm):
             raise ValueError("a confirm request, and only one, names the strategies to time")
+        if (self.kind == "serve") != bool(self.exported):
+            raise ValueError("a serve request, and only one, names the exported file")
 
     @classmethod
     def trial(
@@ -63,13 +68,10 @@ class Request:
     ) -> Request:  # fmt: skip
         """A cold trial of ``strategy``, judged against ``reference`` (a
         :class:`~autotune.trial.reference.Reference` or None)."""
-        found = {}
-        if reference is not None:
-            found = {"reference": reference.path, "reference_dtype": reference.dtype,
-                     "reference_reason": reference.reason}  # fmt: skip
         return cls("trial", strategy, model, workload, settings.iters, settings.warmup,
-                   settings.seed, settings.tolerance, **found, deadline=settings.deadline,
-                   least=settings.least, steady=settings.steady)  # fmt: skip
+                   settings.seed, settings.tolerance, **judged_by(reference),
+                   deadline=settings.deadline, least=settings.least,
+                   steady=settings.steady)  # fmt: skip
 
     def but(self, **changes: Any) -> Request:
         """This request with ``changes`` (another start of the same trial, say)."""
@@ -97,3 +99,12 @@ class Request:
         data["load_ahead"] = tuple(data["load_ahead"]) if data.get("load_ahead") else None
         data["front"] = tuple(tuple(p) for p in data.get("front") or ())
         return cls(**data)
+
+
+def judged_by(reference: Any) -> dict[str, Any]:
+    """A request's fields that name ``reference`` (a
+    :class:`~autotune.trial.reference.Reference`, or None: judged against eager)."""
+    if reference is None:
+        return {}
+    return {"reference": reference.path, "reference_dtype": reference.dtype,
+            "reference_reason": reference.reason}  # fmt: skip

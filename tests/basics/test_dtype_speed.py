@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple
+from pathlib import Path
+
 import pytest
 import torch
 
-from autotune.environment import SLOW, matmul_ratio, slow_dtype
+from autotune.environment import SLOW, auto_dtype, matmul_ratio, slow_dtype
 from autotune.workload import Workload
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -53,25 +56,20 @@ def test_the_study_records_the_cpu_s_capability_and_refuses_another() -> None:
 
 
 def test_auto_serves_float32_where_bfloat16_is_slow_and_bfloat16_where_it_is_native(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, in_tmp: Path
 ) -> None:
     """``--dtype auto`` is the dtype a user serves in here: float32 where bfloat16 matmuls take
     the fallback (oneDNN off), bfloat16 where the CPU has them natively, each with its line."""
-    from autotune.environment import auto_dtype
-
     native = matmul_ratio("bfloat16") < SLOW / 2
     if native:
-        dtype, line = auto_dtype("cpu")
-        assert dtype == "bfloat16" and line.startswith("dtype auto: bfloat16, whose matmuls take")
+        dtype, line, _ = astuple(auto_dtype("cpu"))
+        assert dtype == "bfloat16" and line.startswith("dtype auto: bfloat16: native ")
         assert Workload.create(device="cpu", dtype="auto").dtype == "bfloat16"
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)  # restored after the test
-    dtype, line = auto_dtype("cpu")
+    dtype, line, _ = astuple(auto_dtype("cpu"))
     assert dtype == "float32", line
-    assert (
-        line.startswith("dtype auto: float32, as bfloat16 matmuls run ")
-        and "CPU capability" in line
-    )
-    assert float(line.split(" run ")[1].split("x")[0]) >= SLOW
+    assert line.startswith("dtype auto: float32: ") and "but oneDNN is switched off" in line
+    assert "CPU capability" in line and float(line.split(" run ")[1].split("x")[0]) >= SLOW
     assert Workload.create(device="cpu", dtype="auto").dtype == "float32"
     assert Workload.create(device="cpu", dtype="bfloat16").dtype == "bfloat16"  # asked: kept
 
@@ -83,13 +81,11 @@ def test_auto_on_a_gpu_is_bfloat16_from_ampere_on_else_float16(
     compute capability 7.5 card, then 9.0), never by a bfloat16 tensor's emulation."""
     import types
 
-    from autotune.environment import auto_dtype
-
     monkeypatch.setattr(torch.version, "hip", None)
     for major, want in ((7, "float16"), (9, "bfloat16")):
         card = types.SimpleNamespace(major=major, minor=0)
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, c=card: c)
-        dtype, line = auto_dtype("cuda:0")
+        dtype, line, _ = astuple(auto_dtype("cuda:0"))
         assert dtype == want and line.startswith(f"dtype auto: {want}")
 
 
@@ -112,7 +108,8 @@ def test_the_search_says_what_auto_chose_and_names_it_in_the_study(in_tmp) -> No
 
     chose = search("auto")
     assert "-float32-cpu" in chose.splitlines()[0]
-    assert "dtype auto: float32, as bfloat16 matmuls run" in chose.splitlines()[1]
+    assert "dtype auto: float32: " in chose.splitlines()[1]
+    assert "but torch's CPU capability is AVX2" in chose.splitlines()[1]
     asked = search("bfloat16")
     assert "-bfloat16-cpu" in asked.splitlines()[0]
     assert asked.splitlines()[1].startswith("note: bfloat16 matmuls run")

@@ -48,6 +48,21 @@ def baseline(eager_ms: float, rounds: int, child_s: float) -> Measurement:
     return m
 
 
+def test_a_burst_of_load_in_one_baseline_round_does_not_inflate_a_round_s_cost() -> None:
+    """Five eager calls of 10 ms, one of them 100 ms under a burst of load: the plan's round
+    is its typical one (20 ms: eager against eager), not their mean (56 ms), which made every
+    trial look three times dearer and cut the search short."""
+    quiet, burst = Plan(600.0, iters=5), Plan(600.0, iters=5)
+    quiet.learn_baseline(baseline(10.0, 5, child_s=5.0))
+    m = baseline(10.0, 5, child_s=5.0)
+    m.latency = Latency.from_samples([0.01, 0.01, 0.1, 0.01, 0.01])
+    m.timings["timing_s"] = 2 * (0.01 * 4 + 0.1)
+    burst.learn_baseline(m)
+    assert quiet.round_s == pytest.approx(0.02)
+    assert burst.round_s == pytest.approx(0.02, rel=0.01), burst.round_s
+    assert burst.eager_ms == pytest.approx(10.0)  # the median, as before
+
+
 def test_the_plan_says_what_fits_and_when_nothing_can_be_decided() -> None:
     roomy = Plan(3600.0, iters=20)
     roomy.learn_baseline(baseline(50.0, 20, child_s=5.0))

@@ -70,6 +70,19 @@ def test_the_limit_counts_the_buckets_the_traffics_range_makes() -> None:
     assert shapes.up_to(45, (10, 20, 30, 40)) == 64  # past the last edge: a power of two
 
 
+def test_a_pre_warmed_time_to_ready_compiles_the_buckets_the_traffic_did_not_hit() -> None:
+    """48 requests of 1..8 x 16..512 fall in 19 of the 24 pow2 buckets: a deployment that
+    pre-warms compiles all 24, not the sum of the 19 stalls the trial measured."""
+    from autotune.trial.scenarios.served import prewarmed
+
+    requests = Workload(batch_size="1..8", seq_len="16..512", requests=48).traffic
+    assert (shapes.hit("pow2", requests), shapes.count("pow2", requests)) == (19, 24)
+    assert prewarmed("pow2", requests, 19.0) == {"prewarmed_s": 24.0, "buckets": [19, 24]}
+    edges = (1, 3, 8), (16, 64, 512)
+    assert shapes.bucket_of((2, 70), edges) == (3, 512)
+    assert prewarmed("none", requests, 5.0) == {"prewarmed_s": 5.0}  # every shape: the sum
+
+
 def test_every_bucket_compiles_past_torchs_recompile_limit() -> None:
     model = llama(layers=1)
     traffic = [(1, 2), (4, 512)]  # 3 x 9 pow2 buckets

@@ -13,13 +13,15 @@ an ``attention_mask`` where the forward takes one).
    ``eager_then_compile``, which compiles a frame on its second call, so that any extra call
    would move its compiles: it is played as a server plays it, one compiled call a request
    and no probe (a recompile-limit failure in Dynamo's counts says it ran eager), until its
-   first compile and a call of every shape after it; then as any other. A shape that
+   first compile and a call of every shape after it (each call watched for a unit that ran
+   its forward as Python: a frame's first call runs eager); then as any other. A shape that
    arrives again is called once more on each side, for the repeat latency its later arrivals
    stand at; one that arrives once is not. A CUDA-graph
    strategy records a shape's graph on its second call: that call is a stall too. **Time to
    ready** is eager's time to ready (each request up to the last new shape's first arrival,
    at eager's latency of its shape) plus the stalls; the start objective is the stalls' sum
-   (``compile_s``).
+   (``compile_s``). A pre-warmed deployment's (:func:`prewarmed`) compiles every bucket
+   first, those the traffic did not hit too.
 2. **Steady state**: shapes that stand for the traffic and keep its mix of shapes served
    compiled and eager (:func:`autotune.traffic.steady`), one call of each per round,
    interleaved with eager; a round's sample is the latency weighted by the traffic. A cheap
@@ -37,9 +39,11 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import catalog, device, traffic
-from autotune.trial import metrics, recompiles, rungs, timing
+from autotune.strategy import shapes
+from autotune.trial import recompiles, rungs, timing
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import steps
+from autotune.trial.scenarios.first_pass import FirstPass
 from autotune.trial.scenarios.inference import Inference
 from autotune.trial.scenarios.judged import judged_outputs, reference_name
 from autotune.trial.scenarios.steady import fitting_shapes, weighted_call
@@ -52,6 +56,17 @@ def stalls_of(compiles: list[int], recorded: list[int]) -> int:
     dynamic graph records one per new length without compiling again; a shape served eager
     records none)."""
     return sum(1 for c, r in zip(compiles, recorded, strict=True) if c or r)
+
+
+def prewarmed(buckets: str, requests: tuple[Shape, ...], stalls_s: float) -> dict[str, Any]:
+    """Time to ready of a deployment that compiles before its first request every bucket its
+    traffic's range makes (``buckets``: of all, ``[hit, all]``), or every shape it will meet:
+    the stalls' sum, the buckets the traffic did not hit priced at the mean stall of those it
+    did (``prewarmed_s``)."""
+    every, hit = shapes.count(buckets, requests), shapes.hit(buckets, requests)
+    if not every or not hit:
+        return {"prewarmed_s": stalls_s}
+    return {"prewarmed_s": stalls_s * every / hit, "buckets": [hit, every]}
 
 
 def throwaway(requests: tuple[Shape, ...]) -> Shape:
@@ -96,121 +111,7 @@ class Served(Inference):
         each compiled and why, the CUDA graphs it recorded, its stall, and the requests served
         eager."""
         with device.cudagraph_recordings() as recordings:
-            return self._play(recordings)
-
-    def _play(self, recordings: Callable[[], int]) -> dict[str, Any]:
-        ctx, requests = self.ctx, self.ctx.workload.traffic
-        compiled_side = ctx.strategy.granularity != "none"
-        until_compiled = ctx.strategy.stance == "eager_then_compile"
-        first: dict[Shape, float] = {}  # eager's first call of each shape
-        repeat: dict[str, dict[Shape, float]] = {"eager": {}, "compiled": {}}
-        timed: dict[str, list[float | None]] = {"eager": [], "compiled": []}
-        found: dict[str, Any] = {"compiles": [], "recorded": [], "reasons": [], "stall_ms": [],
-                                 "played": []}  # fmt: skip
-        by_stance: set[int] = set()  # requests eager_then_compile ran eager before its compile
-        compiled_any = False
-        # a shape's repeat latency stands for its later arrivals, or finds a CUDA graph's
-        # recording: a shape that arrives once has no later arrival to stand for
-        arrivals = collections.Counter(requests)
-        repeated = {s for s, n in arrivals.items() if n > 1 or self.graphs}
-
-        confirming = ctx.request.kind == "confirm"  # only the state matters: eager untimed
-
-        def ms(side: str, shape: Shape) -> float:
-            if confirming and side == "eager":
-                return 0.0
-            return device.wall(self.steps[side][shape], ctx.device)[0] * 1e3
-
-        def eager_first(shape: Shape) -> float:
-            """Eager's first call of a new shape (and its repeat, where one stands for later
-            arrivals): the milliseconds a request of it took eager."""
-            first[shape] = ms("eager", shape)
-            if shape in repeated:
-                repeat["eager"][shape] = ms("eager", shape)
-            timed["eager"].append(first[shape])
-            return first[shape]
-
-        def compiled_call(n: int, shape: Shape) -> tuple[float, int, bool]:
-            """The compiled model's call of request ``n``, counted by Dynamo's own counters:
-            its milliseconds, the graphs it compiled, whether it hit the recompile limit."""
-            before = metrics.compile_counts()
-            took = ms("compiled", shape)
-            after = metrics.compile_counts()
-            compiles = after[0] - before[0]
-            if compiles and shape not in self.compiled_shapes:
-                self.compiled_shapes.append(shape)
-                self.eager_shapes.discard(shape)
-            self.graphs_at[shape] += compiles
-            timed["compiled"].append(took)
-            found["compiles"].append(compiles)
-            found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
-            return took, compiles, after[1] > before[1]
-
-        # A stance that counts calls (eager_then_compile compiles a frame on its second call)
-        # is played as a server plays it, one compiled call a request and no other, until
-        # its first compile and then every shape's call after it; then as any other.
-        start, since, distinct = 0, set(), set(requests)  # shapes called since the compile
-        while until_compiled and compiled_side and start < len(requests):
-            if compiled_any and since >= distinct:
-                break
-            shape = requests[start]
-            start += 1
-            found["played"].append(start)
-            if shape in first:
-                eager_ms = repeat["eager"][shape]
-                timed["eager"].append(eager_ms)
-            else:
-                eager_ms = eager_first(shape)
-            was, recorded = compiled_any, recordings()
-            took, compiles, limited = compiled_call(start, shape)
-            found["recorded"].append(recordings() - recorded)
-            compiled_any = compiled_any or compiles > 0
-            found["stall_ms"].append(max(0.0, took - eager_ms) if compiles else 0.0)
-            if was and not compiles:  # the compiled code served it, as it will again
-                repeat["compiled"][shape] = took
-            if not compiled_any:
-                by_stance.add(start)
-            elif limited:  # past the recompile limit: served eager from now on
-                self.eager_shapes.add(shape)
-            else:
-                since.add(shape)
-        for shape in set(requests[start:]) - set(repeat["compiled"]) if start else ():
-            repeat["compiled"][shape] = ms("compiled", shape)  # where later arrivals stand
-        for n, shape in enumerate(requests[start:], start + 1):
-            if shape in first:  # a repeat changes nothing a first pass measures
-                timed["eager"].append(None)
-                timed["compiled"].append(None)
-                found["compiles"].append(0)
-                found["recorded"].append(0)
-                found["stall_ms"].append(0.0)
-                continue
-            found["played"].append(n)
-            eager_ms, recorded = eager_first(shape), recordings()
-            if compiled_side:
-                took, compiles, _ = compiled_call(n, shape)
-            else:
-                took, compiles = eager_ms, 0
-                timed["compiled"].append(took)
-                found["compiles"].append(0)
-            stall = max(0.0, took - eager_ms) if compiles else 0.0
-            if not confirming and shape in repeated:  # its repeat latency
-                again = ms("compiled", shape) if compiled_side else repeat["eager"][shape]
-                if self.graphs:  # a CUDA graph is recorded on that second call
-                    stall += max(0.0, again - repeat["eager"][shape])
-                    again = ms("compiled", shape)
-                repeat["compiled"][shape] = again
-            else:
-                repeat["compiled"][shape] = took
-            found["recorded"].append(recordings() - recorded)  # the repeat's recording too
-            found["stall_ms"].append(stall)
-            if compiled_side and self.ran_eager(shape):
-                self.eager_shapes.add(shape)
-        for side, values in timed.items():
-            found[f"{side}_ms"] = [repeat[side][s] if v is None else v
-                                   for v, s in zip(values, requests, strict=True)]  # fmt: skip
-        found["ran_eager"] = [n for n, s in enumerate(requests, 1)
-                              if n in by_stance or s in self.eager_shapes]  # fmt: skip
-        return found
+            return FirstPass(self, recordings).run()
 
     def first(self) -> None:
         ctx, m = self.ctx, self.ctx.result
@@ -233,6 +134,7 @@ class Served(Inference):
             "stalls": stalls_of(found["compiles"], found["recorded"]),
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
+            **prewarmed(ctx.strategy.buckets, requests, m.compile_s),
         }  # fmt: skip
         most = ctx.request.steady or fitting_shapes(ctx.request, found["eager_ms"])
         self.weights = traffic.steady(requests, self.eager_shapes, most)

@@ -1,0 +1,127 @@
+"""Served as measured: a traffic confirmation's self-check.
+
+For each compiled strategy the rounds confirmed, a fresh process serves the traffic through the
+strategy's export in a plain loop (:mod:`autotune.trial.server_loop`: ``autotune.apply``, every
+request once in arrival order, Dynamo's counters), and what it counted is compared with what
+the strategy's trial recorded, request by request: the graphs each compiled, the requests served
+eager, and each request's outputs against eager's under the gate. Where all agree, the summary
+says ``served as measured:`` with the counts. Where one differs, the strategy is not confirmed
+(its latency counts as eager's, as for one the rounds did not show) and the summary names the
+difference; the policy then picks again among the strategies the rounds timed. A loop that
+does not fit what is left of the budget is not run, and its strategy is not confirmed either.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from autotune.choice.confirm import Confirmation, confirmed_points
+from autotune.choice.selection import Point, pick
+from autotune.errors import shorten
+from autotune.trial.measurement import Measurement
+
+SHOWN = 3  # differences named per strategy; the rest counted
+
+
+def _requests(numbers: list[int]) -> str:
+    """Request numbers in a few words: ``1, 2, 4`` or ``1, 2, 4 and 9 more``."""
+    head = ", ".join(str(n) for n in numbers[:8])
+    return head + (f" and {len(numbers) - 8} more" if len(numbers) > 8 else "")
+
+
+def differences(trial: dict[str, Any], loop: dict[str, Any]) -> list[str]:
+    """Where a plain loop's counts (``loop``) differ from the trial's first pass (``trial``,
+    both a measurement's ``traffic``), request by request, in words."""
+    found = []
+    was, now = trial.get("compiles") or [], loop.get("compiles") or []
+    if len(was) != len(now):
+        return [f"the trial played {len(was)} requests, the loop {len(now)}"]
+    for n, (a, b) in enumerate(zip(was, now, strict=True), 1):
+        if a != b:
+            found.append(f"request {n} compiled {b} graph(s) in the loop, {a} in the trial")
+    eager_was, eager_now = set(trial.get("ran_eager") or []), set(loop.get("ran_eager") or [])
+    if only := sorted(eager_now - eager_was):
+        found.append(f"requests {_requests(only)} ran eager in the loop, compiled in the trial")
+    if only := sorted(eager_was - eager_now):
+        found.append(f"requests {_requests(only)} ran compiled in the loop, eager in the trial")
+    for n, why in loop.get("wrong") or []:
+        found.append(f"request {n}'s outputs are not eager's: {shorten(why, 160)}")
+    return found
+
+
+def agreed(key: str, loop: dict[str, Any], wall_s: float) -> str:
+    """The line of a strategy whose loop agreed with its trial."""
+    compiles = loop["compiles"]
+    at = [n for n, c in enumerate(compiles, 1) if c]
+    eager = loop.get("ran_eager") or []
+    where = f" at requests {_requests(at)}" if at else ""
+    graphs = "1 graph" if sum(compiles) == 1 else f"{sum(compiles)} graphs"
+    return (f"served as measured: {key}: {graphs} compiled{where}, "
+            f"{len(eager)} of {len(compiles)} requests served eager, every output as eager's "
+            f"(a plain loop through autotune.apply in a fresh process, counted by Dynamo, "
+            f"{wall_s:.1f} s)")  # fmt: skip
+
+
+def loop_s(trial: Measurement) -> float:
+    """What a strategy's loop should take, from its trial: the trial's process less its
+    timed rounds (the process, the build, the first pass, the gate), and the compiled model's
+    call of every request the first pass did not play (a repeat, at its repeat latency)."""
+    t, found = trial.timings, trial.traffic or {}
+    played = set(found.get("played") or [])
+    repeats = sum(ms for n, ms in enumerate(found.get("first_ms") or [], 1) if n not in played)
+    rounds = t.get("warmup_s", 0.0) + t.get("timing_s", 0.0)
+    return max(0.0, (trial.wall_s or 0.0) - rounds) + repeats / 1e3
+
+
+def prove(
+    shown: Confirmation, points: list[Point], trials: dict[str, Measurement], policy: str,
+    objectives: tuple[str, ...], serve: Callable[[str], Measurement],
+    left_s: Callable[[], float | None] = lambda: None,
+) -> Confirmation:  # fmt: skip
+    """Check each compiled strategy ``shown`` confirmed against a plain server loop
+    (``serve(key)``; see the module's text) and its trial (``trials[key]``), within what
+    ``left_s()`` says is left of the budget; ``shown`` with the checks' lines, and the pick
+    the policy makes once those that failed count as eager."""
+    base = next((p.latency_ms for p in points if p.key == "none"), None)
+    if base is None:
+        return shown
+    confirmed = [k for k, ms in shown.latency_ms.items() if k != "none" and ms < base]
+    failed = []
+    for key in sorted(confirmed, key=lambda k: k != shown.pick):  # the pick's first
+        trial = trials[key]
+        need, left = loop_s(trial), left_s()
+        if left is not None and need > left:
+            failed.append(key)
+            shown.lines.append(f"not served as measured: {key}: its plain loop needs about "
+                               f"{need:.0f} s, {max(left, 0):.0f} s of the budget are left; "
+                               "not confirmed")  # fmt: skip
+            continue
+        began = time.perf_counter()
+        m = serve(key)
+        wall = time.perf_counter() - began
+        if not m.ok or m.traffic is None:
+            failed.append(key)
+            shown.lines.append(f"not served as measured: {key}: the plain loop {m.status}: "
+                               f"{shorten(m.reason, 200)}; not confirmed")  # fmt: skip
+            continue
+        found = differences(trial.traffic or {}, m.traffic)
+        if not found:
+            shown.lines.append(agreed(key, m.traffic, wall))
+            continue
+        failed.append(key)
+        more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        shown.lines.append(f"not served as measured: {key}: {'; '.join(found[:SHOWN])}{more}; "
+                           "not confirmed")  # fmt: skip
+    if not failed:
+        return shown
+    for key in failed:
+        shown.latency_ms[key] = base
+    timed = [p for p in confirmed_points(points, shown.latency_ms, shown.speedup)
+             if p.key in shown.latency_ms or p.key == "none"]  # fmt: skip
+    after = pick(timed, policy, objectives).key
+    if after != shown.pick:
+        shown.lines.append(f"the pick is now {after}: {shown.pick} was not served as measured")
+        shown.pick = after
+    return shown

@@ -1,0 +1,121 @@
+"""Served as measured (autotune/choice/as_served.py): a traffic confirmation's self-check, a
+plain server loop against the strategy's trial; a strategy whose loop differs, or does not fit
+the budget, is not confirmed."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.catalog import ModelRef
+from autotune.choice.confirm import Confirmation
+from autotune.choice.selection import choose
+from autotune.ship import export
+from autotune.strategy.strategy import Strategy
+from autotune.trial import parent
+from autotune.trial.measurement import Measurement
+from autotune.workload import Settings, Workload
+from tests.helpers import stored
+
+
+def as_served():  # type: ignore[no-untyped-def]
+    """The module under test, imported when a test runs (so that on the code before it, each
+    test fails on its own rather than the whole module failing to collect)."""
+    return importlib.import_module("autotune.choice.as_served")
+
+
+MATMULS = ModelRef("tests.models:matmuls")
+REQUESTS = ((1, 64), (1, 128), (1, 64), (1, 256))
+TRAFFIC = Workload(traffic=REQUESTS)
+QUICKER = Strategy.create("full", "tests.models:memo_backend", dynamic=False)
+QUICK = Settings(iters=6, warmup=1, starts=("cold",), timeout_s=300)
+
+
+def test_differences_name_each_request_the_loop_counted_otherwise() -> None:
+    trial = {"compiles": [1, 0, 1, 0], "ran_eager": [2]}
+    assert as_served().differences(trial, {**trial, "wrong": []}) == []
+    loop = {"compiles": [1, 1, 1, 0], "ran_eager": [4], "wrong": [[3, "output 0: 9 of 9 out"]]}
+    assert as_served().differences(trial, loop) == [
+        "request 2 compiled 1 graph(s) in the loop, 0 in the trial",
+        "requests 4 ran eager in the loop, compiled in the trial",
+        "requests 2 ran compiled in the loop, eager in the trial",
+        "request 3's outputs are not eager's: output 0: 9 of 9 out",
+    ]
+    assert as_served().differences(trial, {"compiles": [1], "ran_eager": []}) == [
+        "the trial played 4 requests, the loop 1"
+    ]
+
+
+@pytest.fixture(scope="module")
+def measured() -> Iterator[dict[str, Measurement]]:
+    """Eager and a far quicker compiled strategy, each measured over the traffic."""
+    yield {s.key: parent.measure(MATMULS, TRAFFIC, s, QUICK)
+           for s in (Strategy.create("none"), QUICKER)}  # fmt: skip
+
+
+class Spec:
+    workload_table = TRAFFIC.to_dict()
+    traffic = REQUESTS
+
+
+def proved(trials: dict[str, Measurement], folder: Path, left: float | None = None) -> tuple:
+    """The check on a confirmation that confirmed the quicker strategy 8x eager, the loop
+    run for real; what it says, and how many loops it ran."""
+    rows = [stored(k, i, m.to_dict()) for i, (k, m) in enumerate(trials.items())]
+    chosen, points, _ = choose(rows, "fastest", ("compile", "latency"))
+    assert chosen.key == QUICKER.key and all(m.ok for m in trials.values())
+    base = next(p.latency_ms for p in points if p.key == "none")
+    shown = Confirmation(chosen.key, chosen.key, 12, 1.0, [], latency_ms={chosen.key: base / 8},
+                         speedup={chosen.key: 8.0})  # fmt: skip
+    ran = []
+
+    def serve(key: str) -> Measurement:
+        ran.append(key)
+        path = export.served_file(trials[key].strategy, Spec, folder / "best.json")
+        return parent.serve(MATMULS, TRAFFIC, trials[key].strategy, str(path), QUICK)
+
+    done = as_served().prove(shown, points, trials, "fastest", ("compile", "latency"), serve,
+                           lambda: left)  # fmt: skip
+    return done, ran, base
+
+
+@pytest.mark.slow
+def test_a_pick_its_plain_loop_agrees_with_stays_confirmed(measured: dict, tmp_path: Path) -> None:
+    done, ran, base = proved(measured, tmp_path)
+    assert ran == [QUICKER.key] and done.pick == QUICKER.key
+    assert done.latency_ms[QUICKER.key] < base
+    line = done.lines[-1]
+    assert line.startswith(
+        f"served as measured: {QUICKER.key}: 3 graphs compiled at requests "
+        "1, 2, 4, 0 of 4 requests served eager, every output as eager's"
+    ), line
+
+
+@pytest.mark.slow
+def test_a_pick_whose_trial_counted_otherwise_is_not_confirmed(
+    measured: dict, tmp_path: Path
+) -> None:
+    """A trial that said request 2's compile never happened (as the first pass said of a
+    stance's compiles before it was played in a server's order): the loop counts it."""
+    trials = copy.deepcopy(measured)
+    trials[QUICKER.key].traffic["compiles"][1] = 0
+    done, ran, base = proved(trials, tmp_path)
+    assert ran == [QUICKER.key] and done.pick == "none"
+    assert done.latency_ms[QUICKER.key] == base
+    assert done.lines[-2] == (f"not served as measured: {QUICKER.key}: request 2 compiled 1 "
+                              "graph(s) in the loop, 0 in the trial; not confirmed")  # fmt: skip
+    assert done.lines[-1].startswith("the pick is now none")
+
+
+@pytest.mark.slow
+def test_a_loop_that_does_not_fit_the_budget_is_not_run_and_confirms_nothing(
+    measured: dict, tmp_path: Path
+) -> None:
+    done, ran, base = proved(measured, tmp_path, left=0.5)
+    assert ran == [] and done.pick == "none" and done.latency_ms[QUICKER.key] == base
+    assert f"not served as measured: {QUICKER.key}: its plain loop needs about" in done.lines[0]
+    assert "0 s of the budget are left; not confirmed" in done.lines[0]
