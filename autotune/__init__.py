@@ -9,7 +9,7 @@ The public API:
   :class:`Workload`, cold, in a fresh process, as a :class:`Measurement`;
 - :func:`apply` and :func:`apply_generation`: compile a model (or its ``generate``) as a
   strategy or an exported file says; :func:`load_plugin`: an exported file as Accelerate's
-  ``TorchDynamoPlugin``;
+  ``TorchDynamoPlugin``; :func:`generation_config`: one as transformers' ``GenerationConfig``;
 - :class:`AutotuneError` (every error autotune reports; :class:`ConfigError` for bad input) and
   :class:`AutotuneWarning` (every warning; :class:`CacheWarning` for an artefact not loaded).
 """
@@ -30,7 +30,7 @@ from autotune.errors import (
 if TYPE_CHECKING:
     from autotune.catalog import ModelRef
     from autotune.job.tuning import Tuned, Tuning, tune
-    from autotune.ship.apply import apply, apply_generation, load_plugin
+    from autotune.ship.apply import apply, apply_generation, generation_config, load_plugin
     from autotune.strategy.strategy import Strategy
     from autotune.trial.measurement import Measurement
     from autotune.trial.parent import measure
@@ -47,6 +47,7 @@ _HOMES = {
     "apply": "autotune.ship.apply",
     "apply_generation": "autotune.ship.apply",
     "load_plugin": "autotune.ship.apply",
+    "generation_config": "autotune.ship.apply",
     "Strategy": "autotune.strategy.strategy",
     "Measurement": "autotune.trial.measurement",
     "measure": "autotune.trial.parent",
@@ -82,6 +83,7 @@ __all__ = [
     "Workload",
     "apply",
     "apply_generation",
+    "generation_config",
     "load_plugin",
     "measure",
     "tune",

@@ -186,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_format_arg(e)
     e.add_argument("--max-memory", help="leave out strategies above this peak memory")
     e.add_argument("-o", "--out", help="output file (default studies/<study>/best.json)")
+    e.add_argument("--merge", metavar="FILE", help="accelerate-yaml: the Accelerate config "
+                   "to merge into (default: Accelerate's own, where there is one)")  # fmt: skip
 
     ch = sub.add_parser("check", help="preflight: will the artefacts an exported file ships load "
                         "and hit on this machine? (exit 1 when one will not)")  # fmt: skip

@@ -148,9 +148,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     store = Store(args.storage, create=False)
     study = store.study(name)
     policy = args.policy or (study.spec.policy if study else objectives.lifetime(None))
-    path, chosen, notes = export.export(
-        store, name, policy, args.format, args.out, parse_memory(args.max_memory)
-    )
+    memory = parse_memory(args.max_memory)
+    path, chosen, notes = export.export(store, name, policy, args.format, args.out, memory,
+                                        args.merge or True)  # fmt: skip
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"chosen ({policy}): {chosen.key}\nwrote {path}")

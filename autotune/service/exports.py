@@ -38,7 +38,7 @@ def document(
     chosen_policy = _policy(store, study, policy)
     try:
         text, chosen, _ = export.document(store, study, chosen_policy, fmt,
-                                          parse_memory(max_memory))  # fmt: skip
+                                          parse_memory(max_memory), merge=False)  # fmt: skip
     except (ConfigError, StorageError):
         raise
     except AutotuneError as exc:  # nothing the policy may pick (yet)

@@ -139,3 +139,23 @@ def load_plugin(path: str | Path) -> Any:
         warnings.warn(f"{caveat}; the plugin compiles it as granularity 'full'",
                       AutotuneWarning, stacklevel=2)  # fmt: skip
     return TorchDynamoPlugin(**formats.accelerate_fields(strategy))
+
+
+def generation_config(path: str | Path, base: Any = None) -> Any:
+    """An exported file as transformers' ``GenerationConfig`` (``base``'s, the model's own,
+    with the file's fields over it), its ``compile_config`` a ``CompileConfig``: what
+    ``model.generate(..., generation_config=...)`` takes. A file of any JSON format: the
+    strategy it names, in transformers' fields (a static KV cache; a ``package.module:function``
+    backend stays its name: pass the function as ``compile_config.backend``)."""
+    import transformers
+
+    strategy, data = exported.read(path)
+    fields = data.get("generation_config")
+    if not isinstance(fields, dict):
+        fields = formats.transformers_fields(strategy)
+    compile_config = fields.get("compile_config")
+    if isinstance(compile_config, dict):
+        fields = {**fields, "compile_config": transformers.CompileConfig(**compile_config)}
+    config = copy.deepcopy(base) if base is not None else transformers.GenerationConfig()
+    config.update(**fields)
+    return config

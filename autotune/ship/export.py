@@ -17,7 +17,7 @@ from autotune import variables
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
-from autotune.ship import formats
+from autotune.ship import accelerate_config, formats
 from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy import shapes
@@ -26,9 +26,12 @@ from autotune.trial.measurement import Measurement
 
 
 def document(
-    store: Store, study: str, policy: str, fmt: str, max_memory_mb: float | None = None
-) -> tuple[str, Point, list[str]]:
-    """The export's text, the chosen point, and its caveats."""
+    store: Store, study: str, policy: str, fmt: str, max_memory_mb: float | None = None,
+    merge: str | bool = True,
+) -> tuple[str, Point, list[str]]:  # fmt: skip
+    """The export's text, the chosen point, and its caveats (``merge``: the Accelerate config
+    an ``accelerate-yaml`` export is merged into, :mod:`.accelerate_config`: a file, True for
+    Accelerate's default where there is one, False for none)."""
     if fmt not in formats.FORMATS:
         raise ConfigError(f"bad format {fmt!r}: use one of {', '.join(formats.FORMATS)}")
     row = store.study(study)
@@ -69,7 +72,10 @@ def document(
                      "decode): search with --workload generate")  # fmt: skip
     if fmt == "accelerate-yaml" and strategy.options:
         notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
-    text = formats.render(strategy, fmt, block, notes, study)
+    if fmt == "accelerate-yaml":
+        text = accelerate_config.config_file(strategy, notes, study, spec.workload_table, merge)
+    else:
+        text = formats.render(strategy, fmt, block, notes, study)
     return text + "\n", chosen, notes
 
 
@@ -112,12 +118,13 @@ def closest_numbers(store: Store, study: str, strategy: Strategy) -> str:
 
 def export(
     store: Store, study: str, policy: str = "knee", fmt: str = "accelerate",
-    out: str | None = None, max_memory_mb: float | None = None,
+    out: str | None = None, max_memory_mb: float | None = None, merge: str | bool = True,
 ) -> tuple[Path, Point, list[str]]:  # fmt: skip
     """Write the chosen config (default ``studies/<study>/best.json``), and beside a JSON one
     the chosen trial's compile-cache artefact (``best.cache.bin``); record the export in the
-    store, or, where the store cannot be written (read-only), say so in a note."""
-    text, chosen, notes = document(store, study, policy, fmt, max_memory_mb)
+    store, or, where the store cannot be written (read-only), say so in a note. An
+    ``accelerate-yaml`` export is merged into ``merge``, else Accelerate's default config."""
+    text, chosen, notes = document(store, study, policy, fmt, max_memory_mb, merge)
     suffix = ".yaml" if fmt == "accelerate-yaml" else ".json"
     path = Path(out) if out else variables.studies() / study / f"best{suffix}"
     try:

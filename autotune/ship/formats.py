@@ -8,16 +8,17 @@ back, its reader:
 
 - ``accelerate``: ``TorchDynamoPlugin``'s fields (:func:`to_accelerate`,
   :func:`accelerate_fields`, :func:`from_accelerate`, :func:`accelerate_caveat`);
-- ``accelerate-yaml``: the ``dynamo_config`` section of an Accelerate config file, which has no
-  key for Inductor options (:func:`accelerate_yaml`, :func:`yaml_closest`);
-- ``torch``: ``torch.compile``'s keyword arguments plus the granularity (:func:`torch_kwargs`).
+- ``accelerate-yaml``: a whole Accelerate config file, whose ``dynamo_config`` section has no
+  key for Inductor options (:mod:`.accelerate_config`);
+- ``torch``: exactly ``torch.compile``'s keyword arguments under ``torch_compile``, the
+  granularity beside them (:func:`torch_kwargs`).
   The keyword arguments themselves are the strategy's run-time meaning, which the trial
   compiles with (``Strategy.compile_kwargs``, stage 1); the format only spells a
   ``package.module:function`` backend as its text, never importing it;
 - ``transformers``: a ``generation_config`` with ``CompileConfig``'s fields
   (:func:`transformers_fields`, :func:`transformers_caveats`).
 
-:func:`render` writes one format's document around autotune's block, :func:`caveats` says what
+:func:`render` writes one JSON format's document around autotune's block, :func:`caveats` says what
 it cannot express, and :func:`strategy_of` reads a document of any JSON format back. These are
 pure conversions: :mod:`.export` writes a study's choice (the store, the file),
 :mod:`.exported` reads a file on the machine that uses it.
@@ -137,23 +138,17 @@ def yaml_closest(strategy: Strategy) -> Strategy:
     return dataclasses.replace(strategy, options=())
 
 
-def accelerate_yaml(strategy: Strategy, notes: list[str], study: str) -> str:
-    """The ``dynamo_config`` section of an Accelerate config file (for a strategy with Inductor
-    options, of the closest expressible one; ``notes`` say what that one measured)."""
+def dynamo_section(strategy: Strategy) -> dict[str, Any]:
+    """The ``dynamo_config`` section of :func:`yaml_closest`'s strategy."""
     fields = to_accelerate(yaml_closest(strategy), approximate=True)
-    lines = [f"# autotune: study {study}, strategy {strategy.key}"]
-    lines += [f"# NOTE: {n}" for n in notes]
-    lines.append("dynamo_config:")
-    lines.append(f"  dynamo_backend: {str(fields['backend']).upper()}")
+    section: dict[str, Any] = {"dynamo_backend": str(fields["backend"]).upper()}
     if fields["backend"] != "no":
-        lines.append(f"  dynamo_mode: {fields['mode'] or 'default'}")
-        lines.append(f"  dynamo_use_fullgraph: {str(bool(fields['fullgraph'])).lower()}")
-        dynamic = fields["dynamic"]
-        if dynamic is not None:
-            lines.append(f"  dynamo_use_dynamic: {str(dynamic).lower()}")
-        regional = str(bool(fields["use_regional_compilation"])).lower()
-        lines.append(f"  dynamo_use_regional_compilation: {regional}")
-    return "\n".join(lines)
+        section["dynamo_mode"] = fields["mode"] or "default"
+        section["dynamo_use_fullgraph"] = bool(fields["fullgraph"])
+        if fields["dynamic"] is not None:
+            section["dynamo_use_dynamic"] = bool(fields["dynamic"])
+        section["dynamo_use_regional_compilation"] = bool(fields["use_regional_compilation"])
+    return section
 
 
 # torch: torch.compile's keyword arguments
@@ -243,9 +238,10 @@ def render(
         body = {"generation_config": transformers_fields(strategy), "autotune": block}
         return json.dumps(body, indent=2)
     if fmt == "torch":
-        body = {"granularity": strategy.granularity, **torch_kwargs(strategy), "autotune": block}
+        body = {"torch_compile": torch_kwargs(strategy), "granularity": strategy.granularity,
+                "autotune": block}  # fmt: skip
         return json.dumps(body, indent=2)
-    return accelerate_yaml(strategy, notes, study)
+    raise ValueError(f"{fmt!r} is not a JSON format (accelerate-yaml: .accelerate_config)")
 
 
 def strategy_of(data: dict[str, Any]) -> Strategy:
@@ -255,5 +251,6 @@ def strategy_of(data: dict[str, Any]) -> Strategy:
     if "strategy" in block:
         return Strategy.from_dict(block["strategy"])
     if "granularity" in data:
-        return _read(data["granularity"], data.get("backend") or "inductor", data)
+        kwargs = data["torch_compile"] if isinstance(data.get("torch_compile"), dict) else data
+        return _read(data["granularity"], kwargs.get("backend") or "inductor", kwargs)
     return from_accelerate(data)

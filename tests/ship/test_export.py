@@ -87,7 +87,8 @@ def test_yaml_and_torch_formats(tmp_path: Path) -> None:
     path, _, _ = export(store, "hand", "knee", "torch", str(tmp_path / "t.json"))
     data = json.loads(path.read_text())
     assert data["granularity"] == "full"
-    kwargs = {k: v for k, v in data.items() if k not in ("granularity", "autotune")}
+    assert set(data) == {"torch_compile", "granularity", "autotune"}
+    kwargs = data["torch_compile"]  # exactly torch.compile's keywords
     assert "mode" not in kwargs and {"backend", "dynamic", "fullgraph"} <= set(kwargs)
     torch.manual_seed(0)
     model, x = Toy(2).eval(), torch.randn(10, 10)
@@ -165,7 +166,6 @@ def test_yaml_says_what_it_cannot_express_and_gives_the_closest(tmp_path: Path, 
     assert yaml.safe_load(text)["dynamo_config"]["dynamo_backend"] == "INDUCTOR"
     assert "options" not in yaml.safe_load(text)["dynamo_config"]
     path, _, _ = export(store, "hand", "fastest", "torch", str(tmp_path / "t.json"))
-    kwargs = {k: v for k, v in json.loads(path.read_text()).items()
-              if k not in ("granularity", "autotune")}  # fmt: skip
+    kwargs = json.loads(path.read_text())["torch_compile"]
     assert kwargs == {"backend": "inductor", "fullgraph": False, "dynamic": None,
                       "options": {"freezing": True}}  # fmt: skip
