@@ -403,3 +403,43 @@ def memo_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         return seen[key]
 
     return run
+
+
+CHANGE = "AUTOTUNE_TEST_CHANGE"  # what a later run changed: "break", "slow" or "wrong"
+
+
+class Changed(Matmuls):
+    """:class:`Matmuls` whose code, where ``$AUTOTUNE_TEST_CHANGE`` is ``break`` when it is
+    built, breaks the graph halfway: a model change a CI gate must name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.breaks = os.environ.get(CHANGE) == "break"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers[:4](x)
+        if self.breaks:
+            torch._dynamo.graph_break()
+        return self.layers[4:](x)
+
+
+def changing() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return Changed(), (torch.randn(64, 256),)
+
+
+def changing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """:func:`memo_backend`, far quicker than eager, unless ``$AUTOTUNE_TEST_CHANGE`` says at
+    compile time that a later release made it ``slow`` (20 ms a call) or ``wrong`` (off by
+    one)."""
+    change, quick = os.environ.get(CHANGE), memo_backend(gm, example_inputs)
+
+    def run(*args: object) -> object:
+        out = quick(*args)  # type: ignore[operator]
+        if change == "slow":
+            time.sleep(0.02)
+        if change == "wrong":
+            return type(out)(t + 1 for t in out)  # type: ignore[arg-type, call-arg]
+        return out
+
+    return run

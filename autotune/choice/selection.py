@@ -81,11 +81,13 @@ def objective_values(
     return list(values(Point.of(m, None, baseline), objectives))
 
 
-def start_s(m: Measurement, kind: str) -> float:
-    """What one later start costs; a start that was not measured (a study
-    run with ``--starts cold``, an older trial) or failed counts as cold."""
-    value = m.start_s(kind)
-    return value if value is not None else (m.compile_s or 0.0)
+def measured_starts(m: Measurement) -> dict[str, float]:
+    """Each later start's cost, where it was measured (not one that failed, nor a backend's
+    that keeps no cache, recorded as its cold compile): a start not measured is absent, and
+    :meth:`Point.start_s` counts it as cold."""
+    return {kind: value for kind in LATER
+            if (s := m.starts.get(kind)) is not None and s.measured
+            and (value := m.start_s(kind)) is not None}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ class Point:
         return cls(
             key, m.strategy.to_dict(), m.compile_s, latency_on_baseline(m, base_ms), memory,
             speedup, trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
-            later_s={kind: start_s(m, kind) for kind in LATER},
+            later_s=measured_starts(m),
             ttft_ms=ttft_on_baseline(m, base_ttft), tokens_per_s=m.tokens_per_s,
             limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
         )  # fmt: skip

@@ -194,6 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("file", help="the exported file, e.g. studies/<study>/best.json")
     ch.add_argument("--device", help="the device your process runs on (default: the kind the "
                     "artefact was made for, index 0)")  # fmt: skip
+    ch.add_argument("--measure", action="store_true", help="the CI gate: measure the pick again "
+                    "here and compare it with the file's record (exit 1 on a regression, 2 when "
+                    "it cannot check)")  # fmt: skip
+    ch.add_argument("--tolerance", type=float, default=None, help="--measure: how much a "
+                    "cold compile or time to ready may grow (default 0.5, and 1 s)")  # fmt: skip
+    ch.add_argument("--strict", action="store_true", help="--measure: an eager pick's "
+                    "runner-up regressing fails the build too")  # fmt: skip
+    ch.add_argument("--update", action="store_true", help="--measure: write the new figures "
+                    "into the file's record (after an intended change)")  # fmt: skip
+    ch.add_argument("--max-load", type=float, default=None, help="--measure: judge latency "
+                    "while others take up to this share of the CPU (default 0.25)")  # fmt: skip
+    ch.add_argument("--junit", metavar="FILE", help="--measure: also write JUnit XML there")
+    ch.add_argument("--json", action="store_true", help="--measure: print the report as JSON")
+    ch.add_argument("--allow-code", metavar="LIST", default="", help="--measure: code the "
+                    "file names that the gate may import (pkg.mod, pkg.mod:fn)")  # fmt: skip
 
     sh = sub.add_parser("show", help="every strategy of a study, with why each was left out")
     _add_storage_args(sh)

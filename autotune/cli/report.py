@@ -9,6 +9,7 @@ from autotune.choice.verdict import noise_floor
 from autotune.errors import shorten
 from autotune.start_kinds import BY_NAME, CACHED, LATER
 from autotune.trial.measurement import Measurement
+from autotune.trial.metrics import LOADED
 
 
 def seconds(value: float | None) -> str:
@@ -69,6 +70,19 @@ def traffic_lines(m: Measurement) -> list[str]:
     return lines
 
 
+def load_note(payloads: list[dict[str, Any]]) -> str:
+    """A line where trials timed their rounds while other processes took more than
+    :data:`autotune.trial.metrics.LOADED` of the CPU: their latency figures were taken under
+    load ("" where none was)."""
+    loads = [(p.get("timings") or {}).get("others_cpu", 0.0) for p in payloads]
+    loaded = [x for x in loads if x > LOADED]
+    if not loaded:
+        return ""
+    return (f"note: {len(loaded)} of {len(loads)} trials timed their rounds while other "
+            f"processes took {min(loaded):.0%}-{max(loaded):.0%} of the CPU: their latency "
+            "figures were taken under load")  # fmt: skip
+
+
 def summary(m: Measurement) -> str:
     """A few lines a person reads at a glance."""
     s, w = m.strategy, m.workload
@@ -122,6 +136,9 @@ def summary(m: Measurement) -> str:
             f"latency    {lat.median_ms:.3f} ms median (p10 {lat.p10_ms:.3f}, p90 "
             f"{lat.p90_ms:.3f}, IQR {lat.iqr_ms:.3f}) over {len(lat.samples_ms)} calls; " + against
         )
+        if (load := m.timings.get("others_cpu", 0.0)) > LOADED:
+            lines.append(f"           timed while other processes took {load:.0%} of the CPU: "
+                         "these figures were taken under load")  # fmt: skip
     if m.memory:
         lines.append(
             f"memory     peak {m.memory.compiled_peak_mb:.0f} MiB compiled vs "

@@ -139,6 +139,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(line)
     for note in notes:
         print(f"note: {note}")
+    if loaded := report.load_note([r.payload for r in rows]):
+        print(loaded)
     print(f"wrote {path}")
     if page:
         print(f"wrote {page}")

@@ -107,6 +107,8 @@ def _show_trial(rows: list[Any], wanted: str, study: str) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from autotune.ship.preflight import preflight
 
+    if args.measure:
+        return measure_gate(args)
     found = preflight(args.file, args.device)
     if not found:
         print(f"{args.file} ships no artefact: a process that applies it compiles cold")
@@ -114,6 +116,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     for fit in found:
         print(fit.line())
     return 0 if all(f.hits for f in found) else 1
+
+
+def measure_gate(args: argparse.Namespace) -> int:
+    """``autotune check FILE --measure``: the CI gate (:mod:`autotune.ship.gate`), then the
+    preflight of the artefacts the file ships, which fail it where one will not hit."""
+    from pathlib import Path
+
+    from autotune.ship import gate
+    from autotune.ship.preflight import preflight
+
+    tolerance = gate.TOLERANCE if args.tolerance is None else args.tolerance
+    if not 0 <= tolerance < 100:
+        raise ConfigError(f"--tolerance {tolerance}: give a fraction, e.g. 0.5")
+    allow = tuple(a for a in args.allow_code.split(",") if a)
+    load = gate.LOAD if args.max_load is None else args.max_load
+    report = gate.check(args.file, tolerance, args.strict, allow, args.update, load)
+    for fit in preflight(args.file, args.device):
+        now = "hit" if fit.hits else "miss"
+        why = "" if fit.hits else fit.line()
+        report.verdicts.append(gate.Verdict(f"{fit.kind} start", "hit", now, fit.hits, why))
+    if args.junit:
+        Path(args.junit).write_text(gate.junit(report) + "\n")
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        print("\n".join(report.lines()))
+    return report.code
 
 
 def cmd_studies(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from autotune import variables
 from autotune.choice.selection import Point
 from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
-from autotune.ship import accelerate_config, formats
+from autotune.ship import accelerate_config, formats, gate
 from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy import shapes
@@ -50,6 +50,10 @@ def document(
         notes.append(f"measured without CUDA graphs in {chosen.no_graphs}: Inductor fell back "
                      "from them there (autotune show says which and why)")  # fmt: skip
     baseline = next((p for p in points if p.key == "none"), None)
+    picked, runner = _measured(store, study, chosen.key), None
+    if chosen.key == "none":  # the gate measures the best compiled strategy instead
+        compiled = sorted((p for p in points if p.key != "none"), key=lambda p: p.latency_ms)
+        runner = _measured(store, study, compiled[0].key) if compiled else None
     block = {
         "strategy": strategy.to_dict(),
         "key": chosen.key,
@@ -67,6 +71,8 @@ def document(
         **told.block(),
         "caveats": notes,
     }
+    if picked is not None and picked.ok:
+        block["gate"] = gate.record(picked, spec.settings_table, runner)
     if fmt == "transformers" and spec.kind != "generate":
         notes.append("the study measured one forward pass, not generation (prefill and "
                      "decode): search with --workload generate")  # fmt: skip

@@ -56,7 +56,9 @@ def accelerate_caveat(strategy: Strategy) -> str | None:
             "use autotune.apply(model, file) to compile it as measured"
         )
     if s.granularity != "none" and s.backend not in ACCELERATE_BACKENDS:
-        return f"Accelerate's DynamoBackend has no backend {s.backend!r}"
+        return (f"Accelerate's DynamoBackend has no backend {s.backend!r}; use "
+                f"autotune.apply(model, file, backends=[{s.backend!r}]) to compile it as "
+                "measured")  # fmt: skip
     if s.shaped:
         return (
             f"Accelerate cannot pad to buckets, mark dimensions or set a stance "
@@ -70,11 +72,13 @@ def to_accelerate(strategy: Strategy, *, approximate: bool = False) -> dict[str,
     Accelerate cannot say it.
 
     With ``approximate=True`` a ``nested`` or shaped strategy becomes its nearest expressible
-    form (one full compile, one shape); callers must show :func:`accelerate_caveat` beside it.
+    form (one full compile, one shape), and a ``package.module:function`` backend stays its
+    name (``load_plugin`` refuses it; ``autotune.apply`` takes the function); callers must show
+    :func:`accelerate_caveat` beside it.
     """
     s = strategy
     caveat = accelerate_caveat(s)
-    if caveat and not (approximate and (s.granularity == "nested" or s.shaped)):
+    if caveat and not approximate:
         raise NotApplicable(caveat)
     if s.granularity == "none":
         return {

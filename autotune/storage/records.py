@@ -65,6 +65,11 @@ class StoredSpec:
         return self._table("workload")
 
     @property
+    def settings_table(self) -> dict[str, Any] | None:
+        """The ``settings`` table as stored (None where it has none)."""
+        return self._table("settings")
+
+    @property
     def space_table(self) -> dict[str, Any] | None:
         """The ``space`` table as stored (None where it has none)."""
         return self._table("space")

@@ -202,3 +202,38 @@ def limit_hits() -> list[dict[str, Any]]:
             "reason": m.recompile_reason or "",
         })  # fmt: skip
     return hits
+
+
+def cpu_jiffies() -> tuple[float, float] | None:
+    """The whole machine's busy CPU seconds so far (``/proc/stat``), and this process's own
+    (itself and its waited-for children); None where there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    values = [int(v) for v in fields]
+    busy = (sum(values) - values[3] - (values[4] if len(values) > 4 else 0)) / ticks
+    own = os.times()
+    return busy, own.user + own.system + own.children_user + own.children_system
+
+
+LOADED = 0.25  # of the CPU, taken by other processes during a trial's rounds: under load
+
+
+@contextlib.contextmanager
+def others_cpu() -> Iterator[dict[str, float]]:
+    """Yield a dict that, after the block, holds ``share``: how much of the machine's CPU
+    other processes took during it (0 to 1, of every core), so that latency figures taken
+    under load can be said to be."""
+    import time
+
+    found: dict[str, float] = {}
+    start, began = cpu_jiffies(), time.perf_counter()
+    yield found
+    end, wall = cpu_jiffies(), time.perf_counter() - began
+    if start is None or end is None or wall <= 0:
+        return
+    others = (end[0] - start[0]) - (end[1] - start[1])
+    found["share"] = max(0.0, min(1.0, others / (wall * (os.cpu_count() or 1))))

@@ -142,6 +142,7 @@ def test_ten_decisions_under_two_busy_processes_are_the_flags_and_the_timing_agr
     assert all(line.startswith(f"1 dtype auto: {expected}: ") for line in decisions), decisions
 
 
+@pytest.mark.slow
 def test_a_re_run_takes_the_recorded_decision_and_continues_its_study(in_tmp: Path) -> None:
     """The same command twice: the second finds the decision the first recorded, says "as
     before", and continues the first's study (one more strategy measured in it)."""

@@ -235,8 +235,11 @@ class Scenario(ABC):
         t = ctx.lap("warmup_s", t)
         device.synchronize(ctx.device)
         ctx.phase("timing its rounds")
-        samples = self.time_rounds(calls)
+        with metrics.others_cpu() as load:
+            samples = self.time_rounds(calls)
         t = ctx.lap("timing_s", t)
+        if "share" in load:  # how much of the CPU other processes took meanwhile
+            ctx.timings["others_cpu"] = load["share"]
         ctx.timings["rounds"] = float(timing.rounds_of(samples))
         self.record(samples)
         m.graphs = metrics.graphs()
