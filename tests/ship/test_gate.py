@@ -101,6 +101,20 @@ def test_an_artefact_that_no_longer_hits_fails_on_its_start(searched: Path) -> N
 
 
 @pytest.mark.slow
+def test_update_takes_the_new_figures_into_the_record(searched: Path) -> None:
+    """After an intended change (here the graph break), ``--update`` writes what was measured
+    into the file's record, and the gate then passes the changed code."""
+    (searched / "kept.json").write_text((searched / "best.json").read_text())
+    check = ["check", "kept.json", "--measure", "--allow-code", "tests.models", "--max-load", "1"]
+    done = autotune(searched, *check, "--update", change="break")
+    assert done.returncode == 1 and "updated kept.json's record" in done.stdout, done.stdout
+    figures = json.loads((searched / "kept.json").read_text())["autotune"]["gate"]["figures"]
+    assert (figures["graphs"], figures["breaks"]) == (2, 1)
+    done = autotune(searched, *check[:-2], change="break")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.slow
 def test_an_eager_pick_is_gated_on_its_runner_up_only_when_strict(searched: Path) -> None:
     data = json.loads((searched / "best.json").read_text())
     gate = data["autotune"]["gate"]
