@@ -205,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "into the file's record (after an intended change)")  # fmt: skip
     ch.add_argument("--max-load", type=float, default=None, help="--measure: judge latency "
                     "while others take up to this share of the CPU (default 0.25)")  # fmt: skip
+    ch.add_argument("--trust-artifact", action="store_true", help="--measure: load the cache "
+                    "artefact the file ships (it runs code): gate its portable start")  # fmt: skip
     ch.add_argument("--junit", metavar="FILE", help="--measure: also write JUnit XML there")
     ch.add_argument("--json", action="store_true", help="--measure: print the report as JSON")
     ch.add_argument("--allow-code", metavar="LIST", default="", help="--measure: code the "

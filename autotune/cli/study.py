@@ -123,6 +123,7 @@ def measure_gate(args: argparse.Namespace) -> int:
     preflight of the artefacts the file ships, which fail it where one will not hit."""
     from pathlib import Path
 
+    from autotune import variables
     from autotune.ship import gate
     from autotune.ship.preflight import preflight
 
@@ -131,7 +132,8 @@ def measure_gate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--tolerance {tolerance}: give a fraction, e.g. 0.5")
     allow = tuple(a for a in args.allow_code.split(",") if a)
     load = gate.LOAD if args.max_load is None else args.max_load
-    report = gate.check(args.file, tolerance, args.strict, allow, args.update, load)
+    trust = args.trust_artifact or variables.trust_artifacts()
+    report = gate.check(args.file, tolerance, args.strict, allow, args.update, load, trust)
     for fit in preflight(args.file, args.device):
         now = "hit" if fit.hits else "miss"
         why = "" if fit.hits else fit.line()

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.starts.later import hit_note
 from autotune.trial.measurement import Measurement
 from autotune.trial.metrics import LOADED
 from autotune.trial.timing import ALPHA, sign_test
@@ -54,6 +55,11 @@ def figures(m: Measurement) -> dict[str, Any]:
                      and m.latency.median_ms < m.eager_latency.median_ms)  # fmt: skip
     if m.accuracy is not None:
         found["accuracy"] = m.accuracy.passed
+    start = m.starts.get("portable")
+    if start is not None and start.status == "ok" and start.measured:
+        found.update(
+            portable_s=start.compile_s, portable_hit=not hit_note("portable", start.cache)
+        )
     return {k: v for k, v in found.items() if v is not None}
 
 
@@ -128,12 +134,17 @@ def compare(was: dict[str, Any], m: Measurement, tolerance: float = TOLERANCE,
             grew = now[name] > was[name]
             why = _new(was.get(reasons, []), now.get(reasons, [])) if grew and reasons else ""
             found.append(Verdict(name, was[name], now[name], not grew, why))
-    for name in ("compile_s", "ready_s"):
+    for name in ("compile_s", "ready_s", "portable_s"):
         if name in was and name in now:
             limit = was[name] * (1 + tolerance) + SLACK_S
             found.append(Verdict(name, was[name], now[name], now[name] <= limit,
                                  "" if now[name] <= limit else f"over {limit:.3g} s"))  # fmt: skip
     found += _latency(was, m, now, load)
+    if "portable_hit" in was and "portable_hit" in now:
+        start = m.starts.get("portable")
+        why = hit_note("portable", start.cache) if start is not None else ""
+        found.append(Verdict("portable_hit", was["portable_hit"], now["portable_hit"],
+                             now["portable_hit"] or not was["portable_hit"], why))  # fmt: skip
     if "accuracy" in was and "accuracy" in now:
         detail = m.accuracy.detail if m.accuracy is not None and not now["accuracy"] else ""
         found.append(Verdict("accuracy", was["accuracy"], now["accuracy"], now["accuracy"],
@@ -204,12 +215,14 @@ def context(made: dict[str, Any], here: dict[str, Any]) -> list[str]:
 
 def check(
     path: str, tolerance: float = TOLERANCE, strict: bool = False, allow: tuple[str, ...] = (),
-    update: bool = False, load: float = LOAD,
+    update: bool = False, load: float = LOAD, trust_artifact: bool = False,
 ) -> Report:  # fmt: skip
     """Measure again the pick that the export ``path`` ships (its runner-up, where the pick is
     eager) and compare it with the record; ``update`` writes the new figures into the file.
     Code the file names (a ``package.module:function`` model or backend) runs only where
-    ``allow`` names it. A file that cannot be gated raises ``ConfigError``."""
+    ``allow`` names it; the cache artefact it ships (which runs code when loaded) is loaded for
+    a portable start only where ``trust_artifact``. A file that cannot be gated raises
+    ``ConfigError``."""
     import json
     from pathlib import Path
 
@@ -219,6 +232,7 @@ def check(
     from autotune.ship import exported
     from autotune.strategy.strategy import Strategy
     from autotune.trial import parent
+    from autotune.trial.measurement import Start
     from autotune.workload import Settings, Workload
 
     _, data = exported.read(path)
@@ -252,6 +266,17 @@ def check(
     if not m.ok:  # it no longer compiles or runs: a regression, named
         report.verdicts.append(Verdict("status", "ok", m.status, False, m.reason[:300]))
         return report
+    shipped = (block.get("cache_artifact") or {}).get("file")
+    if "portable_s" in was and isinstance(shipped, str) and gated:
+        if trust_artifact:
+            start = parent.portable(model, workload, strategy,
+                                    str(Path(path).with_name(shipped)), settings)  # fmt: skip
+            if start.ok:
+                m.starts["portable"] = Start("portable", compile_s=start.compile_s,
+                                             cache=start.cache)  # fmt: skip
+        else:
+            report.notes.append(f"the portable start from {shipped} was not measured: it runs "
+                                "code when loaded; --trust-artifact loads it")  # fmt: skip
     report.verdicts = compare(was, m, tolerance, load)
     if not gated and (speedup := m.speedup):
         report.notes.append(f"compiling {strategy.key} now runs {speedup:.2f}x eager")

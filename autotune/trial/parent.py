@@ -191,6 +191,22 @@ def confirm_apart(
                        traffic=passes)  # fmt: skip
 
 
+def portable(
+    model: ModelRef, workload: Workload, strategy: Strategy, artefact: str, settings: Settings
+) -> Measurement:
+    """A portable start of ``strategy`` from the cache ``artefact`` a ``best.json`` ships: a
+    fresh process with empty compile caches loads it, then compiles (its ``compile_s`` is the
+    start's cost, the load included; its cache counters say whether it hit)."""
+    work = tempfile.mkdtemp(prefix="autotune-portable-")
+    try:
+        request = Request.trial(model, workload, strategy, settings).but(
+            iters=min(settings.iters, BRIEF_ITERS), warmup=1, load_artifact=artefact
+        )
+        return run_child(request, work, "portable", os.path.join(work, "caches"), settings)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def serve(
     model: ModelRef, workload: Workload, strategy: Strategy, exported: str, settings: Settings,
     kept: str | None = None, reference: Reference | None = None,

@@ -181,3 +181,21 @@ def test_the_cpu_other_processes_take_is_read() -> None:
         busy.wait()
     cores = os.cpu_count() or 1
     assert 0.8 / cores <= load["share"] <= 1.0, load  # one busy core of them all, at least
+
+
+def test_a_portable_start_that_misses_or_slows_fails() -> None:
+    """The record's portable start hit the FX graph cache in 2 s; now it misses (compiling
+    cold, 9 s): both lines fail, the miss with the counters' words; a hit as quick passes."""
+    from autotune.ship import gate
+    from autotune.strategy.strategy import Strategy
+    from autotune.trial.measurement import Measurement, Start
+
+    m = Measurement(Strategy.create("full", "inductor").to_dict(), {}, {}, "ok", compile_s=9.0)
+    was = {"compile_s": 9.0, "portable_s": 2.0, "portable_hit": True}
+    m.starts["portable"] = Start("portable", compile_s=9.0, cache={"fxgraph_cache_miss": 3})
+    found = {v.name: v for v in gate.compare(was, m)}
+    assert not found["portable_s"].passed and not found["portable_hit"].passed
+    assert "missed the FX graph cache (3 misses)" in found["portable_hit"].why
+    m.starts["portable"] = Start("portable", compile_s=2.2, cache={"fxgraph_cache_hit": 3})
+    found = {v.name: v for v in gate.compare(was, m)}
+    assert found["portable_s"].passed and found["portable_hit"].passed
