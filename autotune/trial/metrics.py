@@ -204,36 +204,59 @@ def limit_hits() -> list[dict[str, Any]]:
     return hits
 
 
-def cpu_jiffies() -> tuple[float, float] | None:
-    """The whole machine's busy CPU seconds so far (``/proc/stat``), and this process's own
-    (itself and its waited-for children); None where there is no ``/proc/stat``."""
+def cpu_seconds() -> tuple[float, float] | None:
+    """The whole machine's busy CPU seconds so far (``/proc/stat``), and those of this process
+    and every process below it (Inductor's compile workers, say: ``/proc/PID/stat``, with
+    their reaped children's); None where there is no ``/proc``."""
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
+            fields = [int(v) for v in f.readline().split()[1:]]
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
-    values = [int(v) for v in fields]
-    busy = (sum(values) - values[3] - (values[4] if len(values) > 4 else 0)) / ticks
-    own = os.times()
-    return busy, own.user + own.system + own.children_user + own.children_system
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+    parent, spent = {}, {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        rest = text[
+            text.rfind(")") + 2 :
+        ].split()  # after the command's name, which may hold spaces
+        parent[pid] = int(rest[1])
+        spent[pid] = sum(int(v) for v in rest[11:15])  # utime, stime, cutime, cstime
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        here = frontier.pop()
+        for pid, ppid in parent.items():
+            if ppid == here and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return busy / ticks, sum(spent.get(p, 0) for p in tree) / ticks
 
 
 LOADED = 0.25  # of the CPU, taken by other processes during a trial's rounds: under load
+# /proc counts CPU time in ticks of 10 ms: over a window of 13 ms one tick of another process
+# read as 38 % of two cores; over a second, as 0.5 %
+WINDOW_S = 1.0
 
 
 @contextlib.contextmanager
 def others_cpu() -> Iterator[dict[str, float]]:
     """Yield a dict that, after the block, holds ``share``: how much of the machine's CPU
-    other processes took during it (0 to 1, of every core), so that latency figures taken
-    under load can be said to be."""
+    other processes (not this one, nor any below it) took during it (0 to 1, of every
+    core), so that latency figures taken under load can be said to be; nothing for a block
+    shorter than :data:`WINDOW_S`, whose reading would be the ticks' rounding."""
     import time
 
     found: dict[str, float] = {}
-    start, began = cpu_jiffies(), time.perf_counter()
+    start, began = cpu_seconds(), time.perf_counter()
     yield found
-    end, wall = cpu_jiffies(), time.perf_counter() - began
-    if start is None or end is None or wall <= 0:
+    end, wall = cpu_seconds(), time.perf_counter() - began
+    if start is None or end is None or wall < WINDOW_S:
         return
     others = (end[0] - start[0]) - (end[1] - start[1])
     found["share"] = max(0.0, min(1.0, others / (wall * (os.cpu_count() or 1))))
