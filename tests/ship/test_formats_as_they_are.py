@@ -68,6 +68,7 @@ def run(code: str, folder: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_each_python_example_runs_as_written(study: Path) -> None:
     accelerate, compiled, generate, plain = blocks("python")
     out = run(PRELUDE + accelerate + "\nprint(type(model).__name__, "
