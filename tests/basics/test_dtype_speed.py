@@ -89,6 +89,7 @@ def test_auto_on_a_gpu_is_bfloat16_from_ampere_on_else_float16(
         assert dtype == want and line.startswith(f"dtype auto: {want}")
 
 
+@pytest.mark.slow
 def test_the_search_says_what_auto_chose_and_names_it_in_the_study(in_tmp) -> None:
     """End to end on a CPU restricted to AVX2: ``--dtype auto`` measures float32 and says why
     before the first trial; ``--dtype bfloat16`` there measures bfloat16 and names it slow."""

@@ -72,6 +72,7 @@ def plain_loop(strategy: Strategy, requests: tuple) -> tuple[list[int], list[int
     return compiles, eager
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["aot_eager", "tests.models:wrong_backend"])
 def test_eager_then_compile_compiles_where_a_plain_server_loop_does(backend: str) -> None:
     """The stance compiles a frame on its second call: the first pass's repeat and probe
