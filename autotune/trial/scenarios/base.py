@@ -194,8 +194,10 @@ class Scenario(ABC):
         return {"error": f"the {self.ctx.workload.kind} workload builds no {kind} artefact"}
 
     def run(self) -> Measurement:
-        with device.cudagraph_skips() as skips:
+        with device.cudagraph_skips() as skips, metrics.others_cpu() as load:
             m = self._run()
+        if "others_cpu" not in m.timings and "share" in load:  # rounds too short to read
+            m.timings["others_cpu"] = load["share"]  # the whole trial's then
         graphs = device.marks_steps(self.ctx.device, self.ctx.strategy.uses_cuda_graphs())
         if m.graphs is not None and graphs:  # a strategy that replays CUDA graphs, on a GPU
             found = skips()
