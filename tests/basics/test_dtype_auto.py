@@ -116,7 +116,7 @@ def test_onednn_switched_off_or_capped_below_bfloat16_is_not_native(
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long  # two busy processes for half a minute: alone, not beside timed tests
 def test_ten_decisions_under_two_busy_processes_are_the_flags_and_the_timing_agrees() -> None:
     """Beside one process busy all the time and one busy 30 ms of every 50 (one decision of
     five said float32 before), ten fresh processes decide what the flags say, and each one's

@@ -191,6 +191,7 @@ def test_latency_taken_under_load_is_said_and_not_judged() -> None:
     assert loaded["compile_s"].passed and loaded["accuracy"].passed
 
 
+@pytest.mark.long  # it spins a busy process: alone, so as not to load its neighbours' timings
 def test_the_cpu_other_processes_take_is_read_and_our_own_children_s_is_not() -> None:
     """A busy process outside this one's tree counts; a busy child of its own (as Inductor's
     compile workers are a trial's) does not: it made a quiet machine read 28 %. Each one's
