@@ -2,7 +2,7 @@
 CUDA paths are right, and writes one JSON report with each check's verdict and figures, from
 which ``--table`` prints the GPU table of the benchmarks page. A lent machine runs 10 minutes a
 call and 15 a lease, so the run comes in parts of at most 7 minutes each by the measured check
-times (about 8.4 minutes in all on one H100); the whole run also passes in one process.
+times (about 11.4 minutes in all on one H100); the whole run also passes in one process.
 
     python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2
     python bench/gpu.py                          # the whole run, in one process
@@ -46,6 +46,10 @@ FAILs):
     fresh process, eager's peak read without the graphs' pools equals its peak before the
     graphs existed (within two small segments or 2 %); and a ``reduce-overhead`` trial's eager
     peak equals a plain Inductor trial's (the pool is the compiled side's alone).
+12. ``search`` of a traffic (gemma-2b, one layer, ``--seq-len 16..256``) with
+    ``reduce-overhead``: a compiled pick, confirmed, whose self-check serves the traffic
+    through its export in a plain loop on the GPU and counts what the trial counted ("served
+    as measured"); then ``autotune check best.json --measure`` gates it on the GPU and passes.
 """
 
 from __future__ import annotations
@@ -100,6 +104,14 @@ PORTABLE = ["search", "--model", "toy-64", "--device", "cuda:1", "--granularity"
             "none", "--fullgraph", "false", "--trials", "1", "--policy", "fastest",
             "--no-progress", "--no-confirm", "--study", "elsewhere",
             "--out", "best.json"]  # fmt: skip
+# check 12: a traffic searched with reduce-overhead, its pick served through its export, then gated
+SERVED = ["search", "--model", "gemma-2b", "--layers", "1", "--dtype", "bfloat16", "--device",
+          "cuda", "--seq-len", "16..256", "--requests", "12", "--granularity", "full",
+          "--backend", "inductor", "--mode", "reduce-overhead", "--dynamic", "auto", "--options",
+          "none", "--fullgraph", "false", "--buckets", "none", "--marks", "none", "--stance",
+          "default", "--trials", "1", "--iters", "10", "--policy", "fastest", "--no-progress",
+          "--study", "served", "--out", "best.json"]  # fmt: skip
+GATE = ["check", "best.json", "--measure", "--json"]
 WORKERS = ["search", "--model", "toy-64", "--device", "cuda", "--backend", "inductor,eager",
            "--granularity", "none,full,regional", "--options", "none", "--trials", "6",
            "--workers", "2", "--no-progress", "--study", "two", "--json"]  # fmt: skip
@@ -486,6 +498,34 @@ def two_workers(where: str) -> Found:
                       f"{len(workers)} workers, chosen {result['chosen']}"], figures)  # fmt: skip
 
 
+def served_and_gated(where: str) -> Found:
+    """Check 12: ``SERVED`` confirms a compiled pick and its self-check serves the traffic
+    through the export in a plain loop on the GPU, with the same compiles (CUDA graphs'
+    recordings are no compiles) and eager's outputs; then ``autotune check --measure`` of the
+    export measures it again on the GPU and passes."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = _cli(*SERVED, cwd=folder)
+        said = [line for line in out.stdout.splitlines() if "served as measured" in line]
+        chosen = next((line.split(": ", 1)[1] for line in out.stdout.splitlines()
+                       if line.startswith("chosen (")), "?")  # fmt: skip
+        if out.returncode != 0:
+            return Found([f"FAIL search: exit {out.returncode}: {out.stderr[-500:]}"])
+        ok = chosen != "none" and bool(said) and not any(x.startswith("not ") for x in said)
+        lines = [f"{verdict(ok)} search of a traffic with reduce-overhead: chosen {chosen}; "
+                 + ("; ".join(said) or "no self-check line: " + out.stdout[-600:])]  # fmt: skip
+        gate = _cli(*GATE, cwd=folder)
+        try:
+            report = json.loads(gate.stdout)
+        except json.JSONDecodeError:
+            report = {}
+        figures = {"chosen": chosen, "served": said, "gate_exit": gate.returncode,
+                   "gate": report}  # fmt: skip
+        lines.append(f"{verdict(gate.returncode == 0)} autotune check best.json --measure on the "
+                     f"GPU: exit {gate.returncode}; "
+                     f"{json.dumps(report)[:900] if report else gate.stderr[-500:]}")  # fmt: skip
+        return Found(lines, figures)
+
+
 def peaks_command(where: str) -> list[str]:
     """Check 11's fresh process, which reads eager's peaks before and beside CUDA graphs."""
     return [sys.executable, str(Path(__file__).resolve()), "--peaks-beside-graphs", "--device",
@@ -592,6 +632,12 @@ def plan() -> list[Check]:
             eager_beside_graphs,
             commands=[peaks_command("cuda:0")],
         ),
+        Check(
+            "served as measured, and the CI gate",
+            [(short, TRAFFIC)],
+            served_and_gated,
+            commands=[SERVED, GATE],
+        ),
     ]
 
 
@@ -599,7 +645,9 @@ def plan() -> list[Check]:
 # counted; 8 and 9, which need two GPUs, have never run: guesses). A part packs checks in order
 # up to PART_S, 7 minutes: within 8 with a minute's margin for imports and a slower machine, so
 # that it ends inside one 10-minute call of a lent machine, and both parts inside its 15 minutes
-EXPECTED_S = {1: 1, 2: 57, 3: 62, 4: 60, 5: 41, 6: 32, 7: 12, 8: 120, 9: 180, 10: 164, 11: 73}
+EXPECTED_S = {1: 1, 2: 57, 3: 62, 4: 60, 5: 41, 6: 32, 7: 12, 8: 120, 9: 180, 10: 164, 11: 73,
+              12: 185}  # 12: on the second lease of 2026-11-27
+}  # 12: a guess, never run before 2026-11-27's second lease
 PART_S = 420
 
 
@@ -653,7 +701,7 @@ def parse_command(argv: list[str]) -> None:
     if args.command == "search":
         flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
         spec = StudySpec.from_sources(args.space, **{**flags, "device": "cpu"})
-        spec.space.validate("cpu")
+        spec.space.validate(args.device or "cpu")  # a CUDA-graph space is checked as on CUDA
         catalog.check(spec.model, spec.workload)
 
 
