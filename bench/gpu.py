@@ -645,9 +645,20 @@ def plan() -> list[Check]:
 # counted; 8 and 9, which need two GPUs, have never run: guesses). A part packs checks in order
 # up to PART_S, 7 minutes: within 8 with a minute's margin for imports and a slower machine, so
 # that it ends inside one 10-minute call of a lent machine, and both parts inside its 15 minutes
-EXPECTED_S = {1: 1, 2: 57, 3: 62, 4: 60, 5: 41, 6: 32, 7: 12, 8: 120, 9: 180, 10: 164, 11: 73,
-              12: 185}  # 12: on the second lease of 2026-11-27
-}  # 12: a guess, never run before 2026-11-27's second lease
+EXPECTED_S = {
+    1: 1,
+    2: 57,
+    3: 62,
+    4: 60,
+    5: 41,
+    6: 32,
+    7: 12,
+    8: 120,
+    9: 180,
+    10: 164,
+    11: 73,
+    12: 185,
+}  # 12: on the second lease of 2026-11-27
 PART_S = 420
 
 
