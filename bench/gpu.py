@@ -4,7 +4,7 @@ which ``--table`` prints the GPU table of the benchmarks page. A lent machine ru
 call and 15 a lease, so the run comes in parts of at most 7 minutes each by the measured check
 times (about 11.4 minutes in all on one H100); the whole run also passes in one process.
 
-    python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2
+    python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2, 3
     python bench/gpu.py                          # the whole run, in one process
     python bench/gpu.py --dry-run                # anywhere: the parts, every command, the models
     python bench/gpu.py --only 1,2,11 --out a.json  # some checks alone
