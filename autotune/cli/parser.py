@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--buckets",
         default="none",
-        help="under a traffic: none, pow2 or quantiles (pad each request to the power of two, "
-        "or the traffic's quartile, above it; compile each bucket static)",
+        help="under a traffic: none, pow2, quantiles or auto[:K] (pad each request to the power "
+        "of two, the traffic's quartile, or the edge of least lifetime cost, at most K a "
+        "dimension, above it; compile each bucket static)",
     )
     s.add_argument("--marks", default="none", help="under a traffic: the inputs' dimensions "
                    "marked dynamic: none, batch, seq or both, each also -unbacked")  # fmt: skip

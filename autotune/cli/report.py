@@ -8,6 +8,7 @@ from typing import Any
 from autotune.choice.verdict import noise_floor
 from autotune.errors import shorten
 from autotune.start_kinds import BY_NAME, CACHED, LATER
+from autotune.strategy import shapes
 from autotune.trial.measurement import Measurement
 from autotune.trial.metrics import LOADED
 
@@ -42,6 +43,34 @@ def recordings(t: dict) -> str:
     return f", {n} CUDA graphs recorded" if n else ""
 
 
+def bucket_lines(m: Measurement) -> list[str]:
+    """A bucketed strategy's buckets: each one's share of the traffic and its padding; for
+    ``auto``, how its edges were chosen and what they were predicted and measured to cost."""
+    s, t = m.strategy, m.traffic or {}
+    if s.buckets == "none":
+        return []
+    requests = list(m.workload.traffic) if m.workload else []
+    lines = []
+    if auto := t.get("auto"):
+        cost = f"predicted {auto['predicted']['total_s']:.0f} s"
+        if done := auto.get("measured"):
+            cost += f", measured {done['total_s']:.0f} s"
+        lines.append(f"  buckets  auto edges: batch {', '.join(map(str, auto['edges'][0]))}; seq "
+                     f"{', '.join(map(str, auto['edges'][1]))}, chosen by their cost over "
+                     f"{auto['lifetime_s'] / 3600:g} h of serving ({cost}; pow2's "
+                     f"{auto['pow2']['total_s']:.0f} s), from a pilot's compile price "
+                     f"{auto['stall_s']:.2f} s a bucket and latency "
+                     f"{auto['model']['base_ms']:.3f} ms + "
+                     f"{auto['model']['per_token_ms']:.2e} ms a token")  # fmt: skip
+        if auto.get("note"):
+            lines.append(f"           {auto['note']}")
+    for row in shapes.shares(s.buckets, requests, s.edges):
+        b, q = row["bucket"]
+        lines.append(f"  bucket   batch {b} seq {q}: {row['share']:.0%} of the requests, "
+                     f"{row['padding']:.0%} padding")  # fmt: skip
+    return lines
+
+
 def traffic_lines(m: Measurement) -> list[str]:
     """A traffic's first pass and steady state in a few lines (none at one shape)."""
     t = m.traffic
@@ -63,6 +92,7 @@ def traffic_lines(m: Measurement) -> list[str]:
         more = "…" if len(t["ran_eager"]) > 8 else ""
         lines.append(f"           requests {shown}{more} ran eager (a new shape past the "
                      "recompile limit, or under eager_on_recompile)")  # fmt: skip
+    lines += bucket_lines(m)
     for row in t.get("steady", []):
         lines.append(f"  shape    batch {row['batch_size']} seq {row['seq_len']} "
                      f"({row['weight']:.0%}): {row['compiled_ms']:.3f} ms, eager "

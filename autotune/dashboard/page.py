@@ -20,7 +20,12 @@ from autotune.dashboard.data import (
     phases_info,
     speedup_info,
 )
-from autotune.dashboard.timeline import steady_figure, timeline_figure, timeline_info
+from autotune.dashboard.timeline import (
+    buckets_figure,
+    steady_figure,
+    timeline_figure,
+    timeline_info,
+)
 from autotune.errors import ConfigError, shorten
 from autotune.storage import Store
 
@@ -86,6 +91,8 @@ def render(d: StudyData, importances: dict[str, float], plotly_src: str | None =
     ]
     if d.spec.traffic and (passes := timeline_info(d)):
         drawn[1:1] = [timeline_figure(passes), steady_figure(passes)]
+        if any(p.buckets for p in passes):
+            drawn.insert(3, buckets_figure(passes))
     plots = "".join(
         '<div class="plot">'
         + f.to_html(

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from autotune.dashboard.data import StudyData
 from autotune.errors import shorten
+from autotune.strategy import shapes
 
 SHOWN = 4  # strategies drawn: eager, the pick, and the front's next ones
 
@@ -23,6 +24,7 @@ class Pass(NamedTuple):
     notes: list[str]  # per request: its recompile reasons, or that it ran eager
     shapes: list[str]  # the steady shapes, "batch x seq (share)"
     steady_ms: list[float]
+    buckets: list[dict[str, Any]]  # a bucketed strategy's buckets (autotune.strategy.shapes)
 
 
 def timeline_info(d: StudyData) -> list[Pass]:
@@ -39,11 +41,12 @@ def timeline_info(d: StudyData) -> list[Pass]:
             notes[n - 1] += f"recompiled: {shorten(reason, 120)}<br>"
         for n in record.get("ran_eager", []):
             notes[n - 1] += "ran eager<br>"
-        steady = record.get("steady", [])
+        steady, s = record.get("steady", []), t.strategy
         rows.append(Pass(
             key, record["first_ms"], record["compiles"], notes,
             [f"{r['batch_size']}x{r['seq_len']} ({r['weight']:.0%})" for r in steady],
             [r["compiled_ms"] for r in steady],
+            shapes.shares(s.buckets, list(d.spec.traffic), s.edges),
         ))  # fmt: skip
     return rows
 
@@ -73,4 +76,24 @@ def steady_figure(rows: list[Pass]) -> Any:
     fig = go.Figure([go.Bar(x=r.shapes, y=r.steady_ms, name=r.key) for r in rows])
     fig.update_layout(title="Steady latency per shape (batch x seq, its share of the traffic)",
                       barmode="group", yaxis_title="ms per call", height=380)  # fmt: skip
+    return fig
+
+
+def buckets_figure(rows: list[Pass]) -> Any:
+    """Each bucketed strategy's buckets (an auto one's edges too): the share of the traffic
+    that falls in each, its padding on hover."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for r in rows:
+        if not r.buckets:
+            continue
+        x = [f"{b['bucket'][0]}x{b['bucket'][1]}" for b in r.buckets]
+        text = [f"bucket {name}: {b['share']:.0%} of the requests, {b['padding']:.0%} padding"
+                for name, b in zip(x, r.buckets, strict=True)]  # fmt: skip
+        fig.add_trace(go.Bar(x=x, y=[b["share"] for b in r.buckets], name=r.key, text=text,
+                             hovertemplate="%{text}<extra>%{fullData.name}</extra>"))  # fmt: skip
+    fig.update_layout(title="Buckets (batch x seq edge): the share of the traffic in each, its "
+                      "padding on hover", barmode="group", yaxis_title="share of requests",
+                      yaxis_tickformat=".0%", height=380)  # fmt: skip
     return fig

@@ -105,7 +105,7 @@ def bucket_limit(strategy: Strategy, traffic: tuple[tuple[int, int], ...]) -> di
     """``recompile_limit`` for a bucketed strategy: at least the buckets its traffic makes, so
     that each compiles (torch's default, 8, serves the rest eager); ``autotune.apply`` sets it
     for the model's calls. Nothing without buckets."""
-    limit = shapes.recompile_limit(strategy.buckets, list(traffic))
+    limit = shapes.recompile_limit(strategy.buckets, list(traffic), strategy.edges)
     return {} if limit is None else {"recompile_limit": limit}
 
 

@@ -109,11 +109,14 @@ def apply(
     """Return ``model`` compiled as ``strategy`` says; raises ``NotApplicable`` if it cannot be.
     A ``package.module:function`` backend is found by ``resolve`` (see autotune.usercode).
     A strategy for a traffic pads to buckets or marks dimensions (:mod:`.shapes`); quantile
-    buckets take their edges from ``traffic`` (the requests it was measured on)."""
+    buckets take their edges from ``traffic`` (the requests it was measured on), auto buckets
+    from the strategy's own."""
     s = strategy
     if s.granularity == "none":
         return model
-    return shapes.wrap(_compiled(model, s, resolve), model, s.buckets, s.marks, s.stance, traffic)
+    return shapes.wrap(
+        _compiled(model, s, resolve), model, s.buckets, s.marks, s.stance, traffic, s.edges
+    )
 
 
 def _compiled(

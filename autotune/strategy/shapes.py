@@ -4,8 +4,10 @@ stance.
 - ``buckets="pow2"``: every request is padded up to the next power of two in its batch and
   sequence dimensions (``"quantiles"``: up to the next of the traffic's quartiles, its largest
   the last: four buckets whatever the range; a size past the largest pads to its power of
-  two), with zeros and an ``attention_mask`` that hides them where the forward takes one, and
-  the compiled model meets only those shapes, each compiled static, as serving engines do:
+  two; ``"auto"``/``"auto:K"``: up to edges chosen for the traffic by their cost over the
+  deployment's lifetime, :mod:`.edges`), with zeros and an ``attention_mask`` that hides them
+  where the forward takes one, and the compiled model meets only those shapes, each compiled
+  static, as serving engines do:
   calls run under a ``recompile_limit`` of at least the buckets' count (torch's default, 8,
   would serve the rest eager), scoped to the model's calls. Outputs are cut back to the
   request's own rows and positions (a KV cache too); the padding is in the latency, and the
@@ -32,14 +34,23 @@ from typing import Any
 
 from autotune.errors import NotApplicable
 from autotune.strategy import padding
+from autotune.strategy.edges import parse as edges_parse
 from autotune.traffic import bucket, edges, up_to
 
-BUCKETS = ("none", "pow2", "quantiles")
+BUCKETS = ("none", "pow2", "quantiles", "auto")  # and auto:K (autotune.strategy.edges)
 _DIMS = {"none": (), "batch": (0,), "seq": (1,), "both": (0, 1)}
 MARKS = (*_DIMS, *(f"{m}-unbacked" for m in _DIMS if m != "none"))
 STANCES = ("default", "eager_on_recompile", "eager_then_compile")
 NEEDS_SIZE = ("padding buckets and marked dimensions need an input of at least two dimensions "
               "(batch, sequence), by position or as input_ids or inputs_embeds")  # fmt: skip
+
+
+def is_buckets(value: str) -> bool:
+    """Whether ``value`` is a buckets value: one of :data:`BUCKETS`, or ``auto:K``."""
+    try:
+        return value in BUCKETS or edges_parse(value) is not None
+    except ValueError:
+        return False
 
 
 def unbacked_marker() -> Any:
@@ -50,16 +61,17 @@ def unbacked_marker() -> Any:
     return getattr(decorators, "mark_unbacked", None)
 
 
-def count(buckets: str, traffic: Any) -> int:
+def count(buckets: str, traffic: Any, chosen: Any = None) -> int:
     """How many buckets the traffic's range can make: (pow2 sizes from the smallest batch's
-    bucket to the largest's) x (the same in sequence), or the quantile edges' product; 0 with
-    no buckets or no traffic. A size past the traffic's largest (a request it never held) pads
-    to its power of two, a bucket counted when it first arrives (:class:`Shaped`)."""
+    bucket to the largest's) x (the same in sequence), or the quantile edges' product (auto:
+    the ``chosen`` edges'); 0 with no buckets or no traffic. A size past the traffic's largest
+    (a request it never held) pads to its power of two, a bucket counted when it first arrives
+    (:class:`Shaped`)."""
     if buckets == "none" or not traffic:
         return 0
-    if buckets == "quantiles":
-        batch, seq = edges(traffic)
-        return len(batch) * len(seq)
+    if buckets == "quantiles" or buckets.startswith("auto"):
+        batch, seq = chosen if buckets.startswith("auto") else edges(traffic)
+        return len(batch) * len(seq) if batch else 0
 
     def pow2s(values: list[int]) -> int:
         return bucket(max(values)).bit_length() - bucket(min(values)).bit_length() + 1
@@ -75,16 +87,39 @@ def bucket_of(size: tuple[int, int], found: tuple[tuple[int, ...], ...] | None) 
     return up_to(size[0], found[0]), up_to(size[1], found[1])
 
 
-def hit(buckets: str, traffic: Any) -> int:
+def edges_of(buckets: str, traffic: Any, chosen: Any = None) -> Any:
+    """The edges a bucket kind pads to: the quantiles' from ``traffic``, auto's ``chosen``
+    ones, or None (powers of two)."""
+    if buckets == "quantiles":
+        return edges(traffic)
+    return chosen if buckets.startswith("auto") else None
+
+
+def hit(buckets: str, traffic: Any, chosen: Any = None) -> int:
     """How many of the buckets of :func:`count` the traffic's requests fall in (0 with no
     buckets): a deployment that pre-warms them all compiles the others too."""
-    if buckets == "none" or not traffic:
+    if buckets == "none" or not traffic or (buckets.startswith("auto") and not chosen):
         return 0
-    found = edges(traffic) if buckets == "quantiles" else None
+    found = edges_of(buckets, traffic, chosen)
     return len({bucket_of(tuple(r), found) for r in traffic})
 
 
-def recompile_limit(buckets: str, traffic: Any) -> int | None:
+def shares(buckets: str, traffic: Any, chosen: Any = None) -> list[dict[str, Any]]:
+    """Each bucket the traffic's requests fall in, smallest first: its (batch, sequence), its
+    share of the requests, and the share of its computed tokens that are padding."""
+    if buckets == "none" or not traffic:
+        return []
+    found, rows = edges_of(buckets, traffic, chosen), {}
+    for b, s in traffic:
+        padded = bucket_of((b, s), found)
+        n, real = rows.get(padded, (0, 0))
+        rows[padded] = (n + 1, real + b * s)
+    return [{"bucket": list(padded), "share": n / len(traffic),
+             "padding": 1 - real / (n * padded[0] * padded[1])}
+            for padded, (n, real) in sorted(rows.items())]  # fmt: skip
+
+
+def recompile_limit(buckets: str, traffic: Any, chosen: Any = None) -> int | None:
     """The ``recompile_limit`` a bucketed strategy needs for every bucket of ``traffic`` to
     compile (per compiled code object): the buckets' count, never below torch's own (8 by
     default); None without buckets."""
@@ -92,7 +127,7 @@ def recompile_limit(buckets: str, traffic: Any) -> int | None:
 
     if buckets == "none":
         return None
-    return max(count(buckets, traffic), torch._dynamo.config.recompile_limit)
+    return max(count(buckets, traffic, chosen), torch._dynamo.config.recompile_limit)
 
 
 def regions(compiled: Any) -> int:
@@ -111,14 +146,17 @@ class Shaped:
 
     def __init__(self, compiled: Any, buckets: str, marks: str, stance: str,
                  takes_mask: bool, traffic: Any = (), *, names: tuple[str, ...] = (),
-                 limit: int = 0, regions: int = 1) -> None:  # fmt: skip
+                 limit: int = 0, regions: int = 1, chosen: Any = None) -> None:  # fmt: skip
         import torch
 
         self.module, self.buckets, self.stance = compiled, buckets, stance
         if buckets == "quantiles" and not traffic:
             raise NotApplicable("quantile buckets need the traffic they were measured on: "
                                 "apply the exported file, which carries it")  # fmt: skip
-        self.edges = edges(traffic) if buckets == "quantiles" else None
+        if buckets.startswith("auto") and not chosen:
+            raise NotApplicable("auto buckets need the edges their trial chose: apply the "
+                                "exported file, which carries them")  # fmt: skip
+        self.edges = edges_of(buckets, traffic, chosen)
         self.dims = _DIMS[marks.removesuffix("-unbacked")]
         self.mark = unbacked_marker() if marks.endswith("-unbacked") else (
             torch._dynamo.maybe_mark_dynamic)  # fmt: skip
@@ -189,10 +227,11 @@ class Shaped:
 
 
 def wrap(compiled: Any, model: Any, buckets: str, marks: str, stance: str,
-         traffic: Any = ()) -> Any:  # fmt: skip
+         traffic: Any = (), chosen: Any = None) -> Any:  # fmt: skip
     """``compiled`` behind padding buckets, marks and a stance (itself when none of them);
-    quantile buckets from ``traffic``, and a recompile limit that lets each of its buckets
-    compile (:func:`recompile_limit`, times a regional compile's regions)."""
+    quantile buckets from ``traffic``, auto's from the ``chosen`` edges, and a recompile limit
+    that lets each of its buckets compile (:func:`recompile_limit`, times a regional compile's
+    regions)."""
     if buckets == "none" and marks == "none" and stance == "default":
         return compiled
     try:
@@ -201,6 +240,6 @@ def wrap(compiled: Any, model: Any, buckets: str, marks: str, stance: str,
         params = {}
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = tuple(n for n, p in params.items() if p.kind in positional)
-    limit, takes_mask = count(buckets, traffic), "attention_mask" in params
+    limit, takes_mask = count(buckets, traffic, chosen), "attention_mask" in params
     return Shaped(compiled, buckets, marks, stance, takes_mask, traffic, names=names,
-                  limit=limit, regions=regions(compiled))  # fmt: skip
+                  limit=limit, regions=regions(compiled), chosen=chosen)  # fmt: skip

@@ -25,7 +25,7 @@ from autotune.strategy.inductor import (
     inductor_options,
     is_mode,
 )
-from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
+from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 from autotune.strategy.strategy import (
     GRANULARITIES,
     SHAPED_DEFAULTS,
@@ -128,9 +128,11 @@ class Space:
             if not isinstance(values, (list, tuple)):
                 values = [values]
             parse = {"dynamic": parse_dynamic, "fullgraph": _parse_bool}.get(name, str)
-            if name in SHAPED and not set(map(str, values)) <= set(SHAPED_VALUES[name]):
+            known = is_buckets if name == "buckets" else SHAPED_VALUES.get(name, ()).__contains__
+            if name in SHAPED and not all(known(str(v)) for v in values):
+                more = " or auto:K (K from 1 to 64)" if name == "buckets" else ""
                 raise ConfigError(
-                    f"bad {name} {list(values)}: use {', '.join(SHAPED_VALUES[name])}"
+                    f"bad {name} {list(values)}: use {', '.join(SHAPED_VALUES[name])}{more}"
                 )
             changes[name] = tuple(dict.fromkeys(parse(v) for v in values))
         return dataclasses.replace(self, **changes)

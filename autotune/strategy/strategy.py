@@ -29,7 +29,7 @@ from autotune.strategy.inductor import (
     spell,
     torch_version,
 )
-from autotune.strategy.shapes import BUCKETS, MARKS, STANCES
+from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 
 GRANULARITIES = ("none", "full", "regional", "nested")
 EAGER_BACKEND = "none"
@@ -81,6 +81,8 @@ class Strategy:
     buckets: str = "none"  # under traffic: pad to buckets (autotune.strategy.shapes)
     marks: str = "none"  # under traffic: the dimensions marked dynamic
     stance: str = "default"  # under traffic: torch.compiler.set_stance around every call
+    # buckets auto: the edges its trial chose, (batch edges, sequence edges); not in the key
+    edges: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
     key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -90,14 +92,17 @@ class Strategy:
             )
         if self.dynamic not in (None, True, False):
             raise ConfigError(f"bad dynamic value {self.dynamic!r}: use true, false or none")
-        if self.buckets not in BUCKETS:
-            raise ConfigError(f"bad buckets {self.buckets!r}: use one of {', '.join(BUCKETS)}")
+        if not is_buckets(self.buckets):
+            raise ConfigError(f"bad buckets {self.buckets!r}: use one of {', '.join(BUCKETS)} "
+                              "or auto:K (K from 1 to 64)")  # fmt: skip
         if self.marks not in MARKS:
             raise ConfigError(f"bad marks {self.marks!r}: use one of {', '.join(MARKS)}")
         if self.stance not in STANCES:
             raise ConfigError(f"bad stance {self.stance!r}: use one of {', '.join(STANCES)}")
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
+        if not self.buckets.startswith("auto"):
+            object.__setattr__(self, "edges", None)
         object.__setattr__(self, "key", _key(self))
 
     @classmethod
@@ -112,11 +117,13 @@ class Strategy:
         buckets: str | None = "none",
         marks: str | None = "none",
         stance: str | None = "default",
+        edges: Any = None,
     ) -> Strategy:
-        """Build a strategy from loose values (``dynamic`` as text, options as a list)."""
+        """Build a strategy from loose values (``dynamic`` as text, options as a list, edges
+        as lists)."""
         return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
                    tuple(options or ()), buckets or "none", marks or "none",
-                   stance or "default")  # fmt: skip
+                   stance or "default", read_edges(edges))  # fmt: skip
 
     @property
     def shaped(self) -> bool:
@@ -197,11 +204,28 @@ class Strategy:
         for name, default in SHAPED_DEFAULTS.items():  # one-shape dicts stay as they were
             if data[name] == default:
                 del data[name]
+        if self.edges is not None:
+            data["edges"] = [list(self.edges[0]), list(self.edges[1])]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Strategy:
         return cls.create(**data)
+
+
+def read_edges(value: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Edges from data (``[[1], [16, 64, 512]]``): two ascending lists of whole numbers of at
+    least 1; None for none; ``ConfigError`` for anything else."""
+    if value is None:
+        return None
+    ok = (isinstance(value, (list, tuple)) and len(value) == 2
+          and all(isinstance(d, (list, tuple)) and d and list(d) == sorted(set(d))
+                  and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in d)
+                  for d in value))  # fmt: skip
+    if not ok:
+        raise ConfigError(f"bad edges {value!r}: expected [batch edges, sequence edges], each "
+                          "an ascending list of whole numbers of at least 1")  # fmt: skip
+    return tuple(value[0]), tuple(value[1])
 
 
 _FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks",

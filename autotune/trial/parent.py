@@ -27,6 +27,7 @@ from autotune.starts.later import (
     no_cache,
 )
 from autotune.strategy.strategy import Strategy
+from autotune.trial import auto_buckets
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
 from autotune.trial.reference import Reference, make
@@ -80,6 +81,13 @@ def run_trial(
     if reference is None and strategy.granularity != "none":
         reference = make(model, workload, settings)
     work = tempfile.mkdtemp(prefix="autotune-trial-")
+    try:
+        strategy, auto = auto_buckets.edges_for(
+            model, workload, strategy, settings, reference, work
+        )
+    except ValueError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        return Measurement(*base, "failed", reason=f"buckets {strategy.buckets}: {exc}")
     request = Request.trial(model, workload, strategy, settings, reference)
     if rung is not None:
         request = request.but(rung=rung.rounds, front=rung.front)
@@ -112,6 +120,8 @@ def run_trial(
             portable = brief.but(load_artifact=saved)
             return run_child(portable, work, kind, empty_caches, settings)
 
+        if auto is not None and result.traffic is not None:
+            result.traffic["auto"] = auto_buckets.measured(result, auto)
         needed = later is None or not result.ok or later(result)
         result.starts = later_starts(result, strategy, settings.starts, run, needed)
         if keep and needed and result.ok and not no_cache(strategy):

@@ -114,7 +114,7 @@ def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
     one = Space().for_traffic(())
     assert one.dimensions == Space().dimensions and "buckets" not in one.to_dict()
     many = Space().for_traffic(Workload(seq_len=LENGTHS).traffic)
-    assert many.buckets == ("none", "pow2", "quantiles")
+    assert many.buckets == ("none", "pow2", "quantiles", "auto")
     assert many.marks == ("none", "seq", "seq-unbacked")
     assert many.stance == ("default", "eager_on_recompile", "eager_then_compile")
     keys = {s.key for s in many.strategies()}

@@ -58,12 +58,13 @@ def stalls_of(compiles: list[int], recorded: list[int]) -> int:
     return sum(1 for c, r in zip(compiles, recorded, strict=True) if c or r)
 
 
-def prewarmed(buckets: str, requests: tuple[Shape, ...], stalls_s: float) -> dict[str, Any]:
+def prewarmed(buckets: str, requests: tuple[Shape, ...], stalls_s: float,
+              chosen: Any = None) -> dict[str, Any]:  # fmt: skip
     """Time to ready of a deployment that compiles before its first request every bucket its
     traffic's range makes (``buckets``: of all, ``[hit, all]``), or every shape it will meet:
     the stalls' sum, the buckets the traffic did not hit priced at the mean stall of those it
     did (``prewarmed_s``)."""
-    every, hit = shapes.count(buckets, requests), shapes.hit(buckets, requests)
+    every, hit = shapes.count(buckets, requests, chosen), shapes.hit(buckets, requests, chosen)
     if not every or not hit:
         return {"prewarmed_s": stalls_s}
     return {"prewarmed_s": stalls_s * every / hit, "buckets": [hit, every]}
@@ -134,7 +135,7 @@ class Served(Inference):
             "stalls": stalls_of(found["compiles"], found["recorded"]),
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
-            **prewarmed(ctx.strategy.buckets, requests, m.compile_s),
+            **prewarmed(ctx.strategy.buckets, requests, m.compile_s, ctx.strategy.edges),
         }  # fmt: skip
         most = ctx.request.steady or fitting_shapes(ctx.request, found["eager_ms"])
         self.weights = traffic.steady(requests, self.eager_shapes, most)

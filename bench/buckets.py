@@ -1,0 +1,100 @@
+"""``--buckets auto`` beside the fixed kinds on one traffic: buckets, time to ready, padded share,
+weighted latency and the cost over one hour of serving, each strategy cold in a fresh process.
+
+    python bench/buckets.py --model gemma-2b --layers 2 --seq-len 16..256 --requests 16
+    python bench/buckets.py --model gemma-2b --layers 2 \\
+        --traffic bench/traffics/azure-conv-2023-first64-div8.csv
+
+The hour's cost is a deployment's: time to ready plus an hour's calls (back to back at eager's
+weighted latency, the lifetime policy's default) at the strategy's weighted latency, on eager's
+scale of this run. ``auto`` also prints the cost its pilot predicted beside the one measured.
+``bench/traffics/azure-conv-2023-first64-div8.csv``: the first 64 requests' ``ContextTokens`` of
+the Azure LLM inference trace 2023, conversation
+(github.com/Azure/AzurePublicDataset, ``data/AzureLLMInferenceTrace_conv.csv``), each divided by
+8 and rounded up, so that its longest prompt (4,085 tokens) fits a 2-core CPU (511).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from autotune.catalog import ModelRef
+from autotune.strategy import Strategy, shapes
+from autotune.traffic import describe
+from autotune.trial.parent import measure
+from autotune.workload import Settings, Workload
+
+CHOICES = ({"buckets": "auto"}, {"buckets": "pow2"}, {"buckets": "quantiles"},
+           {"dynamic": True}, {"dynamic": None, "marks": "seq"})  # fmt: skip
+HOUR_S = 3600.0
+
+
+def padded_share(s: Strategy, requests: tuple[tuple[int, int], ...]) -> float:
+    rows = shapes.shares(s.buckets, requests, s.edges)
+    if not rows:
+        return 0.0
+    computed = sum(r["share"] * r["bucket"][0] * r["bucket"][1] for r in rows)
+    return (
+        sum(r["share"] * r["bucket"][0] * r["bucket"][1] * r["padding"] for r in rows) / computed
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="gemma-2b")
+    p.add_argument("--layers", type=int)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--seq-len", default="16..256")
+    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--traffic", default="")
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--iters", type=int, default=6)
+    args = p.parse_args()
+    ref = ModelRef(args.model, layers=args.layers)
+    if args.traffic:
+        w = Workload(traffic=args.traffic, dtype=args.dtype)
+    else:
+        w = Workload(seq_len=args.seq_len, requests=args.requests, dtype=args.dtype)
+    settings = Settings(iters=args.iters, warmup=1, starts=("cold",), timeout_s=1800)
+    print(f"{args.model} --layers {args.layers} {args.dtype}, {describe(w.traffic)}, "
+          f"{args.backend}\n")  # fmt: skip
+    strategies = [Strategy("none")] + [Strategy.create("full", args.backend, **c) for c in CHOICES]
+    measured = []
+    for s in strategies:
+        began = time.perf_counter()
+        measured.append((measure(ref, w, s, settings), time.perf_counter() - began))
+    base = next(m for m, _ in measured if m.strategy.key == "none")
+    calls = HOUR_S * 1e3 / base.latency.median_ms if base.latency else 0.0
+    print(f"an hour: {calls:,.0f} calls at eager's {base.latency.median_ms:.1f} ms\n")
+    print("| strategy | trial s | buckets | time to ready s | padded share | weighted latency ms "
+          "(x eager) | cost over 1 h, s | accuracy |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m, wall in measured:
+        if not m.ok:
+            print(f"| {m.strategy.key} | {wall:.0f} | {m.status}: {m.reason[:100]} |||||")
+            continue
+        t = m.traffic or {}
+        buckets = shapes.hit(m.strategy.buckets, w.traffic, m.strategy.edges) or "-"
+        speed = 1.0 if m.strategy.key == "none" else m.speedup or 1.0
+        latency_ms = base.latency.median_ms / speed  # eager's scale of this run, as measured
+        cost = t["ready_s"] + calls * latency_ms / 1e3
+        print(f"| {m.strategy.key} | {wall:.0f} | {buckets} | {t['ready_s']:.1f} | "
+              f"{padded_share(m.strategy, w.traffic):.0%} | {latency_ms:.2f} "
+              f"({speed:.3f}) | {cost:,.0f} | "
+              f"{'pass' if m.accuracy and m.accuracy.passed else 'FAIL'} |")  # fmt: skip
+    for m, _ in measured:
+        if auto := (m.traffic or {}).get("auto"):
+            seen = auto.get("measured", {})
+            print(f"\nauto: edges {auto['edges'][1]} (batch {auto['edges'][0]}); pilot "
+                  f"{auto['pilot']['wall_s']:.0f} s, a bucket's compile {auto['stall_s']:.2f} s, "
+                  f"latency {auto['model']['base_ms']:.2f} ms + "
+                  f"{auto['model']['per_token_ms']:.2e} ms a token; over 1 h predicted "
+                  f"{auto['predicted']['total_s']:,.0f} s, measured "
+                  f"{seen.get('total_s', float('nan')):,.0f} s (pow2 predicted "
+                  f"{auto['pow2']['total_s']:,.0f} s)"
+                  + (f"; {auto['note']}" if "note" in auto else ""))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""``--buckets auto`` measured (autotune/trial/auto_buckets.py): a pilot prices the buckets, the
+trial measures the edges it chose like any bucket kind, and a plain loop through the export
+pads to the same edges."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from autotune.catalog import ModelRef
+from autotune.errors import ConfigError
+from autotune.strategy import Strategy
+from autotune.trial import parent
+from autotune.workload import Settings, Workload
+
+LLAMA = ModelRef("tests.models:tiny_llama")
+QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
+TRAFFIC = Workload(seq_len="8..72", requests=30)
+
+
+class Spec:
+    """What an export reads of a study's spec: its workload and traffic."""
+
+    workload_table = TRAFFIC.to_dict()
+    traffic = TRAFFIC.traffic
+
+
+def test_a_strategy_carries_its_edges_through_a_dict_and_refuses_bad_ones() -> None:
+    s = Strategy.create("full", "aot_eager", buckets="auto:3", edges=[[1], [16, 40, 72]])
+    again = Strategy.from_dict(s.to_dict())
+    assert again.edges == ((1,), (16, 40, 72)) and again.key.endswith("buckets=auto:3")
+    assert Strategy.create("full", "aot_eager", buckets="pow2", edges=[[1], [8]]).edges is None
+    for bad in ([[1], [40, 16]], [[0], [8]], [[1]], "16,32"):
+        with pytest.raises(ConfigError, match="bad edges"):
+            Strategy.create("full", "aot_eager", buckets="auto", edges=bad)
+    with pytest.raises(ConfigError, match="auto:K"):
+        Strategy.create("full", "aot_eager", buckets="auto:0")
+
+
+@pytest.mark.slow
+def test_an_auto_trial_measures_the_edges_its_pilot_priced_and_a_loop_serves_them(
+    tmp_path: Path,
+) -> None:
+    edges = importlib.import_module("autotune.strategy.edges")
+    from autotune.ship import export
+    from autotune.strategy import shapes
+
+    strategy = Strategy.create("full", "aot_eager", buckets="auto:4")
+    m = parent.run_trial(LLAMA, TRAFFIC, strategy, QUICK)
+    assert m.ok and m.traffic is not None, m.reason
+    found, auto = m.strategy.edges, m.traffic["auto"]
+    requests = TRAFFIC.traffic
+    assert found is not None and found[1][-1] == max(s for _, s in requests)
+    assert len(found[1]) <= 4 and [list(e) for e in found] == auto["edges"]
+    # each bucket the traffic hits compiled once, none ran eager
+    hit = shapes.hit("auto:4", requests, found)
+    assert sum(m.traffic["compiles"]) == hit and m.traffic["ran_eager"] == []
+    # the edges are the least cost at the prices the pilot measured
+    model = edges.LatencyModel(**auto["model"])
+    assert edges.choose(requests, auto["stall_s"], model, auto["calls"], 4) == found
+    assert auto["predicted"]["total_s"] <= auto["pow2"]["total_s"] + 1e-9
+    assert auto["measured"]["stalls_s"] == pytest.approx(m.compile_s)
+    # a plain loop through the export pads to the same edges: the same graphs, eager's outputs
+    path = export.served_file(m.strategy, Spec, tmp_path / "best.json")
+    loop = parent.serve(LLAMA, TRAFFIC, m.strategy, str(path), QUICK, None, None)
+    assert loop.ok and loop.traffic is not None, loop.reason
+    assert loop.traffic["compiles"] == m.traffic["compiles"] and loop.traffic["wrong"] == []
