@@ -26,6 +26,7 @@ from autotune.storage import Store
         (["--model", "toy-64", "--workload", "serve"], "bad workload 'serve'"),
         (["--model", "toy-64", "--batch-size", "x"], "batch_size = 'x': expected a whole number"),
         (["--model", "nomod:fn"], "no module named 'nomod'"),
+        (["--model", "toy-64", "--buckets", "auto:0"], "auto:K (K from 1 to 64)"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(argv: list[str], needle: str, capsys,
@@ -87,6 +88,7 @@ def test_debug_shows_the_traceback() -> None:
         (["--policy", "median"], None, "bad policy 'median'"),
         (["--time-budget", "soon"], None, "bad duration 'soon'"),
         (["--time-budget", "0"], None, "bad duration '0': it must be above 0"),
+        (["--seq-len", "16..64", "--buckets", "auto:99"], None, "auto:K (K from 1 to 64)"),
     ],
 )
 def test_search_bad_input_is_one_line_and_writes_nothing(
