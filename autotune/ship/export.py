@@ -179,7 +179,7 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
     if block:
         data["autotune"]["cache_artifact"] = block
     shipped = {}
-    for kind, meta in m.ahead.items():
+    for kind, meta in m.precompiled.items():
         found, why = artifact.ship(
             meta if "error" not in meta else None, path, precompiled.SUFFIX[kind]
         )
@@ -187,5 +187,5 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
             shipped[kind] = found
         note = note or why
     if shipped:
-        data["autotune"]["ahead"] = shipped
+        data["autotune"]["precompiled"] = shipped
     return json.dumps(data, indent=2) + "\n", note

@@ -105,7 +105,7 @@ def load(kind: str, path: str, model: Any) -> Callable[..., Any]:
     return lambda *args: package(*args)
 
 
-class Ahead:
+class Precompiled:
     """A module that runs an ahead-of-time artefact instead of compiling: what
     :func:`autotune.apply` returns when it loaded one. Attribute reads fall through to the
     model it was made for."""
