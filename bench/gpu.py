@@ -74,7 +74,7 @@ sys.path.insert(0, str(ROOT))
 from autotune import catalog, device  # noqa: E402
 from autotune.catalog import ModelRef  # noqa: E402
 from autotune.starts import precompiled  # noqa: E402
-from autotune.strategy.strategy import Strategy  # noqa: E402
+from autotune.strategy import Strategy  # noqa: E402
 from autotune.trial import metrics  # noqa: E402
 from autotune.trial.parent import confirm, measure  # noqa: E402
 from autotune.workload import Settings, Workload  # noqa: E402

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from autotune.catalog import ModelRef
 from autotune.start_kinds import KINDS
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload

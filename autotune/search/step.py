@@ -16,7 +16,7 @@ from autotune.choice.selection import objective_values
 from autotune.errors import AutotuneError, shorten
 from autotune.search import deduction, surrogate
 from autotune.storage import retrying
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.reference import Reference, keep, make
 

@@ -20,8 +20,7 @@ from autotune.errors import ConfigError, StorageError, shorten
 from autotune.ship import accelerate_config, formats, gate
 from autotune.starts import artifact
 from autotune.storage import Store, mask
-from autotune.strategy import shapes
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy, shapes
 from autotune.trial.measurement import Measurement
 
 

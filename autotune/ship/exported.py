@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.errors import AutotuneWarning, CacheWarning, ConfigError
 from autotune.ship import formats
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
 
@@ -58,8 +58,8 @@ def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strate
 
     from autotune import usercode
     from autotune.environment import fingerprint
+    from autotune.strategy import registered_backends
     from autotune.strategy.inductor import inductor_modes
-    from autotune.strategy.strategy import registered_backends
 
     block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
     made = block.get("environment") if isinstance(block.get("environment"), dict) else {}

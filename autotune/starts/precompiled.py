@@ -26,7 +26,7 @@ from typing import Any
 
 from autotune.errors import shorten, where
 from autotune.start_kinds import AHEAD, BY_NAME
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 SUFFIX = {k: BY_NAME[k].suffix for k in AHEAD}
 PRECOMPILE_BACKENDS = ("inductor", "eager", "aot_eager")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.workload import Workload
 
 # "stopped": its process was stopped where going on would break the search's time budget; it

@@ -26,7 +26,7 @@ from autotune.starts.later import (
     hit_note,
     no_cache,
 )
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
 from autotune.trial.reference import Reference, make

@@ -9,7 +9,7 @@ import torch
 from autotune import device
 from autotune.coordination import check_environment
 from autotune.errors import ConfigError
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 H100 = {"torch": "2.13.0", "cuda": "12.8", "device_name": "NVIDIA H100 80GB HBM3"}
 

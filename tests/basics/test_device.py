@@ -16,7 +16,7 @@ from autotune.coordination import check_environment
 from autotune.errors import ConfigError
 from autotune.job.local import LocalWorkers, worker_env
 from autotune.ship.formats import MARK_STEPS, caveats
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.workload import Workload
 
 PACKAGE = Path(__file__).resolve().parents[2] / "autotune"

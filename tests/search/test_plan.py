@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.search.plan import Plan, deciding_rounds
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
 from autotune.workload import Settings
@@ -191,7 +191,7 @@ def test_a_trial_s_rounds_time_the_steady_shapes_its_plan_allows() -> None:
     import dataclasses
 
     from autotune.catalog import ModelRef
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial.parent import measure
     from autotune.workload import Workload
 

@@ -15,7 +15,7 @@ import pytest
 from autotune.cli import main
 from autotune.starts import precompiled
 from autotune.starts.precompiled import not_applicable
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 ROOT = str(Path(__file__).resolve().parents[2])
 

@@ -16,7 +16,7 @@ from autotune.cli.report import summary
 from autotune.dashboard.page import folded
 from autotune.errors import shorten, where
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure
 from autotune.trial.process import unbuilt

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.parent import measure
 from autotune.trial.request import Request
 from autotune.trial.scenarios import Served, begin
@@ -29,7 +29,7 @@ PLAIN_LOOP = """
 import json, sys, torch
 from torch._dynamo.utils import counters
 import autotune
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests import models
 strategy = Strategy.from_dict(json.loads(sys.argv[1]))
 model, _ = models.tiny_llama()

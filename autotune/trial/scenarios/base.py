@@ -26,7 +26,7 @@ from typing import Any
 from autotune import device
 from autotune.catalog import ModelRef
 from autotune.starts import artifact, later
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import accuracy, metrics, recompiles, rungs, timing
 from autotune.trial.measurement import PHASE, Accuracy, Measurement, Memory
 from autotune.trial.request import Request
