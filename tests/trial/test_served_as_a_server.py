@@ -111,7 +111,7 @@ def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
     recording was added to the stall time but not to the count (``marks=seq`` on an H100: "1
     stall" for about 20 recordings). A CPU has no CUDA graphs: the model's wrapper logs a
     recording at each new length's second call, as Inductor's CUDA-graph trees do
-    (tests/basics/test_device.py: test_cudagraph_recordings_are_read_from_inductor), and the
+    (tests/trial/test_cudagraph_logs.py: test_cudagraph_recordings_are_read_from_inductor), and the
     scenario takes the strategy for a CUDA-graph one, as on a GPU."""
     from torch._inductor import cudagraph_trees
 
