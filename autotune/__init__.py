@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from autotune.catalog import ModelRef
     from autotune.job.tuning import Tuned, Tuning, tune
     from autotune.ship.apply import apply, apply_generation, generation_config, load_plugin
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial.measurement import Measurement
     from autotune.trial.parent import measure
     from autotune.workload import Settings, Workload
@@ -48,7 +48,7 @@ _HOMES = {
     "apply_generation": "autotune.ship.apply",
     "load_plugin": "autotune.ship.apply",
     "generation_config": "autotune.ship.apply",
-    "Strategy": "autotune.strategy.strategy",
+    "Strategy": "autotune.strategy",
     "Measurement": "autotune.trial.measurement",
     "measure": "autotune.trial.parent",
     "Settings": "autotune.workload",

@@ -12,7 +12,7 @@ import argparse
 import time
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.child import fulfil
 from autotune.trial.request import Request
 from autotune.workload import Workload

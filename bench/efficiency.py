@@ -61,7 +61,7 @@ from autotune.search import Search, open_search, run, surrogate
 from autotune.search.deduction import Tactics
 from autotune.search.spec import StudySpec
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Latency, Measurement
 from autotune.trial.metrics import failure_stage_of
 from autotune.trial.reference import Reference

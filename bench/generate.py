@@ -16,7 +16,7 @@ import statistics
 
 from autotune.catalog import ModelRef
 from autotune.choice.selection import sign_test
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 

@@ -74,8 +74,8 @@ sys.path.insert(0, str(ROOT))
 from autotune import catalog, device  # noqa: E402
 from autotune.catalog import ModelRef  # noqa: E402
 from autotune.starts import precompiled  # noqa: E402
-from autotune.strategy.strategy import Strategy  # noqa: E402
-from autotune.trial import metrics  # noqa: E402
+from autotune.strategy import Strategy  # noqa: E402
+from autotune.trial import cudagraph_logs, metrics  # noqa: E402
 from autotune.trial.parent import confirm, measure  # noqa: E402
 from autotune.workload import Settings, Workload  # noqa: E402
 
@@ -315,7 +315,7 @@ def generation_applied(where: str) -> Found:
     eager = model.generate(prompt, max_new_tokens=16, do_sample=False,
                            cache_implementation="static")[:, prompt.shape[1] :]  # fmt: skip
     gen = autotune.apply_generation(model, OVERHEAD)
-    with device.cudagraph_skips() as skips:
+    with cudagraph_logs.cudagraph_skips() as skips:
         outs = [gen.generate(prompt, max_new_tokens=16, do_sample=False,
                              return_dict_in_generate=True) for _ in range(2)]  # fmt: skip
         found = skips()
@@ -382,7 +382,7 @@ def applied_buckets(
     torch._dynamo.reset()
     before = metrics.compile_counts()[0]
     vocab = min(1000, model.config.vocab_size)
-    with device.cudagraph_skips() as skips, torch.no_grad():
+    with cudagraph_logs.cudagraph_skips() as skips, torch.no_grad():
         for n in (17, 20, 31, 32, 33):  # buckets 32, 32, 32, 32, 64
             ids = torch.randint(0, vocab, (1, n), device=workload.device)
             out = served(input_ids=ids, attention_mask=torch.ones_like(ids))

@@ -12,7 +12,7 @@ import argparse
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 

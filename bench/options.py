@@ -17,7 +17,7 @@ import json
 import statistics
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload

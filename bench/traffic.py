@@ -17,7 +17,7 @@ import time
 
 from autotune.catalog import ModelRef
 from autotune.choice.selection import Point, pick
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.traffic import describe
 from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload

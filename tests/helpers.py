@@ -9,7 +9,7 @@ import torch
 
 from autotune.search.spec import StudySpec
 from autotune.storage import Store, Stored
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Accuracy, Latency, Measurement, Memory
 from autotune.workload import Workload
 

@@ -14,7 +14,7 @@ import torch
 
 import autotune
 from autotune.starts import artifact
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests.models import tiny_llama, tiny_toy
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"

@@ -134,6 +134,29 @@ def test_a_run_time_import_and_a_module_run_by_name_are_arrows(tmp_path: Path) -
     assert edges["pkg.low.a"] == edges["pkg.low.b"] == {"pkg.top"}
 
 
+MAX_LINES = 330
+
+
+def long_modules(root: Path) -> list[str]:
+    """Each module under ``root`` longer than :data:`MAX_LINES` lines, with its length."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if (n := len(path.read_text().splitlines())) > MAX_LINES:
+            found.append(f"{path.relative_to(root.parent)}: {n} lines")
+    return found
+
+
+def test_no_module_is_over_330_lines(tmp_path: Path) -> None:
+    """A module holds one concept: one that grows past 330 lines is split by concept, the part
+    moved into a module of its own, named after it."""
+    assert long_modules(ROOT / "autotune") == []
+    added = tmp_path / "autotune" / "sub" / "long.py"  # the check bites
+    added.parent.mkdir(parents=True)
+    added.write_text("x = 1\n" * (MAX_LINES + 1))
+    (added.parent / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert long_modules(tmp_path / "autotune") == [f"autotune/sub/long.py: {MAX_LINES + 1} lines"]
+
+
 RAW_SPEC_READ = re.compile(r"spec\.get\(|spec\[|spec\.raw\b|spec\.to_dict\(\)(\.get\(|\[)")
 SPEC_READER = "autotune/storage/records.py"  # StoredSpec: the one reader of a stored spec
 

@@ -231,7 +231,7 @@ def confirm(spec: Confirmable, chosen: Point, points: list[Point], front: list[P
             kept: str | None = None) -> Confirmation:  # fmt: skip
     """Re-measure ``chosen`` against its nearest rivals and eager (see the module's text), in
     fresh processes warm from the caches kept under ``kept``."""
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial import parent
 
     by_key = {p.key: p for p in points}

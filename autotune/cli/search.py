@@ -16,7 +16,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from autotune import fields
     from autotune.choice.verdict import noise_floor
     from autotune.cli import report
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial import parent
     from autotune.workload import Settings
 

@@ -3,11 +3,13 @@
 - **Claims.** A worker takes a strategy before measuring it, in one transaction with the check
   of the study's budget; a retried commit recognises its own claim.
 - **Liveness.** A claim in flight carries a heartbeat, the database clock's time of its
-  worker's last beat (:class:`Pulse`, every ``HEARTBEAT_S``).
-- **Reaping.** A claim silent for ``GRACE_S`` belongs to a dead, frozen or cut-off worker: a
-  live worker fails its trial through Optuna's public ``tell`` and hands the strategy back. A
-  worker reaps only after it has itself reached the database for ``GRACE_S`` in a row, so a
-  database outage, which silences everyone, reaps no one.
+  worker's last beat (:class:`Pulse`, every ``$AUTOTUNE_HEARTBEAT_S``: :func:`heartbeat_s`,
+  5 s by default).
+- **Reaping.** A claim silent for ``$AUTOTUNE_GRACE_S`` (:func:`grace_s`, 30 s by default)
+  belongs to a dead, frozen or cut-off worker: a live worker fails its trial through Optuna's
+  public ``tell`` and hands the strategy back. A worker reaps only after it has itself reached
+  the database for that long in a row, so a database outage, which silences everyone, reaps no
+  one.
 - **Adoption.** A measurement stored without a live trial (the eager baseline, measured before
   any trial, or the result of a worker that came back after its trial was failed) is adopted
   by exactly one later trial, so every measurement ends as one COMPLETE trial.

@@ -28,10 +28,10 @@ class Tally:
     settled: frozenset[str]
     unadopted: frozenset[str]
     claimed: frozenset[str]
-    stale: tuple[Claim, ...] = ()  # other workers' claims silent for GRACE_S
+    stale: tuple[Claim, ...] = ()  # others' claims silent for $AUTOTUNE_GRACE_S
     numbers: frozenset[int] = frozenset()  # the trials that hold a claim
     deduced: frozenset[str] = frozenset()
-    live: frozenset[str] = frozenset()  # being measured by a worker that beat within GRACE_S
+    live: frozenset[str] = frozenset()  # being measured: its worker beat within $AUTOTUNE_GRACE_S
 
     @property
     def measured(self) -> frozenset[str]:
@@ -168,15 +168,16 @@ class Coordinator:
 
     @resilient
     def live_workers(self) -> int:
-        """Workers measuring right now: those with a claim beaten within ``GRACE_S``."""
+        """Workers measuring right now: those with a claim beaten within
+        ``$AUTOTUNE_GRACE_S`` (:func:`~autotune.variables.grace_s`, 30 s by default)."""
         with self.store.ledger(self.study_name) as ledger:
             return len(ledger.live_workers(liveness.grace_s()))
 
     # reaping
     def reap(self, study: optuna.Study, tally: Tally, own: set[int] | None = None) -> int:
-        """Fail the trials of workers silent for ``GRACE_S`` (as ``tally`` saw them) and hand
-        their strategies back; also fail running trials that never claimed a strategy (a
-        worker that died between asking and claiming). Returns how many trials it ended."""
+        """Fail the trials of workers silent for ``$AUTOTUNE_GRACE_S`` (as ``tally`` saw them)
+        and hand their strategies back; also fail running trials that never claimed a strategy
+        (a worker that died between asking and claiming). Returns how many trials it ended."""
         if not self.pulse.steady():
             return 0
         ended = 0

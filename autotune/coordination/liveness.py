@@ -26,7 +26,8 @@ class Pulse:
         self.thread: threading.Thread | None = None
 
     def steady(self) -> bool:
-        """Has this worker reached the database for ``GRACE_S`` in a row?"""
+        """Has this worker reached the database for ``$AUTOTUNE_GRACE_S`` in a row
+        (:func:`grace_s`, 30 s by default)?"""
         return self.since is not None and time.monotonic() - self.since >= grace_s()
 
     def _run(self) -> None:
@@ -36,7 +37,7 @@ class Pulse:
     def beat(self) -> None:
         try:
             self.coordinator.beat()
-        except Exception:  # cut off: the reaper waits GRACE_S after the database is back
+        except Exception:  # cut off: the reaper waits $AUTOTUNE_GRACE_S after the database is back
             self.since = None
             return
         if self.since is None:

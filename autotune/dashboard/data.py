@@ -15,7 +15,7 @@ from autotune.choice.selection import Point, candidates, gain, pareto
 from autotune.choice.verdict import Answer, answer
 from autotune.errors import ConfigError
 from autotune.storage import Store, StoredSpec, mask
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.workload import describe
 

@@ -96,8 +96,8 @@ def run_workers(
 ) -> Outcome:
     """Start ``count`` local worker processes on the study and follow them to the end."""
     from autotune.search import Lines
+    from autotune.search.baseline import baseline
     from autotune.search.loop import outcome
-    from autotune.search.step import baseline
 
     listener = listener or Lines()
     workload = search.spec.workload

@@ -2,8 +2,9 @@
 which of them a worker on this machine should take next.
 
 A study is open while it has budget left that no live worker holds: fewer strategies measured
-or being measured by a live worker (a claim beaten within ``GRACE_S``) than its budget and its
-space, or a stored measurement that no trial has adopted yet. A silent claim counts as free, so
+or being measured by a live worker (a claim beaten within ``$AUTOTUNE_GRACE_S``, read by
+:func:`autotune.variables.grace_s`, 30 s by default) than its budget and its space, or a stored
+measurement that no trial has adopted yet. A silent claim counts as free, so
 a worker joins the study and its loop reaps the claim: a dead worker's strategy is never lost.
 A study fits this machine when its device kind is here and, once a first worker has fixed its
 environment, the hardware and torch agree (:func:`autotune.coordination.comparable`).

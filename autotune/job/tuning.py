@@ -165,8 +165,8 @@ def served_as_measured(
     import tempfile
 
     from autotune.choice import as_served
+    from autotune.search.baseline import reference
     from autotune.search.state import Lines
-    from autotune.search.step import reference
     from autotune.ship.export import served_file
     from autotune.trial import parent
     from autotune.trial.measurement import Measurement

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from autotune.coordination import Tally, reap_s
 from autotune.search import step
+from autotune.search.baseline import baseline
 from autotune.search.state import Lines, Listener, Search
 
 
@@ -36,7 +37,7 @@ def run(
     start = time.monotonic()
     if search.plan is None and search.spec.time_budget_s is not None:
         search.ends = time.time() + search.spec.time_budget_s
-    step.baseline(search, listener)
+    baseline(search, listener)
     if search.plan is not None and search.plan.round_s is not None:
         listener.note(search.plan.line(search.target, search.backends, search.traffic))
     measured = repeats = 0

@@ -45,7 +45,7 @@ from autotune.trial.rungs import SHAPES
 from autotune.trial.timing import ALPHA, sign_test
 
 if TYPE_CHECKING:
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial.measurement import Measurement
     from autotune.workload import Settings
 

@@ -19,8 +19,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from autotune.search.deduction import cost
+from autotune.strategy import Strategy
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial

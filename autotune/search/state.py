@@ -20,8 +20,8 @@ from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
 from autotune.start_kinds import LATER
 from autotune.storage import Store, mask
+from autotune.strategy import Strategy
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
 
 if TYPE_CHECKING:
     import optuna

@@ -1,5 +1,6 @@
 """One step of a search: ask Optuna for a trial → de-duplicate → claim → measure → store → tell,
-and what the measurement proves about other strategies (:mod:`.deduction`).
+and what the measurement proves about other strategies (:mod:`.deduction`). What the steps are
+judged against, measured once before them, is :mod:`.baseline`'s.
 
 A trial always ends: told its values, failed with its reason, or failed as skipped (a strategy
 taken by a peer in the meantime). A measurement is never left without a trial.
@@ -9,16 +10,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from autotune.choice.selection import objective_values
-from autotune.errors import AutotuneError, shorten
+from autotune.errors import shorten
 from autotune.search import deduction, surrogate
 from autotune.storage import retrying
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
-from autotune.trial.reference import Reference, keep, make
 
 if TYPE_CHECKING:
     import optuna
@@ -34,73 +33,6 @@ POLL_S = 5.0  # how often a worker with nothing to claim looks again
 def db(search: Search, fn: Callable[[], T], what: str) -> T:
     """An Optuna storage call that outlasts a database restart (see storage.retrying)."""
     return retrying(fn, what, search.store.url)
-
-
-def baseline(search: Search, listener: Listener) -> Measurement:
-    """The eager baseline, measured once per study (by whichever worker claims it). One that
-    failed (a timeout, OOM or crash) is measured again on resume."""
-    import time
-
-    if search.baseline is not None:
-        return search.baseline
-    coord = search.coord
-    if reason := coord.forget_failed_baseline():
-        listener.note(
-            f"the eager baseline failed before ({shorten(reason, 200)}); measuring it again"
-        )
-    with coord.pulse:
-        while (row := search.store.measurement(search.name, "none")) is None:
-            if coord.claim("none", None, 1, set()) == "claimed":
-                try:
-                    listener.now("measuring the eager baseline")
-                    m = search.measure(Strategy("none"))
-                    if search.plan is None:  # by the same worker, before peers wait on it
-                        reference(search, listener)
-                except BaseException:
-                    with contextlib.suppress(Exception):
-                        coord.release("none")  # interrupted: nobody is measuring it now
-                    raise
-                coord.record("none", None, m.to_dict())
-                coord.done("none")
-                continue
-            tally = coord.tally({"none"})  # its worker may be dead
-            db(search, lambda t=tally: coord.reap(search.optuna, t), "reap")
-            listener.now("waiting for another worker's eager baseline")
-            time.sleep(1.0)  # one cheap query: a worker joining a study starts soon
-    m = Measurement.from_dict(row.payload)
-    if not m.ok:
-        raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
-    search.baseline = m
-    plan = search.plan
-    if plan is not None and plan.round_s is None:
-        plan.learn_baseline(m)
-    if plan is not None and not plan.may_start(search.backends, search.traffic):
-        return m  # no trial fits the budget: the reference would judge nothing (a later run
-        # with more time computes it)
-    began = time.time()
-    reference(search, listener)
-    if plan is not None:
-        plan.spent.setdefault("reference", time.time() - began)
-    return m
-
-
-def reference(search: Search, listener: Listener) -> Reference:
-    """The study's higher-precision reference: read from the storage (every worker judges
-    against the same one), or computed once in a process of its own and stored there."""
-    if search.reference is not None:
-        return search.reference
-    found = search.store.reference(search.name)
-    if found is None:
-        listener.now("computing the higher-precision reference")
-        spec = search.spec
-        made = make(spec.model, spec.workload, spec.settings)
-        data = Path(made.path).read_bytes() if made.path else None
-        search.store.add_reference(search.name, made.dtype, made.reason, data)
-        found = search.store.reference(search.name)
-        assert found is not None
-    _, reason, data = found
-    search.reference = keep(data) if data else Reference.none(reason)
-    return search.reference
 
 
 def finished_as(study: optuna.Study, tell: Callable[[], FrozenTrial]) -> FrozenTrial | None:

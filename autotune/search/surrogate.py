@@ -29,7 +29,7 @@ import numpy as np
 
 from autotune.choice.selection import dominated
 from autotune.search.deduction import cost
-from autotune.strategy.strategy import SHAPED_DEFAULTS, Strategy
+from autotune.strategy import SHAPED_DEFAULTS, Strategy
 
 FACTOR_SD, PAIR_SD, NOISE_SD = 0.3, 0.15, 0.1  # log units: x1.35, x1.16, x1.1
 DRAWS = 64  # samples of each strategy's predicted objectives, for its expected improvement

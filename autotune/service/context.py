@@ -38,7 +38,7 @@ class Service:
         """Import what submits, exports and pages need (torch's backends, Accelerate,
         Transformers' CompileConfig, plotly), once, before the first request: two requests
         importing torch at once in two threads can break its initialisation."""
-        from autotune.strategy.strategy import inductor_modes, registered_backends
+        from autotune.strategy import inductor_modes, registered_backends
 
         registered_backends()
         inductor_modes()

@@ -93,8 +93,6 @@ def spec_from_request(data: Any, model_root: Path | None) -> StudySpec:
         spec = StudySpec.from_tables(tables, resolve_device=False)
     except (TypeError, ValueError, AttributeError) as exc:  # a value of an unexpected shape
         raise ConfigError(f"bad spec: {usercode.line(exc)}") from None
-    if usercode.named(spec):  # what the checks above refused: never reached
-        raise Refused(403, f"refused: the spec names code: {NO_CODE}")
     catalog.check(spec.model, spec.workload)  # presets and directories: reads config.json only
     spec.space.validate(spec.workload.device)
     return spec

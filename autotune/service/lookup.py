@@ -115,7 +115,7 @@ def artefact_fits(store: Store, answer: dict[str, Any], asker: dict[str, Any]) -
         return {}
     m = Measurement.from_dict(row.payload)
     blocks = {"cache": m.artifact} if m.artifact else {}
-    blocks.update({k: v for k, v in m.ahead.items() if "error" not in v})
+    blocks.update({k: v for k, v in m.precompiled.items() if "error" not in v})
     found = {}
     for kind, block in blocks.items():
         made = {k: v for k, v in (block.get("fingerprint") or {}).items() if k in asker}

@@ -17,7 +17,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.ship.formats import dynamo_section
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 SINGLE_MACHINE = {"compute_environment": "LOCAL_MACHINE", "debug": False,
                   "distributed_type": "NO", "mixed_precision": "no", "num_machines": 1,

@@ -21,9 +21,8 @@ from autotune.errors import AutotuneWarning, ConfigError
 from autotune.ship import exported, formats
 from autotune.ship.exported import Backends
 from autotune.starts import artifact
-from autotune.strategy import granularity
+from autotune.strategy import Strategy, granularity
 from autotune.strategy.shapes import Shaped
-from autotune.strategy.strategy import Strategy
 
 if TYPE_CHECKING:
     import torch

@@ -20,8 +20,7 @@ from autotune.errors import ConfigError, StorageError, shorten
 from autotune.ship import accelerate_config, formats, gate
 from autotune.starts import artifact
 from autotune.storage import Store, mask
-from autotune.strategy import shapes
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy, shapes
 from autotune.trial.measurement import Measurement
 
 
@@ -179,7 +178,7 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
     if block:
         data["autotune"]["cache_artifact"] = block
     shipped = {}
-    for kind, meta in m.ahead.items():
+    for kind, meta in m.precompiled.items():
         found, why = artifact.ship(
             meta if "error" not in meta else None, path, precompiled.SUFFIX[kind]
         )
@@ -187,5 +186,5 @@ def with_starts(store: Store, study: str, key: str, text: str, path: Path) -> tu
             shipped[kind] = found
         note = note or why
     if shipped:
-        data["autotune"]["ahead"] = shipped
+        data["autotune"]["precompiled"] = shipped
     return json.dumps(data, indent=2) + "\n", note

@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.errors import AutotuneWarning, CacheWarning, ConfigError
 from autotune.ship import formats
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 Backends = Mapping[str, Callable[..., Any]] | Iterable[str] | None
 
@@ -58,8 +58,8 @@ def fitted(strategy: Strategy, data: dict[str, Any], path: str | Path) -> Strate
 
     from autotune import usercode
     from autotune.environment import fingerprint
+    from autotune.strategy import registered_backends
     from autotune.strategy.inductor import inductor_modes
-    from autotune.strategy.strategy import registered_backends
 
     block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
     made = block.get("environment") if isinstance(block.get("environment"), dict) else {}
@@ -126,7 +126,7 @@ def load_ahead(
     from autotune.starts import artifact, precompiled
 
     block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
-    shipped = block.get("ahead") if isinstance(block.get("ahead"), dict) else {}
+    shipped = artifact.precompiled_blocks(block)
     if not shipped:
         return None, False
     wanted = [o for o in block.get("objectives") or [] if o in shipped]
@@ -144,7 +144,7 @@ def load_ahead(
         except Exception as exc:  # a file torch refuses: the compile goes on
             why, failed = f"{kind} artefact failed to load ({type(exc).__name__})", True
         else:
-            return _checked(precompiled.Ahead(model, fn, kind)), False
+            return _checked(precompiled.Precompiled(model, fn, kind)), False
     warnings.warn(f"{why}: compiling as usual", CacheWarning, stacklevel=3)
     return None, failed
 

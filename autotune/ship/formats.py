@@ -31,8 +31,8 @@ import json
 from typing import Any
 
 from autotune.errors import NotApplicable
+from autotune.strategy import Strategy
 from autotune.strategy.inductor import merged, spell
-from autotune.strategy.strategy import Strategy
 
 FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
 # Backends that Accelerate's DynamoBackend enum can name (besides "no").

@@ -236,7 +236,7 @@ def check(
     from autotune.catalog import ModelRef
     from autotune.environment import fingerprint
     from autotune.ship import exported
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial import parent
     from autotune.trial.measurement import Start
     from autotune.workload import Settings, Workload

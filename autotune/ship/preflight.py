@@ -53,8 +53,8 @@ def shipped(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     found = {}
     if isinstance(block.get("cache_artifact"), dict):
         found["cache"] = block["cache_artifact"]
-    ahead = block.get("ahead") if isinstance(block.get("ahead"), dict) else {}
-    found.update({k: v for k, v in ahead.items() if isinstance(v, dict)})
+    skipping = artifact.precompiled_blocks(block)
+    found.update({k: v for k, v in skipping.items() if isinstance(v, dict)})
     return found
 
 

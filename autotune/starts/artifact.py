@@ -177,6 +177,14 @@ def check(block: Any, json_path: Path) -> tuple[bytes | None, str]:
     return data, ""
 
 
+def precompiled_blocks(block: dict[str, Any]) -> dict[str, Any]:
+    """The artefacts that skip the compiler an export's ``autotune`` block ships, by kind:
+    its ``precompiled`` block, or its ``ahead`` block where an older version wrote that name
+    ({} where there is neither, or it is not a dict)."""
+    found = block.get("precompiled", block.get("ahead"))
+    return found if isinstance(found, dict) else {}
+
+
 def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = None) -> bool | None:
     """Load an export's artefact into this process's caches, if the caller trusts it; warn in
     one line where it is not loaded. True: loaded; False: not loaded; None: a load was tried
@@ -185,9 +193,9 @@ def prepare(data: dict[str, Any], json_path: str | Path, trust: bool | None = No
     Never raises, and never leaves this process's environment changed.
     """
     found = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
-    block, ahead = found.get("cache_artifact"), found.get("ahead")
+    block, skipping = found.get("cache_artifact"), precompiled_blocks(found)
     if not trusted(trust):
-        names = [b.get("file") for b in [block, *(ahead or {}).values()] if isinstance(b, dict)]
+        names = [b.get("file") for b in [block, *skipping.values()] if isinstance(b, dict)]
         if names := [n for n in names if isinstance(n, str)] or ([SUFFIX] if block else []):
             warnings.warn(f"{', '.join(names)} not loaded: {OPT_IN}; compiling cold",
                           CacheWarning, stacklevel=3)  # fmt: skip

@@ -18,7 +18,7 @@ own) get warm = portable = cold, with the reason.
 
 from __future__ import annotations
 
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 CACHING_BACKENDS = ("inductor",)
 BRIEF_ITERS = 10  # interleaved rounds that time a warm or portable start's latency

@@ -26,7 +26,7 @@ from typing import Any
 
 from autotune.errors import shorten, where
 from autotune.start_kinds import AHEAD, BY_NAME
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 SUFFIX = {k: BY_NAME[k].suffix for k in AHEAD}
 PRECOMPILE_BACKENDS = ("inductor", "eager", "aot_eager")
@@ -105,7 +105,7 @@ def load(kind: str, path: str, model: Any) -> Callable[..., Any]:
     return lambda *args: package(*args)
 
 
-class Ahead:
+class Precompiled:
     """A module that runs an ahead-of-time artefact instead of compiling: what
     :func:`autotune.apply` returns when it loaded one. Attribute reads fall through to the
     model it was made for."""

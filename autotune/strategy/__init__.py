@@ -5,7 +5,22 @@ and how a strategy is applied to a model at its granularity (:mod:`.granularity`
 
 from __future__ import annotations
 
+from autotune.strategy.inductor import inductor_modes
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
+from autotune.strategy.strategy import (
+    BUILTIN_BACKENDS,
+    SHAPED_DEFAULTS,
+    Strategy,
+    is_registered,
+    registered_backends,
+)
 
-__all__ = ["Space", "Strategy"]
+__all__ = [
+    "BUILTIN_BACKENDS",
+    "SHAPED_DEFAULTS",
+    "Space",
+    "Strategy",
+    "inductor_modes",
+    "is_registered",
+    "registered_backends",
+]

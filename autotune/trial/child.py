@@ -50,7 +50,7 @@ def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) 
     for kind, path in request.build_ahead.items() if m.ok else ():
         if keep is not None:  # what is measured and built so far is safe before each build
             keep(m)
-        m.ahead[kind] = _build(scenario, kind, path)
+        m.precompiled[kind] = _build(scenario, kind, path)
     return m
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.workload import Workload
 
 # "stopped": its process was stopped where going on would break the search's time budget; it
@@ -199,7 +199,8 @@ class Measurement:
     artifact: dict[str, Any] | None = None  # the saved cache artefact: sha256, bytes, where
     starts: dict[str, Start] = field(default_factory=dict)  # cold, warm, portable
     rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
-    ahead: dict[str, dict[str, Any]] = field(default_factory=dict)  # built zero-compile artefacts
+    # the built artefacts that skip the compiler, by kind (stored as "ahead" before this name)
+    precompiled: dict[str, dict[str, Any]] = field(default_factory=dict)
     traffic: dict[str, Any] | None = None  # a traffic's first pass and steady state (served.py)
     # "cheap": the trial stopped after a cheap rung, as it could not reach the front (its
     # latency is the cheap rounds'; never a pick); "full": it passed one; "": none ran
@@ -271,6 +272,8 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         data = dict(data)
+        if "ahead" in data:  # the name before "precompiled", in what older versions stored
+            data.setdefault("precompiled", data.pop("ahead"))
         for name, kind in (
             ("latency", Latency),
             ("eager_latency", Latency),

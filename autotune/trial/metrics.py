@@ -38,7 +38,7 @@ def cudagraph_skipped(found: list[tuple[str, str]]) -> list[str]:
     """Each compiled graph (a region) that Inductor ran without CUDA graphs, once, with the
     first reason it gave: ``graph ID function (file:line): reason``, or ``at run time: reason``
     for a fallback it decided while running. ``found``: (compile id, reason) pairs, as
-    :func:`autotune.device.cudagraph_skips` reads them."""
+    :func:`autotune.trial.cudagraph_logs.cudagraph_skips` reads them."""
     from torch._dynamo.utils import get_compilation_metrics
 
     names: dict[str, str] = {}

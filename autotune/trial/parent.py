@@ -26,7 +26,7 @@ from autotune.starts.later import (
     hit_note,
     no_cache,
 )
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import auto_buckets
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
@@ -105,9 +105,9 @@ def run_trial(
         if result.ok and result.artifact and os.path.exists(saved):
             result.artifact = artifact.keep(saved, result.artifact)
         for kind, path in built.items():  # kept by checksum, for export to ship
-            if os.path.exists(path) and "error" not in result.ahead.get(kind, {"error": ""}):
-                result.ahead[kind] = artifact.keep(
-                    path, result.ahead[kind], precompiled.SUFFIX[kind]
+            if os.path.exists(path) and "error" not in result.precompiled.get(kind, {"error": ""}):
+                result.precompiled[kind] = artifact.keep(
+                    path, result.precompiled[kind], precompiled.SUFFIX[kind]
                 )
         brief = request.but(iters=min(settings.iters, BRIEF_ITERS), warmup=1, rung=0, front=())
 
@@ -283,7 +283,7 @@ def later_starts(
         breaks = cold.graphs.breaks if cold.graphs else 0
         work = cold.workload.kind if cold.workload else "inference"
         why = precompiled.not_applicable(kind, strategy, work, breaks)
-        built = cold.ahead.get(kind) or {}
+        built = cold.precompiled.get(kind) or {}
         broken = "" if why else built.get("error", "")
         if why or broken or not needed:  # a build that failed costs only its own start
             failed = built.get("status", "failed")  # or timeout, crashed: process.unbuilt

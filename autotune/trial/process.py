@@ -170,8 +170,9 @@ def run_child(
 def unbuilt(result: Measurement, request: Request, status: str, how: str) -> None:
     """Mark the builds a child did not finish (the one it was in, and those after it) with
     ``status`` and why: each costs only its own start; the cold measurement stands."""
-    pending = [k for k in request.build_ahead if k not in result.ahead]
+    pending = [k for k in request.build_ahead if k not in result.precompiled]
     for kind in pending:
         why = (f"the {kind} build did not finish {how}" if kind == pending[0] else
                f"not built: the {pending[0]} build before it did not finish {how}")  # fmt: skip
-        result.ahead[kind] = {"error": f"{why}; the cold measurement stands", "status": status}
+        why = f"{why}; the cold measurement stands"
+        result.precompiled[kind] = {"error": why, "status": status}

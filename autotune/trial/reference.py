@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from autotune.errors import shorten
 from autotune.starts import artifact
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.process import run_child
 from autotune.trial.request import Request
 from autotune.workload import Settings, Workload

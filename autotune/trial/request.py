@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.workload import Settings, Workload
 
 KINDS = ("trial", "reference", "confirm", "serve")

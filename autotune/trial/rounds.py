@@ -20,8 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import catalog, device
-from autotune.strategy import granularity
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy, granularity
 from autotune.trial import timing
 from autotune.trial.measurement import Measurement
 from autotune.trial.scenarios import steps

@@ -9,7 +9,8 @@ import torch
 from autotune import device
 from autotune.coordination import check_environment
 from autotune.errors import ConfigError
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
+from autotune.trial import cudagraph_logs
 
 H100 = {"torch": "2.13.0", "cuda": "12.8", "device_name": "NVIDIA H100 80GB HBM3"}
 
@@ -69,7 +70,7 @@ def test_apply_generation_replays_cuda_graphs_with_the_cache_allocated_first() -
     expected = model.generate(prompt, max_new_tokens=6, do_sample=False,
                               cache_implementation="static")  # fmt: skip
     gen = autotune.apply_generation(model, Strategy.create("full", "inductor", "reduce-overhead"))
-    with device.cudagraph_skips() as skips:
+    with cudagraph_logs.cudagraph_skips() as skips:
         runs = [gen.generate(prompt, max_new_tokens=6, do_sample=False) for _ in range(2)]
         assert skips() == []
     assert all(torch.equal(run, expected) for run in runs)

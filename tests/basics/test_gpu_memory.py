@@ -12,7 +12,7 @@ import torch
 
 from autotune import device
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Latency, Measurement
 from autotune.trial.request import Request
 from autotune.trial.scenarios.base import Scenario, TrialContext

@@ -16,8 +16,8 @@ from autotune.errors import ConfigError
 from autotune.search.deduction import equivalents
 from autotune.ship.export import export
 from autotune.storage import Store
+from autotune.strategy import Strategy
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
 from autotune.trial import metrics
 from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload

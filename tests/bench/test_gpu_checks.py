@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Graphs, Measurement
 from autotune.workload import Workload
 from tests.bench.test_gpu_portable import ROOT, bench

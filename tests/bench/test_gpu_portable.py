@@ -23,7 +23,7 @@ import autotune
 from autotune import catalog
 from autotune.catalog import ModelRef
 from autotune.starts import artifact
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.workload import Workload
 
 torch.set_float32_matmul_precision("high")  # as a float32 trial on a GPU runs (device.tf32_for)

@@ -16,7 +16,7 @@ import transformers
 
 from autotune.catalog import ModelRef, build, check, hf
 from autotune.errors import ConfigError
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
 from tests.models import TINY_LLAMA

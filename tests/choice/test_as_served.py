@@ -15,7 +15,7 @@ from autotune.catalog import ModelRef
 from autotune.choice.confirm import Confirmation
 from autotune.choice.selection import choose
 from autotune.ship import export
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import parent
 from autotune.trial.measurement import Measurement
 from autotune.workload import Settings, Workload

@@ -13,7 +13,7 @@ from autotune.choice.confirm import passes, rivals, settle
 from autotune.choice.selection import candidates, pareto, pick
 from autotune.choice.verdict import excluded_summary, exclusions, verdict
 from autotune.cli import main
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Measurement
 from tests.helpers import S, hand_rows, point, stored

@@ -18,7 +18,7 @@ import autotune
 from autotune.cli import main
 from autotune.errors import ConfigError
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests.helpers import hand_built
 from tests.models import tiny_toy
 

@@ -12,8 +12,8 @@ import pytest
 
 from autotune.coordination import Coordinator
 from autotune.storage import Store, optuna_storage
+from autotune.strategy import Strategy
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
 from autotune.trial.measurement import Measurement
 
 KEYS = {"a", "b", "c"}

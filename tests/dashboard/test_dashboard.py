@@ -15,7 +15,7 @@ from autotune.cli import main
 from autotune.dashboard import data, figures, page
 from autotune.search import Search, open_search, run
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests.browser import ARTIFACTS, CHROMIUM, chromium, console_errors, rendered_plots
 from tests.helpers import S, hand_built, point
 

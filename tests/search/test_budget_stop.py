@@ -17,7 +17,7 @@ import pytest
 
 from autotune.catalog import ModelRef
 from autotune.search.plan import Plan
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.parent import run_trial
 from autotune.trial.reference import make
 from autotune.workload import Settings, Workload

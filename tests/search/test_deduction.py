@@ -10,7 +10,7 @@ import torch
 
 from autotune.choice.selection import candidates
 from autotune.search import Search, deduction, open_search, run
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import metrics, parent
 from autotune.trial.measurement import Graphs, Measurement
 from tests.helpers import fast_spec

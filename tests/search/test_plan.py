@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.search.plan import Plan, deciding_rounds
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
 from autotune.workload import Settings
@@ -191,7 +191,7 @@ def test_a_trial_s_rounds_time_the_steady_shapes_its_plan_allows() -> None:
     import dataclasses
 
     from autotune.catalog import ModelRef
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial.parent import measure
     from autotune.workload import Workload
 
@@ -262,7 +262,8 @@ def test_a_real_baseline_past_its_deadline_times_one_steady_shape() -> None:
 def test_no_reference_is_computed_when_no_trial_fits_the_budget(tmp_path: Path) -> None:
     """A search whose budget cannot fit one trial after its baseline leaves the reference out
     (it would judge nothing); one with room computes it before its first trial."""
-    from autotune.search import open_search, step
+    from autotune.search import open_search
+    from autotune.search.baseline import baseline
     from autotune.search.state import Lines
     from tests.helpers import fast_spec
 
@@ -270,7 +271,7 @@ def test_no_reference_is_computed_when_no_trial_fits_the_budget(tmp_path: Path) 
         spec = fast_spec(trials=2, time_budget=f"{budget_s:g}s")
         search = open_search(spec, f"sqlite:///{tmp_path}/{kept}.db")
         search.plan = Plan(spec.time_budget_s, time.time(), iters=spec.settings.iters)
-        step.baseline(search, Lines())
+        baseline(search, Lines())
         assert search.plan.may_start(search.backends, search.traffic) is kept
         assert (search.store.reference(search.name) is not None) is kept
 

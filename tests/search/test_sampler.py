@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from autotune.search import sampler
+from autotune.strategy import Strategy
 from autotune.strategy.space import DIMENSIONS, Space
-from autotune.strategy.strategy import Strategy
 
 PACKAGE = Path(__file__).resolve().parents[2] / "autotune"
 PRIVATE = re.compile(r"optuna\.(storages\.)?_|\._storage\b|_trial_id|from optuna[\w.]*\._")

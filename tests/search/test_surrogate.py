@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from autotune.search import deduction, open_search, surrogate
+from autotune.strategy import Strategy
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
 from tests.helpers import fast_spec
 
 S = Strategy.create

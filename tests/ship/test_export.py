@@ -18,7 +18,7 @@ from autotune.cli import main
 from autotune.ship import formats
 from autotune.ship.export import export
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests.helpers import S, hand_built, point
 
 

@@ -13,7 +13,7 @@ from transformers import CompileConfig
 
 from autotune.errors import NotApplicable
 from autotune.ship import accelerate_config, exported, formats
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 

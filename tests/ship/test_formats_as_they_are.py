@@ -16,7 +16,7 @@ import yaml
 
 from autotune.ship.export import export
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests.helpers import point
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -172,7 +172,7 @@ def test_latency_taken_under_load_is_said_and_not_judged() -> None:
     """Rounds 3x slower than recorded: a regression on a quiet machine; where other processes
     took 60% of the CPU meanwhile, said and not judged. The other figures are judged alike."""
     from autotune.ship import gate
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial.measurement import Accuracy, Latency, Measurement
 
     m = Measurement(Strategy.create("full", "aot_eager").to_dict(), {}, {}, "ok",
@@ -236,7 +236,7 @@ def test_a_portable_start_that_misses_or_slows_fails() -> None:
     """The record's portable start hit the FX graph cache in 2 s; now it misses (compiling
     cold, 9 s): both lines fail, the miss with the counters' words; a hit as quick passes."""
     from autotune.ship import gate
-    from autotune.strategy.strategy import Strategy
+    from autotune.strategy import Strategy
     from autotune.trial.measurement import Measurement, Start
 
     m = Measurement(Strategy.create("full", "inductor").to_dict(), {}, {}, "ok", compile_s=9.0)

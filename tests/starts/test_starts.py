@@ -18,7 +18,7 @@ from autotune.errors import ConfigError
 from autotune.ship import export
 from autotune.starts import artifact
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload

@@ -15,8 +15,7 @@ import transformers
 import autotune
 from autotune.ship.export import export
 from autotune.storage import Store
-from autotune.strategy import granularity, shapes
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy, granularity, shapes
 from autotune.workload import Workload
 from tests import models
 from tests.helpers import point

@@ -7,8 +7,8 @@ import pytest
 
 from autotune.errors import ConfigError
 from autotune.search.spec import StudySpec, parse_duration, parse_memory
+from autotune.strategy import Strategy
 from autotune.strategy.space import Space
-from autotune.strategy.strategy import Strategy
 
 
 def test_default_space_on_cpu_covers_what_torch_supports_and_no_more() -> None:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from autotune.errors import ConfigError, NotApplicable
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 
 def test_canonical_keys_merge_equivalent_strategies() -> None:
@@ -143,8 +143,8 @@ def test_the_cudagraphs_option_is_cuda_only_and_marks_steps() -> None:
 def test_the_builtin_backends_and_modes_are_torch_s() -> None:
     """A backend or mode among the built-in names is known without importing Dynamo; each of
     them must be one the running torch registers, and a name it does not know is refused."""
+    from autotune.strategy import BUILTIN_BACKENDS, is_registered, registered_backends
     from autotune.strategy.inductor import BUILTIN_MODES, inductor_modes, is_mode
-    from autotune.strategy.strategy import BUILTIN_BACKENDS, is_registered, registered_backends
 
     assert set(BUILTIN_BACKENDS) <= set(registered_backends())
     assert set(BUILTIN_MODES) == set(inductor_modes())  # a new mode of torch's fails here

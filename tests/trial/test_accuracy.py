@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import accuracy
 from autotune.trial.parent import run_trial
 from autotune.trial.precise import precision_for

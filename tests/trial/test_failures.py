@@ -16,7 +16,7 @@ from autotune.cli.report import summary
 from autotune.dashboard.page import folded
 from autotune.errors import shorten, where
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure
 from autotune.trial.process import unbuilt
@@ -137,10 +137,10 @@ def test_a_build_past_the_timeout_keeps_the_cold_measurement() -> None:
     aot = m.starts["aot"]
     assert aot.status == "timeout", aot
     assert aot.note.startswith("the aot build did not finish within the trial's 40 s"), aot.note
-    assert "error" in m.ahead["aot"] and "error" not in m.ahead["precompiled"]
+    assert "error" in m.precompiled["aot"] and "error" not in m.precompiled["precompiled"]
     done = m.starts["precompiled"]
     assert done.status == "ok" and done.measured and done.compile_s is not None, done
-    assert done.latency is not None and m.ahead["precompiled"]["bytes"] > 0
+    assert done.latency is not None and m.precompiled["precompiled"]["bytes"] > 0
     shown = summary(m)
     assert "aot timeout" in shown and "precompiled " in shown.split("starts", 1)[1]
 
@@ -154,11 +154,13 @@ def test_a_build_in_progress_and_those_after_it_are_marked_unbuilt() -> None:
     request = request.but(build_ahead={"precompiled": "/x/a.bin", "aot": "/x/b.pt2"})
     m = Measurement(strategy, None, None, "ok")
     unbuilt(m, request, "crashed", "(child died of signal SIGSEGV)")
-    assert m.ahead["precompiled"] == {"status": "crashed", "error": "the precompiled build did "
-                                      "not finish (child died of signal SIGSEGV); the cold "
-                                      "measurement stands"}  # fmt: skip
-    assert m.ahead["aot"]["error"].startswith("not built: the precompiled build before it")
-    m = Measurement(strategy, None, None, "ok", ahead={"precompiled": {"bytes": 1}})
+    built = m.precompiled
+    assert built["precompiled"] == {"status": "crashed", "error": "the precompiled build did "
+                                    "not finish (child died of signal SIGSEGV); the cold "
+                                    "measurement stands"}  # fmt: skip
+    assert m.precompiled["aot"]["error"].startswith("not built: the precompiled build before it")
+    m = Measurement(strategy, None, None, "ok", precompiled={"precompiled": {"bytes": 1}})
     unbuilt(m, request, "timeout", "within the trial's 5 s")
-    assert m.ahead["precompiled"] == {"bytes": 1} and m.ahead["aot"]["status"] == "timeout"
-    assert m.ahead["aot"]["error"].startswith("the aot build did not finish within")
+    built = m.precompiled
+    assert built["precompiled"] == {"bytes": 1} and built["aot"]["status"] == "timeout"
+    assert m.precompiled["aot"]["error"].startswith("the aot build did not finish within")

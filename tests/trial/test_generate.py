@@ -15,7 +15,7 @@ from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
 from autotune.ship import export
 from autotune.storage import Store
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import metrics
 from autotune.trial.measurement import Latency, Measurement, TokenCheck
 from autotune.trial.parent import Settings, measure

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.accuracy import TOLERANCES, against_eager
 from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload

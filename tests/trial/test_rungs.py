@@ -18,7 +18,7 @@ from autotune.search import Search, open_search, run
 from autotune.search.plan import deciding_rounds
 from autotune.search.spec import StudySpec
 from autotune.storage import Stored
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
 from autotune.trial.rungs import Rung, applies, bound

@@ -16,7 +16,7 @@ from autotune import device, traffic
 from autotune.catalog import ModelRef
 from autotune.choice.confirm import settle
 from autotune.choice.selection import candidates
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import recompiles
 from autotune.trial.child import fulfil
 from autotune.trial.measurement import Measurement

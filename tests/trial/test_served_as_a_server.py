@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.parent import measure
 from autotune.trial.request import Request
 from autotune.trial.scenarios import Served, begin
@@ -29,7 +29,7 @@ PLAIN_LOOP = """
 import json, sys, torch
 from torch._dynamo.utils import counters
 import autotune
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from tests import models
 strategy = Strategy.from_dict(json.loads(sys.argv[1]))
 model, _ = models.tiny_llama()
@@ -111,7 +111,7 @@ def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
     recording was added to the stall time but not to the count (``marks=seq`` on an H100: "1
     stall" for about 20 recordings). A CPU has no CUDA graphs: the model's wrapper logs a
     recording at each new length's second call, as Inductor's CUDA-graph trees do
-    (tests/basics/test_device.py: test_cudagraph_recordings_are_read_from_inductor), and the
+    (tests/trial/test_cudagraph_logs.py: test_cudagraph_recordings_are_read_from_inductor), and the
     scenario takes the strategy for a CUDA-graph one, as on a GPU."""
     from torch._inductor import cudagraph_trees
 

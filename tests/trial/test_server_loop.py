@@ -12,7 +12,7 @@ import torch
 
 from autotune.catalog import ModelRef
 from autotune.ship import export
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial import metrics, parent
 from autotune.trial.reference import make
 from autotune.workload import Settings, Workload

@@ -26,8 +26,8 @@ from typing import Any
 from autotune import device
 from autotune.catalog import ModelRef
 from autotune.starts import artifact, later
-from autotune.strategy.strategy import Strategy
-from autotune.trial import accuracy, metrics, recompiles, rungs, timing
+from autotune.strategy import Strategy
+from autotune.trial import accuracy, cudagraph_logs, metrics, recompiles, rungs, timing
 from autotune.trial.measurement import PHASE, Accuracy, Measurement, Memory
 from autotune.trial.request import Request
 from autotune.workload import Workload
@@ -194,7 +194,7 @@ class Scenario(ABC):
         return {"error": f"the {self.ctx.workload.kind} workload builds no {kind} artefact"}
 
     def run(self) -> Measurement:
-        with device.cudagraph_skips() as skips, metrics.others_cpu() as load:
+        with cudagraph_logs.cudagraph_skips() as skips, metrics.others_cpu() as load:
             m = self._run()
         if "others_cpu" not in m.timings and "share" in load:  # rounds too short to read
             m.timings["others_cpu"] = load["share"]  # the whole trial's then

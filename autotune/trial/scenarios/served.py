@@ -38,9 +38,9 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-from autotune import catalog, device, traffic
+from autotune import catalog, traffic
 from autotune.strategy import shapes
-from autotune.trial import recompiles, rungs, timing
+from autotune.trial import cudagraph_logs, recompiles, rungs, timing
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import steps
 from autotune.trial.scenarios.first_pass import FirstPass
@@ -111,7 +111,7 @@ class Served(Inference):
         model's milliseconds (a request not played at its shape's repeat latency), the graphs
         each compiled and why, the CUDA graphs it recorded, its stall, and the requests served
         eager."""
-        with device.cudagraph_recordings() as recordings:
+        with cudagraph_logs.cudagraph_recordings() as recordings:
             return FirstPass(self, recordings).run()
 
     def first(self) -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autotune.catalog import ModelRef
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure, run_trial
 from autotune.workload import Settings, Workload

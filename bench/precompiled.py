@@ -1,8 +1,8 @@
 """Every start kind of one strategy, as a ratio to its cold start: cold, warm, portable, and the
 two that skip the compiler (a precompiled function, an AOTInductor package).
 
-    python bench/ahead.py [--repeats 3] [--cases toy,gemma] [--raw FILE] [--tables FILE ...]
-    TORCHINDUCTOR_VEC_ISA_OK=1 python bench/ahead.py ...   # Inductor's ISA probes skipped
+    python bench/precompiled.py [--repeats 3] [--cases toy,gemma] [--raw FILE] [--tables FILE ...]
+    TORCHINDUCTOR_VEC_ISA_OK=1 python bench/precompiled.py ...   # Inductor's ISA probes skipped
 
 Cases: toy-64 full (inductor, fullgraph, float32; 10 timed calls after 3 warm-ups) and gemma-2b
 ``--layers 2`` full (inductor, fullgraph, bfloat16; 3 timed calls after 1 warm-up). Each
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from autotune.catalog import ModelRef
 from autotune.start_kinds import KINDS
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import Settings, measure
 from autotune.workload import Workload
@@ -58,7 +58,7 @@ def line(r: int, m: Measurement) -> str:
             extra += f", ISA probes {probes:.2f} s"
         parts.append(f"{kind} {start.compile_s:.2f} s ({start.compile_s / cold:.2f}{extra})")
     built = ", ".join(f"{k} build {v['build_s']:.1f} s {v['bytes'] / 2**20:.1f} MiB"
-                      for k, v in m.ahead.items() if "build_s" in v)  # fmt: skip
+                      for k, v in m.precompiled.items() if "build_s" in v)  # fmt: skip
     return f"repeat {r + 1} {label(m)}: " + "; ".join(parts) + (f"; {built}" if built else "")
 
 
@@ -85,8 +85,9 @@ def tables(runs: dict[str, list[Measurement]]) -> None:
             detail = f" (load {load:.2f}, probes {probes:.2f})" if kind in KINDS[3:] else ""
             cells.append(f"{cost:.2f} s{detail}" + ("" if kind == "cold" else f", {ratio:.2f}"))
         builds = ", ".join(
-            f"{k} {statistics.median(m.ahead[k]['build_s'] for m in ms):.1f} s"
-            for k in ("precompiled", "aot") if all("build_s" in m.ahead.get(k, {}) for m in ms)
+            f"{k} {statistics.median(m.precompiled[k]['build_s'] for m in ms):.1f} s"
+            for k in ("precompiled", "aot")
+            if all("build_s" in m.precompiled.get(k, {}) for m in ms)
         )  # fmt: skip
         print(f"| {name} (cold {cold:.1f} s) | " + " | ".join(cells) + f" | {builds} |")
 

@@ -7,8 +7,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 from autotune.catalog.toy import Layer, Toy
 from autotune.errors import NotApplicable
+from autotune.strategy import Strategy
 from autotune.strategy.granularity import apply, count_regions
-from autotune.strategy.strategy import Strategy
 from tests.models import IntAttrs
 
 

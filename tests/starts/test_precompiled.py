@@ -15,7 +15,7 @@ import pytest
 from autotune.cli import main
 from autotune.starts import precompiled
 from autotune.starts.precompiled import not_applicable
-from autotune.strategy.strategy import Strategy
+from autotune.strategy import Strategy
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -96,6 +96,31 @@ def test_the_private_torch_reads_still_work() -> None:
     assert precompiled.isa_probes_s() >= 0.0
 
 
+def test_a_measurement_stored_before_the_rename_reads_its_ahead_key_as_precompiled() -> None:
+    """Older versions stored the built artefacts under "ahead": read as ``precompiled``, and
+    written back under the new name."""
+    from autotune.trial.measurement import Measurement
+
+    built = {"precompiled": {"bytes": 1}, "aot": {"error": "not built"}}
+    payload = Measurement(Strategy.create("full"), None, None, "ok").to_dict()
+    del payload["precompiled"]
+    m = Measurement.from_dict({**payload, "ahead": built})
+    assert m.precompiled == built
+    assert "ahead" not in m.to_dict() and m.to_dict()["precompiled"] == built
+
+
+def test_an_export_written_before_the_rename_still_ships_its_ahead_block() -> None:
+    from autotune.ship import preflight
+    from autotune.starts import artifact
+
+    block = {"file": "best.precompiled.bin", "sha256": "0" * 64}
+    for name in ("precompiled", "ahead"):  # the new name, and the old one
+        data = {"autotune": {name: {"precompiled": block}}}
+        assert artifact.precompiled_blocks(data["autotune"]) == {"precompiled": block}
+        assert preflight.shipped(data) == {"precompiled": block}
+    assert artifact.precompiled_blocks({"ahead": "malformed"}) == {}
+
+
 @pytest.mark.slow
 def test_measure_prints_all_five_starts(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["measure", "--model", "toy-64", "--layers", "2", "--granularity", "full",
@@ -167,13 +192,13 @@ def test_a_search_for_precompiled_starts_ships_one_and_apply_compiles_nothing(in
     best = in_tmp / "studies" / "pre" / "best.json"
     block = json.loads(best.read_text())["autotune"]
     assert block["objectives"] == ["precompiled", "latency"]
-    shipped = block["ahead"]["precompiled"]
+    shipped = block["precompiled"]["precompiled"]
     assert (best.parent / shipped["file"]).is_file() and shipped["fingerprint"]["torch"]
     [started] = _apply((best, True))
     assert started["kind"] == "precompiled" and started["frames"] == 0 and started["equal"]
     assert started["warnings"] == []
     data = json.loads(best.read_text())
-    data["autotune"]["ahead"]["precompiled"]["fingerprint"]["torch"] = "2.12.0"
+    data["autotune"]["precompiled"]["precompiled"]["fingerprint"]["torch"] = "2.12.0"
     foreign = best.with_name("foreign.json")
     foreign.write_text(json.dumps(data))  # the same file, said to be built by another torch
     damaged = best.parent / "damaged"
