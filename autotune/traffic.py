@@ -22,6 +22,9 @@ from autotune.errors import ConfigError
 
 Shape = tuple[int, int]  # (batch_size, seq_len)
 COLUMNS = ("batch_size", "seq_len")
+# A log's spellings of a request's prompt length, and of its answer's (a generate traffic's)
+PROMPT = ("seq_len", "prompt_tokens", "prompt_len", "input_len")
+ANSWER = ("new_tokens", "completion_tokens", "output_len", "output_tokens")
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
 # A file's requests, at most, unless --requests takes its first N: the study stores the traffic
 # with every measurement. Past it the file is refused, never cut without a word.
@@ -72,9 +75,11 @@ def spread(text: str, key: str) -> tuple[str, list[int]]:
 
 
 def draw(
-    batch: int | str, seq: int | str, requests: int | None, seed: int = 0
-) -> tuple[Shape, ...]:
-    """Requests drawn from short forms: a range log-uniformly, a list uniformly (seeded)."""
+    batch: int | str, seq: int | str, requests: int | None, seed: int = 0,
+    answers: int | str | None = None,
+) -> tuple[tuple[int, ...], ...]:  # fmt: skip
+    """Requests drawn from short forms: a range log-uniformly, a list uniformly (seeded);
+    with ``answers`` (a generate traffic's ``--new-tokens``), each request's answer too."""
     rng = random.Random(seed)
 
     def one(value: int | str, key: str) -> Any:
@@ -87,11 +92,16 @@ def draw(
         return lambda: min(numbers[1], int(math.exp(rng.uniform(lo, hi))))
 
     b, s = one(batch, "--batch-size"), one(seq, "--seq-len")
-    return tuple((b(), s()) for _ in range(requests or DEFAULT_REQUESTS))
+    if answers is None:
+        return tuple((b(), s()) for _ in range(requests or DEFAULT_REQUESTS))
+    a = one(answers, "--new-tokens")
+    return tuple((b(), s(), a()) for _ in range(requests or DEFAULT_REQUESTS))
 
 
-def read_file(path: str, requests: int | None = None) -> tuple[Shape, ...]:
-    """A traffic file's requests in order, all of them (the first ``requests`` where given);
+def read_file(path: str, requests: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """A traffic file's requests in order, all of them (the first ``requests`` where given),
+    each ``(batch_size, seq_len)``, or ``(batch_size, seq_len, new_tokens)`` where the file
+    gives answers (:data:`ANSWER`'s spellings; the prompt's are :data:`PROMPT`'s);
     ``ConfigError`` naming the line for an empty file, a malformed line or a bad value, and
     for a file of more than :data:`MAX_REQUESTS` without ``requests``."""
     file = Path(path)
@@ -131,9 +141,10 @@ def _json_line(path: str, n: int, line: str) -> dict[str, Any]:
 def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
     reader = csv.DictReader(lines)
     header = [h.strip() for h in reader.fieldnames or []]
-    if "seq_len" not in header:
+    if not set(PROMPT) & set(header):
         raise ConfigError(f"--traffic {path} line 1: a CSV traffic needs a header with seq_len "
-                          "(and batch_size); JSON lines start with {")  # fmt: skip
+                          f"or {', '.join(PROMPT[1:])} (and batch_size; and for generate "
+                          f"{' or '.join(ANSWER)}); JSON lines start with {{")  # fmt: skip
     return [
         (reader.line_num, {k.strip(): v for k, v in row.items() if k})
         for row in reader
@@ -141,11 +152,13 @@ def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
     ]
 
 
-def _shape(path: str, n: int, row: dict[str, Any]) -> Shape:
-    if "seq_len" not in row:
-        raise ConfigError(f"--traffic {path} line {n}: no seq_len")
+def _shape(path: str, n: int, row: dict[str, Any]) -> tuple[int, ...]:
+    prompt = next((k for k in PROMPT if k in row), None)
+    if prompt is None:
+        raise ConfigError(f"--traffic {path} line {n}: no seq_len (or {', '.join(PROMPT[1:])})")
+    answer = next((k for k in ANSWER if k in row), None)
     values = []
-    for key in COLUMNS:
+    for key in ("batch_size", prompt, *([answer] if answer else [])):
         value = row.get(key, 1)
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
@@ -153,24 +166,26 @@ def _shape(path: str, n: int, row: dict[str, Any]) -> Shape:
             raise ConfigError(f"--traffic {path} line {n}: {key} = {value!r}, expected a "
                               "whole number of at least 1")  # fmt: skip
         values.append(value)
-    return values[0], values[1]
+    return tuple(values)
 
 
-def read(value: Any, key: str) -> tuple[Shape, ...]:
+def read(value: Any, key: str) -> tuple[tuple[int, ...], ...]:
     """A config reader for the workload's traffic: a file's path, or the requests themselves
-    (a stored study's list of ``[batch_size, seq_len]`` pairs)."""
+    (a stored study's list of ``[batch_size, seq_len]`` pairs; a generate traffic's
+    ``[batch_size, seq_len, new_tokens]``, which the workload splits)."""
     if isinstance(value, str):
         return read_file(value)
     if isinstance(value, (list, tuple)):
         shapes = []
         for n, item in enumerate(value, 1):
-            pair = tuple(item.get(c, 1) for c in COLUMNS) if isinstance(item, dict) else item
-            if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+            pair = _shape(key, n, item) if isinstance(item, dict) else item
+            if (not isinstance(pair, (list, tuple)) or len(pair) not in (2, 3)
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
                                for v in pair)):  # fmt: skip
-                raise ConfigError(f"{key} request {n}: expected [batch_size, seq_len], whole "
-                                  f"numbers of at least 1, got {item!r}")  # fmt: skip
-            shapes.append((pair[0], pair[1]))
+                raise ConfigError(f"{key} request {n}: expected [batch_size, seq_len] (and "
+                                  "new_tokens), whole numbers of at least 1, got "
+                                  f"{item!r}")  # fmt: skip
+            shapes.append(tuple(pair))
         return tuple(shapes)
     raise ConfigError(f"{key} = {value!r}: expected a traffic file's path")
 

@@ -43,7 +43,8 @@ class Workload:
     kind: str = option("inference", "inference, train, or generate (causal LMs)",
                        flag="--workload", read=text())  # fmt: skip
     new_tokens: int = option(32, "generate: new tokens per generation (the prefill's, then one "
-                             "per decode step)", read=whole(), cli_type=int)  # fmt: skip
+                             "per decode step), or a spread of them over a traffic: 8..128",
+                             read=autotune.traffic.whole_or_spread(2))  # fmt: skip
     traffic: tuple[tuple[int, int], ...] = option(
         (),
         "FILE: the requests a deployment serves, in order (JSON lines or CSV with batch_size "
@@ -53,6 +54,9 @@ class Workload:
     requests: int | None = option(None, "the traffic's requests played in a trial (default "
                                   f"{autotune.traffic.DEFAULT_REQUESTS} for a spread, a file's "
                                   "all)", read=whole(1), cli_type=int)  # fmt: skip
+    # a generate traffic's new tokens, request by request (from the file, or --new-tokens's
+    # spread); empty for one shape and for the other workloads
+    answers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         fields.validate(self)
@@ -64,7 +68,7 @@ class Workload:
             raise ConfigError(f"bad workload {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.batch_size < 1 or self.seq_len < 1:
             raise ConfigError("--batch-size and --seq-len must be at least 1")
-        if self.kind == "generate" and self.new_tokens < 2:
+        if self.kind == "generate" and min(self.answers or (self.new_tokens,)) < 2:
             raise ConfigError("--new-tokens must be at least 2: the prefill gives the first, "
                               "decode steps the rest")  # fmt: skip
         if self.device != "cpu" and not self.device.startswith("cuda"):
@@ -73,23 +77,50 @@ class Workload:
     def _draw_traffic(self) -> None:
         """Spreads become requests; a traffic's most frequent shape becomes the workload's
         shape (what one-shape readers of it see)."""
-        requests = self.traffic
-        if autotune.traffic.is_spread(self.batch_size) or autotune.traffic.is_spread(self.seq_len):
+        requests, spread = self.traffic, autotune.traffic.is_spread
+        answers = self.new_tokens if self.kind == "generate" else None
+        if spread(self.new_tokens) and self.kind != "generate":
+            raise ConfigError("--new-tokens is the generate workload's")
+        if spread(self.batch_size) or spread(self.seq_len) or spread(self.new_tokens):
             if requests:
-                raise ConfigError("give a traffic file or spreads of --seq-len/--batch-size, "
-                                  "not both")  # fmt: skip
-            requests = autotune.traffic.draw(self.batch_size, self.seq_len, self.requests)
+                raise ConfigError("give a traffic file or spreads of --seq-len/--batch-size/"
+                                  "--new-tokens, not both")  # fmt: skip
+            requests = autotune.traffic.draw(self.batch_size, self.seq_len, self.requests,
+                                             answers=answers)  # fmt: skip
         elif requests and self.requests:
             requests = requests[: self.requests]
         if not requests:
             return
-        if self.kind != "inference":
-            raise ConfigError(f"a traffic is measured for the inference workload; the {self.kind} "
-                              "workload measures one shape")  # fmt: skip
+        if self.kind == "train":
+            raise ConfigError("a traffic is measured for the inference and generate workloads; "
+                              "the train workload measures one shape")  # fmt: skip
+        got = tuple(self.answers) or self._answers(requests)
+        requests = tuple((r[0], r[1]) for r in requests)
         shape = autotune.traffic.distinct(requests)[0][0]
-        for name, value in zip(("batch_size", "seq_len", "traffic", "requests"),
-                               (*shape, tuple(requests), None), strict=True):  # fmt: skip
+        one = max(got) if got else self.new_tokens
+        for name, value in zip(("batch_size", "seq_len", "traffic", "requests", "answers",
+                                "new_tokens"), (*shape, requests, None, got, one),
+                               strict=True):  # fmt: skip
             object.__setattr__(self, name, value)
+
+    def _answers(self, requests: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+        """A generate traffic's new tokens per request: each request's own, else
+        ``--new-tokens`` for every one; none for inference (a file's answers are left out)."""
+        if self.kind != "generate":
+            return ()
+        given = [r[2] if len(r) > 2 else None for r in requests]
+        if all(n is None for n in given):
+            if not isinstance(self.new_tokens, int):
+                raise ConfigError("--new-tokens: a spread needs spreads, not a traffic file")
+            return (self.new_tokens,) * len(requests)
+        if None in given:
+            raise ConfigError(f"traffic request {given.index(None) + 1}: no new_tokens, where "
+                              "other requests give theirs")  # fmt: skip
+        if min(given) < 2:  # type: ignore[type-var]
+            n = next(i for i, g in enumerate(given, 1) if g is not None and g < 2)
+            raise ConfigError(f"traffic request {n}: new_tokens must be at least 2 (the "
+                              "prefill gives the first token, decode steps the rest)")  # fmt: skip
+        return tuple(given)  # type: ignore[arg-type]
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
@@ -129,6 +160,10 @@ class Workload:
         if self.kind != "generate":  # other workloads' stored dicts stay as they were
             del data["new_tokens"]
         del data["requests"]  # spent: the traffic holds the requests played
+        if not self.answers:
+            del data["answers"]
+        else:
+            data["answers"] = list(self.answers)
         if self.traffic:
             data["traffic"] = [list(shape) for shape in self.traffic]
         else:
@@ -141,7 +176,11 @@ class Workload:
 
     @property
     def cache_len(self) -> int:
-        """The static KV cache's length for ``generate``: the prompt plus the new tokens."""
+        """The static KV cache's length for ``generate``: the prompt plus the new tokens (over
+        a traffic, the longest prompt plus answer of any request, as a deployment that
+        allocates one cache for every request sizes it)."""
+        if self.answers:
+            return max(s + n for (_, s), n in zip(self.traffic, self.answers, strict=True))
         return self.seq_len + self.new_tokens
 
     def slug(self) -> str:

@@ -50,6 +50,10 @@ FAILs):
     ``reduce-overhead``: a compiled pick, confirmed, whose self-check serves the traffic
     through its export in a plain loop on the GPU and counts what the trial counted ("served
     as measured"); then ``autotune check best.json --measure`` gates it on the GPU and passes.
+13. The generate workload over a traffic (gemma-2b, one layer, prompts 16..128 and answers
+    8..32 tokens, 8 requests) with ``reduce-overhead``: every request's tokens as eager's, no
+    CUDA-graph fallback, the prefill's and decode's graphs recorded, each a stall; the weighted
+    TTFT and time per token against eager's. Never run yet: its time is a guess.
 """
 
 from __future__ import annotations
@@ -526,6 +530,35 @@ def served_and_gated(where: str) -> Found:
         return Found(lines, figures)
 
 
+GENERATIONS = Workload(
+    kind="generate", seq_len="16..128", new_tokens="8..32", requests=8, dtype="bfloat16"
+)  # check 13's traffic of prompts and answers
+
+
+def generations(where: str) -> Found:
+    """Check 13: the generate workload over a traffic with ``reduce-overhead`` on gemma-2b (one
+    layer): every request's tokens as eager's, no CUDA-graph fallback, the prefill's and the
+    decode's graphs recorded (a stall each), the weighted TTFT and time per token."""
+    workload = dataclasses.replace(GENERATIONS, device=where)
+    m = measure(ModelRef("gemma-2b", layers=1), workload, OVERHEAD, TIMED)
+    t, (skips, why) = m.traffic or {}, graphs_lost(m)
+    recorded = sum(t.get("recorded", []))
+    ok = (m.feasible and m.accuracy is not None and m.accuracy.passed and bool(t)
+          and skips == 0 and recorded >= 1)  # fmt: skip
+    weighted = t.get("weighted", {})
+    figures = {"ready_s": t.get("ready_s"), "eager_ready_s": t.get("eager_ready_s"),
+               "stalls": t.get("stalls"), "recorded": recorded, "compiles": t.get("compiles"),
+               "cache_len": t.get("cache_len"), "weighted": weighted, "skips": skips}  # fmt: skip
+    line = (f"{verdict(ok)} generate over a traffic, {OVERHEAD.key}: {m.status}, ready "
+            f"{t.get('ready_s', 0):.1f} s (eager {t.get('eager_ready_s', 0):.1f}), "
+            f"{t.get('stalls', 0)} stalls ({recorded} CUDA graphs recorded), cache "
+            f"{t.get('cache_len')}; per token {weighted.get('tpot_ms', 0):.2f} ms (eager "
+            f"{weighted.get('eager_tpot_ms', 0):.2f}), TTFT {weighted.get('ttft_ms', 0):.1f} ms "
+            f"(eager {weighted.get('eager_ttft_ms', 0):.1f}); {skips} CUDA-graph skips{why}; "
+            f"{m.accuracy.detail if m.accuracy else ''} {m.reason[:200]}")  # fmt: skip
+    return Found([line], figures)
+
+
 def peaks_command(where: str) -> list[str]:
     """Check 11's fresh process, which reads eager's peaks before and beside CUDA graphs."""
     return [sys.executable, str(Path(__file__).resolve()), "--peaks-beside-graphs", "--device",
@@ -638,6 +671,11 @@ def plan() -> list[Check]:
             served_and_gated,
             commands=[SERVED, GATE],
         ),
+        Check(
+            "generate over a traffic",
+            [(short, dataclasses.replace(GENERATIONS, device="cpu"))],
+            generations,
+        ),
     ]
 
 
@@ -658,7 +696,8 @@ EXPECTED_S = {
     10: 164,
     11: 73,
     12: 185,
-}  # 12: on the second lease of 2026-11-27
+    13: 150,
+}  # 12: on the second lease of 2026-11-27; 13: a guess, never run
 PART_S = 420
 
 

@@ -93,6 +93,16 @@ def traffic_lines(m: Measurement) -> list[str]:
         lines.append(f"           requests {shown}{more} ran eager (a new shape past the "
                      "recompile limit, or under eager_on_recompile)")  # fmt: skip
     lines += bucket_lines(m)
+    if "answers" in t:  # a generate traffic
+        answers = t["answers"]
+        lines.append(f"           answers {min(answers)}..{max(answers)} new tokens; one static "
+                     f"KV cache of {t['cache_len']} positions a batch size; each request's "
+                     "TTFT, time per token and stall in --json")  # fmt: skip
+        lines += [f"  prompt   batch {r['batch_size']} seq {r['seq_len']} ({r['weight']:.0%}): "
+                  f"decode {r['compiled_ms']:.3f} ms a token (eager {r['eager_ms']:.3f}), TTFT "
+                  f"{r['ttft_ms']:.3f} ms (eager {r['eager_ttft_ms']:.3f})"
+                  for r in t.get("steady", [])]  # fmt: skip
+        return lines
     for row in t.get("steady", []):
         lines.append(f"  shape    batch {row['batch_size']} seq {row['seq_len']} "
                      f"({row['weight']:.0%}): {row['compiled_ms']:.3f} ms, eager "

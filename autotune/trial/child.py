@@ -20,11 +20,20 @@ from autotune.errors import AutotuneError, NotApplicable, where
 from autotune.trial import metrics
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
-from autotune.trial.scenarios import Generate, Inference, Scenario, Served, Train, begin
+from autotune.trial.scenarios import (
+    Generate,
+    Generations,
+    Inference,
+    Scenario,
+    Served,
+    Train,
+    begin,
+)
 
 DYNAMO_ADVICE = ("Set TORCHDYNAMO_VERBOSE=1", "For even more developer context")  # not a reason
 SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
-                                        "generate": Generate, "traffic": Served}  # fmt: skip
+                                        "generate": Generate, "traffic": Served,
+                                        "generations": Generations}  # fmt: skip
 
 
 def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
@@ -45,7 +54,9 @@ def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) 
         from autotune.trial import rounds
 
         return rounds.run(ctx)  # over a traffic, a rival's own trial times its rounds (served)
-    scenario = SCENARIOS["traffic" if ctx.workload.traffic else ctx.workload.kind](ctx)
+    w = ctx.workload
+    kind = ("generations" if w.kind == "generate" else "traffic") if w.traffic else w.kind
+    scenario = SCENARIOS[kind](ctx)
     m = scenario.run()
     for kind, path in request.build_ahead.items() if m.ok else ():
         if keep is not None:  # what is measured and built so far is safe before each build

@@ -3,14 +3,17 @@
 - :class:`Inference`: a no-grad forward;
 - :class:`Train`: forward, backward and an optimizer step;
 - :class:`Generate`: a prefill, then greedy decode steps against a static KV cache;
-- :class:`Served`: the inference workload over a traffic of shapes.
+- :class:`Served`: the inference workload over a traffic of shapes;
+- :class:`Generations`: the generate workload over a traffic of prompts and answers.
 """
 
 from __future__ import annotations
 
 from autotune.trial.scenarios.base import Scenario, TrialContext, begin
 from autotune.trial.scenarios.generate import Generate
+from autotune.trial.scenarios.generations import Generations
 from autotune.trial.scenarios.inference import Inference, Train
 from autotune.trial.scenarios.served import Served
 
-__all__ = ["Generate", "Inference", "Scenario", "Served", "Train", "TrialContext", "begin"]
+__all__ = ["Generate", "Generations", "Inference", "Scenario", "Served", "Train", "TrialContext",
+           "begin"]  # fmt: skip

@@ -38,14 +38,16 @@ if TYPE_CHECKING:
     import torch
 
 
-def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None) -> Any:
-    """A static KV cache of ``workload.cache_len`` positions; allocated now if ``like`` (a cache
-    that has run) gives the layers' shapes, else on its first update, or, handed to a compiled
-    forward of :func:`autotune.strategy.granularity.generator`, just before its first call."""
+def new_cache(model: torch.nn.Module, workload: Workload, like: Any = None,
+              length: int | None = None) -> Any:  # fmt: skip
+    """A static KV cache of ``length`` positions (default ``workload.cache_len``) for
+    ``workload``'s batch; allocated now if ``like`` (a cache that has run) gives the layers'
+    shapes, else on its first update, or, handed to a compiled forward of
+    :func:`autotune.strategy.granularity.generator`, just before its first call."""
     from transformers import StaticCache
 
     try:
-        cache = StaticCache(config=model.config, max_cache_len=workload.cache_len)
+        cache = StaticCache(config=model.config, max_cache_len=length or workload.cache_len)
     except (AttributeError, TypeError, ValueError) as exc:
         raise ConfigError(f"no static KV cache for {type(model).__name__}: {exc}") from exc
     if like is not None:

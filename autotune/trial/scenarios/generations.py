@@ -1,0 +1,234 @@
+"""The generate workload over a traffic (``--workload generate`` with ``--traffic FILE`` or spreads
+of ``--seq-len`` and ``--new-tokens``): each request a whole greedy generation, as a server runs
+them, in the trial's fresh cold process.
+
+1. **The KV cache as a deployment sizes it**: one static cache a batch size, of the traffic's
+   longest prompt plus answer (:attr:`autotune.workload.Workload.cache_len`), allocated before
+   any compiled call sees it and reset in place between generations; every request's prefill
+   and decode steps run against it, so the decode graph is one per cache, and a new prompt
+   length is a prefill's compile or recompile.
+2. **First pass**, in arrival order: each distinct (batch, prompt length)'s first arrival is
+   generated in full with its own answer length, eager then compiled. Its **stall** is the
+   compiled generation's time over eager's where it compiled a graph (Dynamo's counter); where
+   the compile hit the recompile limit, its prefill ran eager. Its greedy tokens are checked
+   against eager's and its prefill's and first decode step's logits judged against eager's.
+   One short generation more of each side (:data:`REPEAT_STEPS` decode steps: against a static
+   cache each step costs the same) gives the pair's repeat latencies, at which its later
+   arrivals count: the cost grows with distinct pairs, not with requests or tokens. Per
+   request: TTFT, time per output token (TPOT), the stall, whether it ran eager. **Time to
+   ready** is eager's (each request up to the last new pair's first arrival, at eager's
+   latencies) plus the stalls.
+3. **Steady state**: the shapes that stand for the traffic (:func:`autotune.traffic.steady`),
+   one short generation of each per round on each side, interleaved; a round's sample is the
+   per-token decode latency weighted by the traffic's output tokens (the ``decode`` objective),
+   with TTFT weighted by its requests beside it (``ttft``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from autotune import catalog, traffic
+from autotune.strategy import granularity
+from autotune.trial import cudagraph_logs, metrics, timing
+from autotune.trial.measurement import Latency, TokenCheck
+from autotune.trial.scenarios.base import Scenario
+from autotune.trial.scenarios.generate import Generate, Generation, Run, check_tokens, new_cache
+
+Shape = tuple[int, int]
+REPEAT_STEPS = 4  # decode steps of a repeat's and a steady round's generation
+
+
+class Generations(Generate):
+    """``--workload generate`` over a traffic (see the module's docstring)."""
+
+    def setup(self) -> None:
+        ctx, w = self.ctx, self.ctx.workload
+        self.model, _ = catalog.build(ctx.ref, w)
+        self.compiled = granularity.generator(self.model, ctx.strategy)
+        forward = getattr(self.compiled.forward, "compiled", self.compiled)
+        ctx.result.regions = granularity.count_regions(forward)
+        self.prompts = {s: catalog.inputs_at(ctx.ref, self.model, w, s)[0] for s in w.shapes}
+        self.caches: dict[str, dict[int, Any]] = {"eager": {}, "compiled": {}}
+        self.weights: dict[Shape, float] = {}
+        self.tokens_weights: dict[Shape, float] = {}
+        self.steady: dict[str, dict[Shape, Generation]] = {"eager": {}, "compiled": {}}
+
+    def cache(self, side: str, batch: int) -> Any:
+        """The side's static cache for ``batch``: the compiled side's allocated like eager's
+        (which has run), so that its tensors have fixed addresses before a compiled call."""
+        w, found = self.ctx.workload, self.caches[side]
+        if batch not in found:
+            like = self.caches["eager"].get(batch) if side == "compiled" else None
+            found[batch] = new_cache(self.model, w.at((batch, w.seq_len)), like, w.cache_len)
+        return found[batch]
+
+    def generation(self, side: str, shape: Shape, new_tokens: int) -> Generation:
+        forward = self.model if side == "eager" else self.compiled
+        return Generation(forward, self.cache(side, shape[0]), self.prompts[shape], new_tokens,
+                          self.ctx.device)  # fmt: skip
+
+    def first(self) -> None:
+        with cudagraph_logs.cudagraph_recordings() as recordings:
+            self.play(recordings)
+
+    def play(self, recordings: Callable[[], int]) -> None:
+        """The first pass (see the module's text), CUDA graphs' ``recordings`` read as it goes:
+        a prompt length's prefill graph records at its second call, the repeat's, whose time
+        over eager's repeat is a stall too."""
+        ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
+        per: dict[str, list[Any]] = {k: [] for k in (
+            "ttft_ms", "tpot_ms", "eager_ttft_ms", "eager_tpot_ms", "stall_ms", "compiles",
+            "first_ms", "eager_first_ms", "recorded")}  # fmt: skip
+        ran_eager, reasons, played, verdicts = [], [], [], []
+        repeats: dict[Shape, tuple[Run, Run]] = {}
+        self.tokens = TokenCheck(True, 0, 0)
+        self.eager_shapes: set[Shape] = set()
+        for n, (shape, answer) in enumerate(zip(w.traffic, w.answers, strict=True), 1):
+            if shape in repeats:
+                e, c = repeats[shape]
+                graphs, stall, runs, recorded = 0, 0.0, (e, c), 0
+                ran = shape in self.eager_shapes
+            else:
+                played.append(n)
+                e = self.generation("eager", shape, answer).run(first=True, margins=True)
+                before, was = metrics.compile_counts(), recordings()
+                c = self.generation("compiled", shape, answer).run(first=True)
+                after = metrics.compile_counts()
+                graphs, ran = after[0] - before[0], after[1] > before[1]
+                stall = max(0.0, c.total_s - e.total_s) if graphs or recordings() > was else 0.0
+                reasons += [(n, r) for r in after[2][len(before[2]) :]]
+                if ran:
+                    self.eager_shapes.add(shape)
+                verdicts.append((shape, self.judge_pair(e, c, shape)))
+                if self.tokens.passed:
+                    found = check_tokens(e.tokens, c.tokens, f" in request {n}", e.margins)
+                    self.tokens = found if not found.passed else TokenCheck(
+                        True, self.tokens.tokens + found.tokens,
+                        self.tokens.matched + found.matched)  # fmt: skip
+                short = self.generation("eager", shape, REPEAT_STEPS + 1).run()
+                middle = recordings()
+                again = self.generation("compiled", shape, REPEAT_STEPS + 1).run()
+                if recordings() > middle:  # the prefill's graph, recorded at its second call
+                    stall += max(0.0, again.total_s - short.total_s)
+                repeats[shape], runs, recorded = (short, again), (e, c), recordings() - was
+            if ran:
+                ran_eager.append(n)
+            for side, run in zip(("eager_", ""), runs, strict=True):
+                tpot = statistics.mean(run.steps_s) if run.steps_s else 0.0
+                per[f"{side}ttft_ms"].append(run.prefill_s * 1e3)
+                per[f"{side}tpot_ms"].append(tpot * 1e3)
+                per[f"{side}first_ms"].append((run.prefill_s + tpot * (answer - 1)) * 1e3)
+            per["stall_ms"].append(stall * 1e3)
+            per["compiles"].append(graphs)
+            per["recorded"].append(recorded)
+        last_new = played[-1]
+        eager_ready = sum(per["eager_first_ms"][:last_new]) / 1e3
+        m.eager_first_s = per["eager_first_ms"][0] / 1e3
+        m.compile_s = sum(per["stall_ms"]) / 1e3 if ctx.strategy.granularity != "none" else 0.0
+        stalls = sum(1 for c, r in zip(per["compiles"], per["recorded"], strict=True) if c or r)
+        m.traffic = {
+            "requests": len(w.traffic), "shapes": len(set(w.traffic)), "played": played,
+            "answers": list(w.answers), "cache_len": w.cache_len, **per,
+            "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
+            "stalls": stalls,
+            "worst_stall_ms": max(per["stall_ms"]), "reasons": reasons, "ran_eager": ran_eager,
+        }  # fmt: skip
+        m.accuracy = self.worst(verdicts)
+        self.weights = traffic.steady(w.traffic, self.eager_shapes,
+                                      ctx.request.steady or traffic.STEADY_SHAPES)  # fmt: skip
+        self.tokens_weights = self.by_tokens(self.weights)
+        self.gen = self.generation("compiled", next(iter(self.weights)), REPEAT_STEPS + 1)
+        for side in self.steady:
+            for shape in self.weights:
+                self.steady[side][shape] = self.generation(side, shape, REPEAT_STEPS + 1)
+
+    def judge_pair(self, e: Run, c: Run, shape: Shape) -> Any:
+        """One pair's prefill and first decode logits against eager's (the prefill's alone
+        where the first tokens differ: the decode steps then answer different questions)."""
+        where = f"{shape[0]}x{shape[1]}"
+        if not bool((c.tokens[:, :1] == e.tokens[:, :1]).all()) or c.first_logits is None:
+            return self.ctx.judge([e.prefill_logits], [c.prefill_logits], f"prefill {where}")
+        return self.ctx.judge([e.prefill_logits, e.first_logits],
+                              [c.prefill_logits, c.first_logits], f"prefill {where}",
+                              f"decode {where}")  # fmt: skip
+
+    def worst(self, verdicts: list[tuple[Shape, Any]]) -> Any:
+        """The worst verdict over the pairs the first pass played, saying where and how many."""
+        failed, _, shape, worst = max(((not v.passed, v.max_rel, s, v) for s, v in verdicts),
+                                      key=lambda t: (t[0], t[1]))  # fmt: skip
+        worst.detail = (f"{'at' if failed else 'worst at'} batch {shape[0]} x prompt "
+                        f"{shape[1]}; {len(verdicts)} prompt shapes judged"
+                        + (f": {worst.detail}" if worst.detail else ""))  # fmt: skip
+        return worst
+
+    def by_tokens(self, weights: dict[Shape, float]) -> dict[Shape, float]:
+        """The steady shapes' weights by the output tokens of their requests."""
+        w = self.ctx.workload
+        mean = {s: statistics.mean(n for r, n in zip(w.traffic, w.answers, strict=True)
+                                   if r == s) for s in weights}  # fmt: skip
+        total = sum(weights[s] * mean[s] for s in weights)
+        return {s: weights[s] * mean[s] / total for s in weights}
+
+    def calls(self) -> dict[str, Callable[[], Any]]:
+        def side(name: str) -> Callable[[], Any]:
+            return lambda: {s: g.run() for s, g in self.steady[name].items()}
+
+        return {"eager": side("eager"), "compiled": side("compiled")}
+
+    def seconds(self, sample: Any) -> float:
+        """A round's per-token decode latency, weighted by the traffic's output tokens."""
+        return sum(self.tokens_weights[s] * statistics.median(r.steps_s)
+                   for s, r in sample.items())  # fmt: skip
+
+    def ttft_s(self, sample: Any) -> float:
+        return sum(self.weights[s] * r.prefill_s for s, r in sample.items())
+
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
+        if self.ctx.request.kind == "confirm":  # all its rounds, unless none could show it
+            decode = {k: [self.seconds(s) for s in v] for k, v in samples.items()}
+            return timing.none_can_show(decode, self.ctx.request.iters, "eager")
+        return Scenario.after_round(self, samples)
+
+    def record(self, samples: dict[str, list[Any]]) -> None:
+        m = self.ctx.result
+        assert m.accuracy is not None and m.traffic is not None
+        if not self.tokens.passed:  # a strategy that changes the tokens is infeasible
+            m.accuracy.passed = False
+            m.accuracy.detail = "; ".join(filter(None, (self.tokens.detail, m.accuracy.detail)))
+        m.tokens = self.tokens
+        batch = sum(self.weights[s] * s[0] for s in self.weights)
+        for prefix, side in (("eager_", "eager"), ("", "compiled")):
+            decode = Latency.from_samples([self.seconds(s) for s in samples[side]])
+            ttft = Latency.from_samples([self.ttft_s(s) for s in samples[side]])
+            setattr(m, f"{prefix}latency", decode)
+            setattr(m, f"{prefix}ttft", ttft)
+            setattr(m, f"{prefix}tokens_per_s", batch * 1e3 / decode.median_ms)
+        m.speedup = m.eager_latency.median_ms / m.latency.median_ms
+        rounds = {side: samples[side] for side in ("eager", "compiled")}
+        m.traffic["weighted"] = {
+            "tpot_ms": m.latency.median_ms, "eager_tpot_ms": m.eager_latency.median_ms,
+            "ttft_ms": m.ttft.median_ms, "eager_ttft_ms": m.eager_ttft.median_ms,
+        }  # fmt: skip
+        m.traffic["steady"] = [
+            {"batch_size": s[0], "seq_len": s[1], "weight": weight,
+             "eager_ms": statistics.median(statistics.median(r[s].steps_s)
+                                           for r in rounds["eager"]) * 1e3,
+             "compiled_ms": statistics.median(statistics.median(r[s].steps_s)
+                                              for r in rounds["compiled"]) * 1e3,
+             "ttft_ms": statistics.median(r[s].prefill_s for r in rounds["compiled"]) * 1e3,
+             "eager_ttft_ms": statistics.median(r[s].prefill_s for r in rounds["eager"]) * 1e3,
+             "ran_eager": s in self.eager_shapes}
+            for s, weight in self.weights.items()
+        ]  # fmt: skip
+
+        if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them
+            self.ctx.result.rounds = {
+                "none": [self.seconds(x) * 1e3 for x in samples["eager"]],
+                self.ctx.strategy.key: [self.seconds(x) * 1e3 for x in samples["compiled"]],
+            }  # fmt: skip
+
+    def build(self, kind: str, path: str) -> dict[str, Any]:
+        return {"error": f"a generate traffic's trial builds no {kind} artefact"}
