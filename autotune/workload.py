@@ -44,7 +44,7 @@ class Workload:
                        flag="--workload", read=text())  # fmt: skip
     new_tokens: int = option(32, "generate: new tokens per generation (the prefill's, then one "
                              "per decode step), or a spread of them over a traffic: 8..128",
-                             read=autotune.traffic.whole_or_spread(2))  # fmt: skip
+                             read=autotune.traffic.whole_or_spread(1))  # fmt: skip
     traffic: tuple[tuple[int, int], ...] = option(
         (),
         "FILE: the requests a deployment serves, in order (JSON lines or CSV with batch_size "
@@ -60,6 +60,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         fields.validate(self)
+        object.__setattr__(self, "answers", tuple(self.answers))  # a stored list reads back
         self._draw_traffic()
         if self.dtype not in DTYPES:
             raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)} "
