@@ -16,14 +16,14 @@ the Azure LLM inference trace 2023, conversation
 
 from __future__ import annotations
 
-import argparse
-import time
+import sys
+from pathlib import Path
 
-from autotune.catalog import ModelRef
 from autotune.strategy import Strategy, shapes
-from autotune.traffic import describe
-from autotune.trial.parent import measure
-from autotune.workload import Settings, Workload
+from autotune.workload import Workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from traffic import measure_each, traffic_parser  # bench/traffic.py
 
 CHOICES = ({"buckets": "auto"}, {"buckets": "pow2"}, {"buckets": "quantiles"},
            {"dynamic": True}, {"dynamic": None, "marks": "seq"})  # fmt: skip
@@ -41,30 +41,14 @@ def padded_share(s: Strategy, requests: tuple[tuple[int, int], ...]) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="gemma-2b")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--seq-len", default="16..256")
-    p.add_argument("--requests", type=int, default=16)
-    p.add_argument("--traffic", default="")
-    p.add_argument("--backend", default="inductor")
-    p.add_argument("--iters", type=int, default=6)
+    p = traffic_parser(__doc__)
+    p.add_argument("--traffic", default="", help="a traffic file instead of --seq-len")
     args = p.parse_args()
-    ref = ModelRef(args.model, layers=args.layers)
     if args.traffic:
         w = Workload(traffic=args.traffic, dtype=args.dtype)
     else:
         w = Workload(seq_len=args.seq_len, requests=args.requests, dtype=args.dtype)
-    settings = Settings(iters=args.iters, warmup=1, starts=("cold",), timeout_s=1800)
-    print(f"{args.model} --layers {args.layers} {args.dtype}, {describe(w.traffic)}, "
-          f"{args.backend}\n")  # fmt: skip
-    strategies = [Strategy("none")] + [Strategy.create("full", args.backend, **c) for c in CHOICES]
-    measured = []
-    for s in strategies:
-        began = time.perf_counter()
-        measured.append((measure(ref, w, s, settings), time.perf_counter() - began))
-    base = next(m for m, _ in measured if m.strategy.key == "none")
+    measured, base = measure_each(args, w, CHOICES, timeout_s=1800)
     calls = HOUR_S * 1e3 / base.latency.median_ms if base.latency else 0.0
     print(f"an hour: {calls:,.0f} calls at eager's {base.latency.median_ms:.1f} ms\n")
     print("| strategy | trial s | buckets | time to ready s | padded share | weighted latency ms "

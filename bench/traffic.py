@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from autotune.catalog import ModelRef
 from autotune.choice.selection import Point, pick
 from autotune.strategy import Strategy
 from autotune.traffic import describe
+from autotune.trial.measurement import Measurement
 from autotune.trial.parent import measure
 from autotune.workload import Settings, Workload
 
@@ -34,8 +36,9 @@ CHOICES = (
 )
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def traffic_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a benchmark over a traffic: the model, its traffic, backend and rounds."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--model", default="gemma-2b")
     p.add_argument("--layers", type=int)
     p.add_argument("--dtype", default="bfloat16")
@@ -43,20 +46,35 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--backend", default="inductor")
     p.add_argument("--iters", type=int, default=6)
-    p.add_argument("--calls", default="1000,1000000")
-    args = p.parse_args()
+    return p
+
+
+Measured = list[tuple[Measurement, float]]
+
+
+def measure_each(args: argparse.Namespace, w: Workload, choices: tuple[dict[str, Any], ...],
+                 timeout_s: float = 900) -> tuple[Measured, Measurement]:  # fmt: skip
+    """Eager and each of ``choices`` at ``full``, cold in fresh processes, with the seconds
+    each took; and eager's measurement. Prints the model and the traffic first."""
     ref = ModelRef(args.model, layers=args.layers)
-    w = Workload(seq_len=args.seq_len, requests=args.requests, dtype=args.dtype)
-    settings = Settings(iters=args.iters, warmup=1, starts=("cold",), timeout_s=900)
+    settings = Settings(iters=args.iters, warmup=1, starts=("cold",), timeout_s=timeout_s)
     print(f"{args.model} --layers {args.layers} {args.dtype}, {describe(w.traffic)}, "
           f"{args.backend}\n")  # fmt: skip
-    strategies = [Strategy("none")] + [Strategy.create("full", args.backend, **c) for c in CHOICES]
+    strategies = [Strategy("none")] + [Strategy.create("full", args.backend, **c) for c in choices]
     measured = []
     for s in strategies:
         t = time.perf_counter()
         m = measure(ref, w, s, settings)
         measured.append((m, time.perf_counter() - t))
-    base = next(m for m, _ in measured if m.strategy.key == "none")
+    return measured, next(m for m, _ in measured if m.strategy.key == "none")
+
+
+def main() -> None:
+    p = traffic_parser(__doc__)
+    p.add_argument("--calls", default="1000,1000000")
+    args = p.parse_args()
+    w = Workload(seq_len=args.seq_len, requests=args.requests, dtype=args.dtype)
+    measured, base = measure_each(args, w, CHOICES)
     points = [Point.of(m, None, base) for m, _ in measured if m.ok and m.accuracy.passed]
     print(
         "| strategy | trial s | time to ready s (+ over eager) | requests that compiled | "
