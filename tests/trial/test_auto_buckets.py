@@ -39,16 +39,22 @@ def test_a_strategy_carries_its_edges_through_a_dict_and_refuses_bad_ones() -> N
         Strategy.create("full", "aot_eager", buckets="auto:0")
 
 
+@pytest.fixture(scope="module")
+def auto_trial() -> object:
+    """One ``auto:4`` trial over the traffic, for the tests below."""
+    return parent.run_trial(LLAMA, TRAFFIC, Strategy.create("full", "aot_eager",
+                                                            buckets="auto:4"), QUICK)  # fmt: skip
+
+
 @pytest.mark.slow
 def test_an_auto_trial_measures_the_edges_its_pilot_priced_and_a_loop_serves_them(
-    tmp_path: Path,
+    auto_trial: object, tmp_path: Path
 ) -> None:
     edges = importlib.import_module("autotune.strategy.edges")
     from autotune.ship import export
     from autotune.strategy import shapes
 
-    strategy = Strategy.create("full", "aot_eager", buckets="auto:4")
-    m = parent.run_trial(LLAMA, TRAFFIC, strategy, QUICK)
+    m = auto_trial
     assert m.ok and m.traffic is not None, m.reason
     found, auto = m.strategy.edges, m.traffic["auto"]
     requests = TRAFFIC.traffic
@@ -67,3 +73,28 @@ def test_an_auto_trial_measures_the_edges_its_pilot_priced_and_a_loop_serves_the
     loop = parent.serve(LLAMA, TRAFFIC, m.strategy, str(path), QUICK, None, None)
     assert loop.ok and loop.traffic is not None, loop.reason
     assert loop.traffic["compiles"] == m.traffic["compiles"] and loop.traffic["wrong"] == []
+
+
+@pytest.mark.slow
+def test_show_and_the_dashboard_list_an_auto_trial_s_buckets(auto_trial: object,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    from autotune import dashboard
+    from autotune.cli import report
+    from autotune.storage import Store
+    from tests.helpers import point
+
+    m = auto_trial
+    lines = report.bucket_lines(m)
+    found = m.strategy.edges[1]
+    assert lines[0].startswith("  buckets  auto edges: batch 1; seq " + ", ".join(map(str, found)))
+    assert "predicted" in lines[0] and "measured" in lines[0]
+    shown = [line for line in lines if line.startswith("  bucket   ")]
+    assert [int(x.split(" seq ")[1].split(":")[0]) for x in shown] == list(found)
+    store = Store(f"sqlite:///{tmp_path}/t.db")
+    store.add_study("t", {"workload": TRAFFIC.to_dict(), "policy": "fastest"}, {})
+    store.add_measurement("t", m.strategy.key, 0, m.to_dict())
+    eager = point(Strategy.create("none"), 0.0, 1.0)
+    store.add_measurement("t", "none", 1, {**eager, "workload": TRAFFIC.to_dict(),
+                                           "traffic": m.traffic})  # fmt: skip
+    text = dashboard.write(store, "t", str(tmp_path / "t.html")).read_text()
+    assert "Buckets (batch x seq edge)" in text and f"1x{found[-1]}" in text
