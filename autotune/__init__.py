@@ -5,6 +5,8 @@ The public API:
 - :func:`tune`: search how to compile a model, confirm the pick and export it, as one
   :class:`Tuning` run (open, run with a listener, finish: what ``autotune search`` and every
   queue worker run);
+- :func:`load_study`: a stored study, read once: its answer under any policy, its
+  measurements, its tally (the read side every command reads through);
 - :func:`measure`: one :class:`Strategy` on one model (:class:`ModelRef`) and
   :class:`Workload`, cold, in a fresh process, as a :class:`Measurement`;
 - :func:`apply` and :func:`apply_generation`: compile a model (or its ``generate``) as a
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from autotune.catalog import ModelRef
     from autotune.job.tuning import Tuned, Tuning, tune
     from autotune.ship.apply import apply, apply_generation, generation_config, load_plugin
+    from autotune.ship.study import load_study
     from autotune.strategy import Strategy
     from autotune.trial.measurement import Measurement
     from autotune.trial.parent import measure
@@ -48,6 +51,7 @@ _HOMES = {
     "apply_generation": "autotune.ship.apply",
     "load_plugin": "autotune.ship.apply",
     "generation_config": "autotune.ship.apply",
+    "load_study": "autotune.ship.study",
     "Strategy": "autotune.strategy",
     "Measurement": "autotune.trial.measurement",
     "measure": "autotune.trial.parent",
@@ -85,6 +89,7 @@ __all__ = [
     "apply_generation",
     "generation_config",
     "load_plugin",
+    "load_study",
     "measure",
     "tune",
 ]

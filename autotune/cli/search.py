@@ -52,13 +52,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     began = time.time()  # a time budget's clock: torch's import is the job's too
     from autotune import usercode
-    from autotune.choice.verdict import answer
     from autotune.cli import report
     from autotune.cli.progress import BestSoFar, Progress, Told
     from autotune.environment import dtype_line
     from autotune.job.tuning import Tuning
     from autotune.search import stops
-    from autotune.search.overview import counts
     from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name, read_toml
 
     if args.model is None and args.space is None:
@@ -99,13 +97,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         from autotune import dashboard
 
         page = dashboard.write(search.store, search.name, policy=spec.policy)
-    rows, study = search.store.measurements(search.name), search.store.study(search.name)
-    assert study is not None
-    confirmation = search.store.confirmation(search.name, spec.policy)
-    told = answer(rows, search.name, study.spec.objectives, spec.policy, spec.max_memory_mb,
-                  confirmation)  # fmt: skip
+    assert tuned.view is not None
+    told = tuned.view.answer(spec.policy, spec.max_memory_mb)
+    rows, tally = tuned.view.rows, tuned.view.tally()
     front = told.front
-    tally = counts(study, rows)
     split = search.plan.split(time.time() - began) if search.plan else None
     cut = stops.stopped_trials(search)
     if args.json:

@@ -60,27 +60,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from autotune.choice.verdict import answer, exclusions
+    from autotune.choice.verdict import exclusions
     from autotune.cli import report
-    from autotune.search.spec import check_name
-    from autotune.storage import Store, mask
+    from autotune.ship.study import load_study
 
     if not args.study:
         raise ConfigError("give --study NAME (autotune studies lists them)")
-    name = check_name(args.study)
-    store = Store(args.storage, create=False)
-    study = store.study(name)
-    if study is None:
-        raise ConfigError(f"no study named {args.study!r} in {mask(store.url)}")
-    rows = store.measurements(study.name)
+    study = load_study(args.study, args.storage)
+    rows = study.rows
     if args.trial is not None:
         return _show_trial(rows, args.trial, study.name)
-    max_memory = study.spec.max_memory_mb
-    print(report.trials_table(rows, exclusions(rows, max_memory)))
-    policy = args.policy or study.spec.policy
+    print(report.trials_table(rows, exclusions(rows, study.spec.max_memory_mb)))
     if any(r.key == "none" and r.status == "ok" for r in rows):
-        told = answer(rows, study.name, study.spec.objectives, policy, max_memory,
-                      store.confirmation(study.name, policy))  # fmt: skip
+        told = study.answer(args.policy)
         print()
         print("\n".join(told.lines()[:-1]))
     return 0

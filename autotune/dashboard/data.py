@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 from autotune.choice.objectives import SPEEDS
 from autotune.choice.selection import Point, candidates, gain, pareto
-from autotune.choice.verdict import Answer, answer
-from autotune.errors import ConfigError
+from autotune.choice.verdict import Answer
+from autotune.ship.study import StudyView
 from autotune.storage import Store, StoredSpec, mask
 from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
@@ -64,10 +64,8 @@ class StudyData:
 def load(store: Store, study: str, policy: str | None = None) -> StudyData:
     """Read a study once: its spec, every stored measurement and export; then the candidates
     and the chosen point, from what was read."""
-    row = store.study(study)
-    if row is None:
-        raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
-    stored = store.measurements(study)
+    view = StudyView.of(store, study)
+    row, stored = view.record, view.rows
     trials = [Trial(r.key, Strategy.from_dict(r.payload["strategy"]),
                     Measurement.from_dict(r.payload), r.trial_number) for r in stored]  # fmt: skip
     exports = store.exports(study)
@@ -76,8 +74,7 @@ def load(store: Store, study: str, policy: str | None = None) -> StudyData:
     points = candidates(stored, spec.max_memory_mb)
     d = StudyData(study, mask(store.url), spec, row.environment, trials, points, None, policy)
     try:
-        d.answer = answer(stored, study, spec.objectives, policy, spec.max_memory_mb,
-                          store.confirmation(study, policy))  # fmt: skip
+        d.answer = view.answer(policy)
         d.chosen, d.points = d.answer.chosen, d.answer.points
     except Exception:  # nothing feasible yet, or a policy no point meets: show none
         d.chosen = None

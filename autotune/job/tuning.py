@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from autotune.choice.confirm import Confirmation
     from autotune.choice.selection import Point
     from autotune.search import Listener, Outcome, Search, StudySpec
+    from autotune.ship.study import StudyView
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Tuned:
     chosen: Point | None = None
     path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    view: StudyView | None = None  # the study as stored once it finished (its read side)
 
 
 class Tuning:
@@ -88,7 +90,10 @@ class Tuning:
         """Confirm the pick (within what is left of a time budget) and export it."""
         path, chosen, notes = confirm_and_export(self.search, confirm=confirm, fmt=fmt, out=out,
                                      listener=listener)  # fmt: skip
-        return Tuned(self.name, self.outcome, chosen, path, notes)
+        from autotune.ship.study import StudyView
+
+        view = StudyView.of(self.search.store, self.name)
+        return Tuned(self.name, self.outcome, chosen, path, notes, view)
 
 
 def tune(

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 from autotune.choice import objectives
-from autotune.choice.verdict import answer
 from autotune.errors import AutotuneError, ConfigError, StorageError
 from autotune.search.spec import parse_memory
 from autotune.service.problems import Refused
 from autotune.ship import export
+from autotune.ship.study import StudyView
 from autotune.starts import artifact
 from autotune.storage import Store
 
@@ -70,12 +70,8 @@ def _kept(meta: dict) -> Path | None:
 def artefact_path(store: Store, study: str, policy: str | None) -> tuple[Path, str]:
     """The kept artefact of the study's pick under ``policy``, and its checksum."""
     chosen_policy = _policy(store, study, policy)
-    row = store.study(study)
-    assert row is not None
-    rows, confirmed = store.measurements(study), store.confirmation(study, chosen_policy)
     try:
-        told = answer(rows, study, row.spec.objectives, chosen_policy, row.spec.max_memory_mb,
-                      confirmed)  # fmt: skip
+        told = StudyView.of(store, study).answer(chosen_policy)
     except (ConfigError, StorageError):
         raise
     except AutotuneError as exc:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.choice.verdict import Answer, answer
+from autotune.choice.verdict import Answer
 from autotune.coordination import grace_s
 from autotune.errors import AutotuneError, shorten
 from autotune.search.overview import counts
 from autotune.service.problems import Refused
+from autotune.ship.study import StudyView
 from autotune.storage import Store, Stored, StudyRecord
 from autotune.workload import describe
 
@@ -36,10 +37,8 @@ def clean(value: Any) -> Any:
 
 def study_answer(store: Store, study: StudyRecord, rows: list[Stored]) -> Answer | None:
     """The study's current pick under its policy (confirmed where it was), or None."""
-    spec = study.spec
     try:
-        return answer(rows, study.name, spec.objectives, spec.policy, spec.max_memory_mb,
-                      store.confirmation(study.name, spec.policy))  # fmt: skip
+        return StudyView(store, study, rows).answer()
     except AutotuneError:  # no baseline yet, or nothing the policy may pick
         return None
 

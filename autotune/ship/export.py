@@ -15,9 +15,9 @@ from typing import Any
 
 from autotune import variables
 from autotune.choice.selection import Point
-from autotune.choice.verdict import answer
 from autotune.errors import ConfigError, StorageError, shorten
 from autotune.ship import accelerate_config, formats, gate
+from autotune.ship.study import StudyView
 from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy, shapes
@@ -26,19 +26,16 @@ from autotune.trial.measurement import Measurement
 
 def document(
     store: Store, study: str, policy: str, fmt: str, max_memory_mb: float | None = None,
-    merge: str | bool = True,
+    merge: str | bool = True, view: StudyView | None = None,
 ) -> tuple[str, Point, list[str]]:  # fmt: skip
     """The export's text, the chosen point, and its caveats (``merge``: the Accelerate config
     an ``accelerate-yaml`` export is merged into, :mod:`.accelerate_config`: a file, True for
     Accelerate's default where there is one, False for none)."""
     if fmt not in formats.FORMATS:
         raise ConfigError(f"bad format {fmt!r}: use one of {', '.join(formats.FORMATS)}")
-    row = store.study(study)
-    if row is None:
-        raise ConfigError(f"no study named {study!r} in {mask(store.url)}")
-    spec = row.spec
-    told = answer(store.measurements(study), study, spec.objectives, policy, max_memory_mb,
-                  store.confirmation(study, policy))  # fmt: skip
+    view = view or StudyView.of(store, study)
+    row, spec = view.record, view.spec
+    told = view.answer(policy, max_memory_mb)
     chosen, points, front = told.chosen, told.points, told.front
     strategy = Strategy.from_dict(chosen.strategy)
     notes = formats.caveats(strategy, fmt)
