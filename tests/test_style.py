@@ -197,3 +197,49 @@ def test_test_folders_mirror_the_packages() -> None:
     top = {p.name for p in (ROOT / "tests").glob("test_*.py")}
     assert top == {"test_api.py", "test_docs.py", "test_readme.py", "test_style.py"}
     assert all(list((ROOT / "tests" / f).glob("test_*.py")) for f in folders)
+
+
+# Tests named for what they check across modules rather than after one module, and why.
+CROSSING = {
+    "catalog/test_checkpoint.py": "real weights through catalog, hf and random_weights",
+    "choice/test_lifetime.py": "the lifetime policies across objectives, selection, verdict",
+    "cli/test_safety.py": "no code from data, through every command",
+    "job/test_gpu_queue.py": "queue workers on GPUs (device, queue, worker)",
+    "job/test_gpu_workers.py": "search --workers on GPUs (device, local, spawned)",
+    "job/test_workers.py": "local workers end to end (local, spawned, coordination)",
+    "search/test_budget_stop.py": "the time budget kept (plan, loop, stops)",
+    "search/test_study.py": "a whole study (open, step, loop, state)",
+    "ship/test_formats_as_they_are.py": "exports taken by Accelerate and transformers as they are",
+    "storage/test_postgres.py": "the store on PostgreSQL",
+    "strategy/test_serving.py": "a traffic's strategies (shapes, padding, granularity)",
+    "trial/test_failure_reason.py": "why a child failed, in one line (child, process)",
+    "trial/test_failures.py": "a child killed, frozen or out of memory (process, parent)",
+    "trial/test_served_as_a_server.py": "the first pass against a server's own loop",
+}
+
+
+def misnamed(tests: Path, package: Path) -> list[str]:
+    """Test files under ``tests`` named after no module of ``package``: ``tests/X/test_Y.py``
+    is ``autotune/X/**/Y.py`` (or the package X itself, ``tests/X/test_X.py``), unless it is
+    in :data:`CROSSING`; the basics', the bench's and the project-wide tests are their own."""
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        rel = path.relative_to(tests)
+        folder, name = rel.parent, path.stem.removeprefix("test_")
+        if str(folder) in (".", "basics", "bench") or str(rel) in CROSSING:
+            continue
+        home = package / folder
+        if name != str(folder) and not any(home.rglob(f"{name}.py")):
+            found.append(str(rel))
+    return found
+
+
+def test_a_test_file_is_named_after_the_module_it_tests(tmp_path: Path) -> None:
+    assert misnamed(ROOT / "tests", ROOT / "autotune") == []
+    assert all((ROOT / "tests" / name).is_file() for name in CROSSING)
+    (tmp_path / "autotune" / "search").mkdir(parents=True)  # the check bites
+    (tmp_path / "autotune" / "search" / "plan.py").write_text("")
+    (tmp_path / "tests" / "search").mkdir(parents=True)
+    for name in ("test_plan.py", "test_search.py", "test_planner.py"):
+        (tmp_path / "tests" / "search" / name).write_text("")
+    assert misnamed(tmp_path / "tests", tmp_path / "autotune") == ["search/test_planner.py"]
