@@ -239,7 +239,7 @@ def reference_shapes(requests: tuple[Shape, ...]) -> list[Shape]:
     under some strategy of the space (the first :data:`STATIC_COMPILES` distinct arrivals, as a
     static compile meets them; the first arrival in each power-of-two and each quantile
     bucket), the extremes and the most frequent, at most :data:`REFERENCE_SHAPES`. A trial
-    judges every shape that compiled among them (:mod:`autotune.trial.scenarios.served`)."""
+    judges every shape that compiled among them (:mod:`autotune.trial.scenarios.traffic_trial`)."""
     arrivals = first_arrivals(requests)
     found = edges(requests)
     by_bucket: dict[tuple[str, Shape], Shape] = {}

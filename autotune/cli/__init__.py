@@ -3,8 +3,8 @@
 User errors (``AutotuneError``) end in one line on stderr and a non-zero exit; a traceback
 only with ``--debug`` (:mod:`autotune.job.exits`, as a spawned worker ends). The parser is in
 :mod:`autotune.cli.parser`; the commands in :mod:`autotune.cli.search` (measure, search),
-:mod:`autotune.cli.serve` (serve, and the queue worker) and :mod:`autotune.cli.study` (the
-rest); the live bar in :mod:`autotune.cli.progress`.
+:mod:`autotune.cli.serve` (serve: the HTTP service) and :mod:`autotune.cli.study` (the
+rest, the queue worker's too); the live bar in :mod:`autotune.cli.progress`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from collections.abc import Sequence
 
 from autotune.cli.parser import build_parser, model_and_workload
 from autotune.cli.search import cmd_measure, cmd_search
-from autotune.cli.serve import cmd_queue_worker, cmd_serve
+from autotune.cli.serve import cmd_serve
 from autotune.cli.study import (
     cmd_check,
     cmd_dashboard,
     cmd_export,
     cmd_models,
+    cmd_queue_worker,
     cmd_show,
     cmd_studies,
     cmd_submit,

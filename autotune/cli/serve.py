@@ -1,5 +1,4 @@
-"""``autotune serve`` (the HTTP API and live pages over a storage) and ``autotune
-queue-worker`` (a worker that serves the storage's queue of studies)."""
+"""``autotune serve``: the HTTP API and live pages over a storage."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import contextlib
 import socket
 from typing import Any
 
-from autotune.cli.parser import allowed_code
 from autotune.errors import ConfigError
 
 
@@ -50,29 +48,3 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
-
-
-def cmd_queue_worker(args: argparse.Namespace) -> int:
-    from autotune.job.worker import serve
-    from autotune.search import Lines
-    from autotune.search.spec import parse_duration
-
-    class Log(Lines):  # each strategy measured on stdout; notes on stderr
-        def measured(self, key: str, done: int) -> None:
-            print(f"measured {key} ({done} in the study)", flush=True)
-
-    idle = parse_duration(args.idle_timeout, "--idle-timeout")
-
-    print("worker serving the queue"
-          + (f" (idle timeout {args.idle_timeout})" if idle else ""), flush=True)  # fmt: skip
-    try:
-        shift = serve(args.storage, device=args.device, allow=allowed_code(args),
-                      idle_timeout_s=idle, listener=Log(),
-                      confirm=not args.no_confirm)  # fmt: skip
-    except KeyboardInterrupt:  # asked before the queue was open
-        print("worker: stopped: asked", flush=True)
-        return 0
-    done = ", ".join(shift.finished) or "none"
-    print(f"worker: {len(shift.studies)} studies, measured {shift.measured}, finished {done}; "
-          f"stopped: {shift.stopped}", flush=True)  # fmt: skip
-    return 0  # asked to stop (Ctrl-C, SIGTERM) or idle: either is how a queue worker ends

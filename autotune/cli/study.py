@@ -1,4 +1,5 @@
-"""The commands over a stored study: models, submit, worker, show, studies, export, dashboard."""
+"""The commands over a stored study: models, submit, worker, queue-worker, show, studies, export,
+dashboard, check."""
 
 from __future__ import annotations
 
@@ -178,3 +179,29 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"chosen ({policy}): {chosen.key}\nwrote {path}")
     return 0
+
+
+def cmd_queue_worker(args: argparse.Namespace) -> int:
+    from autotune.job.worker import work_queue
+    from autotune.search import Lines
+    from autotune.search.spec import parse_duration
+
+    class Log(Lines):  # each strategy measured on stdout; notes on stderr
+        def measured(self, key: str, done: int) -> None:
+            print(f"measured {key} ({done} in the study)", flush=True)
+
+    idle = parse_duration(args.idle_timeout, "--idle-timeout")
+
+    print("worker serving the queue"
+          + (f" (idle timeout {args.idle_timeout})" if idle else ""), flush=True)  # fmt: skip
+    try:
+        shift = work_queue(args.storage, device=args.device, allow=allowed_code(args),
+                      idle_timeout_s=idle, listener=Log(),
+                      confirm=not args.no_confirm)  # fmt: skip
+    except KeyboardInterrupt:  # asked before the queue was open
+        print("worker: stopped: asked", flush=True)
+        return 0
+    done = ", ".join(shift.finished) or "none"
+    print(f"worker: {len(shift.studies)} studies, measured {shift.measured}, finished {done}; "
+          f"stopped: {shift.stopped}", flush=True)  # fmt: skip
+    return 0  # asked to stop (Ctrl-C, SIGTERM) or idle: either is how a queue worker ends

@@ -6,7 +6,7 @@ that run it.
 - :mod:`.local`: ``search --workers K``'s worker processes on this machine
   (:class:`LocalWorkers`), each running :mod:`.spawned`;
 - :mod:`.study_worker`: one study's worker (:func:`work`); :mod:`.worker`: the queue's worker
-  (:func:`serve`), which finishes each study it ends as a :class:`Tuning`;
+  (:func:`work_queue`), which finishes each study it ends as a :class:`Tuning`;
 - :mod:`.queue`: which study a queue worker takes next (:class:`Queue`);
 - :mod:`.exits`: how a process ends (one line for an error, 130 when interrupted).
 """
@@ -17,6 +17,6 @@ from autotune.job.local import LocalWorkers
 from autotune.job.queue import Queue
 from autotune.job.study_worker import work
 from autotune.job.tuning import Tuned, Tuning, tune
-from autotune.job.worker import Shift, serve
+from autotune.job.worker import Shift, work_queue
 
-__all__ = ["LocalWorkers", "Queue", "Shift", "Tuned", "Tuning", "serve", "tune", "work"]
+__all__ = ["LocalWorkers", "Queue", "Shift", "Tuned", "Tuning", "tune", "work", "work_queue"]

@@ -70,7 +70,7 @@ def allowed_by(allow: Iterable[str]) -> Callable[[StoredSpec], str | None]:
     return check
 
 
-def serve(
+def work_queue(
     storage: str | None, *, device: str | None = None, allow: Iterable[str] = (),
     idle_timeout_s: float | None = None, listener: Listener | None = None, confirm: bool = True,
 ) -> Shift:  # fmt: skip

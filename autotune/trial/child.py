@@ -25,14 +25,14 @@ from autotune.trial.scenarios import (
     Generations,
     Inference,
     Scenario,
-    Served,
+    TrafficTrial,
     Train,
     begin,
 )
 
 DYNAMO_ADVICE = ("Set TORCHDYNAMO_VERBOSE=1", "For even more developer context")  # not a reason
 SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
-                                        "generate": Generate, "traffic": Served,
+                                        "generate": Generate, "traffic": TrafficTrial,
                                         "generations": Generations}  # fmt: skip
 
 

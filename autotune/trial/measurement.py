@@ -201,7 +201,7 @@ class Measurement:
     rounds: dict[str, list[float]] = field(default_factory=dict)  # a confirmation's ms per round
     # the built artefacts that skip the compiler, by kind (stored as "ahead" before this name)
     precompiled: dict[str, dict[str, Any]] = field(default_factory=dict)
-    traffic: dict[str, Any] | None = None  # a traffic's first pass and steady state (served.py)
+    traffic: dict[str, Any] | None = None  # a traffic's first pass and steady state (its trial)
     # "cheap": the trial stopped after a cheap rung, as it could not reach the front (its
     # latency is the cheap rounds'; never a pick); "full": it passed one; "": none ran
     rung: str = ""

@@ -74,7 +74,7 @@ def compute(ref: ModelRef, workload: Workload, seed: int = 0) -> dict[str, Any]:
     high = getattr(torch, dtype)
     model = model.to(high)  # parameter by parameter: the study's copy is freed as it goes
     inputs = _upcast(inputs, high)
-    if workload.traffic:  # every shape a trial may judge (autotune.trial.scenarios.served)
+    if workload.traffic:  # every shape a trial may judge (autotune.trial.scenarios.traffic_trial)
         from autotune.traffic import reference_shapes
         from autotune.trial.scenarios.judged import judged_outputs, reference_name
 

@@ -1,8 +1,8 @@
 """The confirmation's child at one shape: eager and a few compiled strategies in one process, on
 one model, timed in interleaved rounds (:mod:`autotune.choice.confirm` decides what the rounds
 show). Over a traffic each rival is confirmed by a trial of its own instead
-(:mod:`autotune.trial.scenarios.served`, :func:`autotune.trial.parent.confirm`): rivals on one
-model would share its code objects, so their recompile limit and each other's graphs.
+(:mod:`autotune.trial.scenarios.traffic_trial`, :func:`autotune.trial.parent.confirm`):
+rivals on one model would share its code objects, so their recompile limit and each other's graphs.
 
 The model is built once; each strategy compiles it (regional and nested make new trees that
 share its parameters, so the strategies fit together), warm where the parent handed over their

@@ -15,7 +15,7 @@ from autotune.storage import Store, StoredSpec, StudyRecord
 
 
 def queue_worker(tmp_path: Path) -> Queue:
-    """The queue as ``autotune queue-worker --device cuda:0`` builds it (job.worker.serve)."""
+    """The queue as ``autotune queue-worker --device cuda:0`` builds it (job.worker.work_queue)."""
     store = Store(f"sqlite:///{tmp_path}/q.db")
     return Queue(store, device_for("cuda:0"), functools.cache(fingerprint), allowed_by([]))
 

@@ -72,7 +72,7 @@ def test_the_limit_counts_the_buckets_the_traffics_range_makes() -> None:
 def test_a_pre_warmed_time_to_ready_compiles_the_buckets_the_traffic_did_not_hit() -> None:
     """48 requests of 1..8 x 16..512 fall in 19 of the 24 pow2 buckets: a deployment that
     pre-warms compiles all 24, not the sum of the 19 stalls the trial measured."""
-    from autotune.trial.scenarios.served import prewarmed
+    from autotune.trial.scenarios.traffic_trial import prewarmed
 
     requests = Workload(batch_size="1..8", seq_len="16..512", requests=48).traffic
     assert (shapes.hit("pow2", requests), shapes.count("pow2", requests)) == (19, 24)

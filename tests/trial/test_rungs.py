@@ -22,7 +22,7 @@ from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
 from autotune.trial.rungs import Rung, applies, bound
-from autotune.trial.scenarios import Inference, Served, begin
+from autotune.trial.scenarios import Inference, TrafficTrial, begin
 from autotune.workload import Settings, Workload
 from tests.helpers import S, hand_rows, point, stored
 
@@ -75,11 +75,11 @@ def test_a_trial_stops_after_the_cheap_rung_only_where_it_cannot_reach_the_front
 
 def test_a_traffics_cheap_rung_times_a_sample_of_its_steady_shapes() -> None:
     w = Workload(device="cpu", seq_len="8,16,24,32,40,48", requests=24)  # 6 steady shapes
-    stopped = scenario(Served, w, SLOW, EAGER_ONLY)
+    stopped = scenario(TrafficTrial, w, SLOW, EAGER_ONLY)
     assert stopped.rung == "cheap" and stopped.timings["rounds"] == ROUNDS
     assert len(stopped.traffic["steady"]) == 3  # the sample's: its steady state
     assert sum(s["weight"] for s in stopped.traffic["steady"]) == pytest.approx(1.0)
-    reaching = scenario(Served, w, SLOW, SLOW_COMPILE)
+    reaching = scenario(TrafficTrial, w, SLOW, SLOW_COMPILE)
     assert reaching.rung == "full" and len(reaching.traffic["steady"]) == 6
 
 

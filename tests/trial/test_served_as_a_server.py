@@ -17,7 +17,7 @@ from autotune.catalog import ModelRef
 from autotune.strategy import Strategy
 from autotune.trial.parent import measure
 from autotune.trial.request import Request
-from autotune.trial.scenarios import Served, begin
+from autotune.trial.scenarios import TrafficTrial, begin
 from autotune.workload import Settings, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +120,8 @@ def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
     requests = ((1, 8), (1, 16), (1, 24), (1, 16))
     torch._dynamo.reset()
     strategy = Strategy.create("full", "aot_eager", dynamic=True)
-    scenario = Served(begin(Request.trial(LLAMA, Workload(traffic=requests), strategy, QUICK)))
+    request = Request.trial(LLAMA, Workload(traffic=requests), strategy, QUICK)
+    scenario = TrafficTrial(begin(request))
     scenario.setup()
     scenario.graphs = True
     calls: collections.Counter[int] = collections.Counter()

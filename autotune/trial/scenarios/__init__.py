@@ -3,7 +3,7 @@
 - :class:`Inference`: a no-grad forward;
 - :class:`Train`: forward, backward and an optimizer step;
 - :class:`Generate`: a prefill, then greedy decode steps against a static KV cache;
-- :class:`Served`: the inference workload over a traffic of shapes;
+- :class:`TrafficTrial`: the inference workload over a traffic of shapes;
 - :class:`Generations`: the generate workload over a traffic of prompts and answers.
 """
 
@@ -13,7 +13,7 @@ from autotune.trial.scenarios.base import Scenario, TrialContext, begin
 from autotune.trial.scenarios.generate import Generate
 from autotune.trial.scenarios.generations import Generations
 from autotune.trial.scenarios.inference import Inference, Train
-from autotune.trial.scenarios.served import Served
+from autotune.trial.scenarios.traffic_trial import TrafficTrial
 
-__all__ = ["Generate", "Generations", "Inference", "Scenario", "Served", "Train", "TrialContext",
-           "begin"]  # fmt: skip
+__all__ = ["Generate", "Generations", "Inference", "Scenario", "TrafficTrial", "Train",
+           "TrialContext", "begin"]  # fmt: skip

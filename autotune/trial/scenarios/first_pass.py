@@ -20,7 +20,7 @@ Shape = tuple[int, int]
 
 
 class Played(Protocol):
-    """What a first pass plays on and fills (a :class:`~.served.Served` scenario): its
+    """What a first pass plays on and fills (a :class:`~.served.TrafficTrial` scenario): its
     context, each side's call per shape, the units a probe watches, whether it records CUDA
     graphs, and the shapes that compiled (graphs per shape) or were served eager."""
 

@@ -1,6 +1,6 @@
-"""A traffic's trial measured as a server meets it (autotune/trial/scenarios/served.py): a first
-pass over first arrivals, time to ready as eager's plus the stalls, no probe in a timed call,
-every compiled graph judged, and a confirmation that measures what the trial measured."""
+"""A traffic's trial measured as a server meets it (autotune/trial/scenarios/traffic_trial.py):
+a first pass over first arrivals, time to ready as eager's plus the stalls, no probe in a timed
+call, every compiled graph judged, and a confirmation that measures what the trial measured."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from autotune.trial.child import fulfil
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import confirm, measure
 from autotune.trial.request import Request
-from autotune.trial.scenarios import Served, begin, judged
+from autotune.trial.scenarios import TrafficTrial, begin, judged
 from autotune.trial.scenarios.judged import judged_outputs
 from autotune.workload import Settings, Workload
 from tests import models
@@ -35,10 +35,10 @@ QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
 pytestmark = pytest.mark.xdist_group("served")  # its fixture runs once, beside traffic's
 
 
-def served(workload: Workload, strategy: Strategy) -> Served:
+def served(workload: Workload, strategy: Strategy) -> TrafficTrial:
     """A traffic's scenario, run in this process (so that a test can watch it)."""
     torch._dynamo.reset()
-    scenario = Served(begin(Request.trial(LLAMA, workload, strategy, QUICK)))
+    scenario = TrafficTrial(begin(Request.trial(LLAMA, workload, strategy, QUICK)))
     scenario.run()
     return scenario
 

@@ -78,7 +78,7 @@ def throwaway(requests: tuple[Shape, ...]) -> Shape:
                  if (batch, s) not in held), (batch, 1))  # fmt: skip
 
 
-class Served(Inference):
+class TrafficTrial(Inference):
     """``--workload inference`` over a traffic (see the module's docstring)."""
 
     def setup(self) -> None:
