@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -52,21 +51,18 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     began = time.time()  # a time budget's clock: torch's import is the job's too
     from autotune import usercode
-    from autotune.cli import report
     from autotune.cli.progress import BestSoFar, Progress, Told
+    from autotune.cli.summary import Finished
     from autotune.environment import dtype_line
     from autotune.job.tuning import Tuning
-    from autotune.search import stops
-    from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec, check_name, read_toml
+    from autotune.search.spec import StudySpec, check_name, read_toml
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
     flags = {k: v for k, v in vars(args).items() if k not in ("space", "debug", "command")}
-    if flags.get("time_budget") is None and args.space is None:
-        flags["time_budget"] = DEFAULT_BUDGET_S
     if args.study is not None:
         check_name(args.study)
-    spec = StudySpec.from_sources(args.space, **flags)
+    spec = StudySpec.from_sources(args.space, searched=True, **flags)
     usercode.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
     tuning = Tuning.open(spec, args.storage, workers=args.workers, force=args.force,
                          began=began)  # fmt: skip
@@ -90,53 +86,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         return 130
     tuned = tuning.finish(confirm=not args.no_confirm, fmt=args.format, out=args.out,
                           listener=Told(out))  # fmt: skip
-    path, chosen, notes = tuned.path, tuned.chosen, tuned.notes
-    assert chosen is not None
     page = None
     if args.dashboard:
         from autotune import dashboard
 
         page = dashboard.write(search.store, search.name, policy=spec.policy)
-    assert tuned.view is not None
-    told = tuned.view.answer(spec.policy, spec.max_memory_mb)
-    rows, tally = tuned.view.rows, tuned.view.tally()
-    front = told.front
-    split = search.plan.split(time.time() - began) if search.plan else None
-    cut = stops.stopped_trials(search)
-    if args.json:
-        result = {
-            "study": search.name, "storage": search.storage_shown, "stopped": outcome.stopped,
-            "measured": tally["measured"], "deduced": tally["deduced"],
-            "repeats": outcome.repeats, "policy": spec.policy,
-            "chosen": chosen.key, "export": str(path), "caveats": notes,
-            "dashboard": str(page) if page else None,
-            "pareto_front": [dataclasses.asdict(p) for p in front], **told.block(),
-            "budget_s": spec.time_budget_s,
-            "seconds": split,
-            "stopped_at_budget": [{"strategy": s.key, "seconds": round(s.seconds, 1),
-                                   "why": s.why} for s in cut],
-        }  # fmt: skip
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"stopped: {outcome.stopped}; {tally['measured']} strategies measured in this study, "
-          f"{tally['deduced']} deduced without measuring, {outcome.repeats} sampler repeats "
-          "reused their stored values")  # fmt: skip
-    for stop in cut:
-        after = stop.why.removeprefix("stopped at the time budget ")
-        print(f"stopped at the time budget: {stop.key}, {after}; a later run of this study "
-              "with a larger --time-budget measures it")  # fmt: skip
-    if split:
-        print(report.time_split(split))
-    print("\nPareto front (cold compile vs median latency, feasible trials and eager):")
-    print(report.front_table(front, chosen.key, spec.settings.starts))
-    print(f"\nchosen ({spec.policy}): {chosen.key}")
-    for line in told.lines():
-        print(line)
-    for note in notes:
-        print(f"note: {note}")
-    if loaded := report.load_note([r.payload for r in rows]):
-        print(loaded)
-    print(f"wrote {path}")
-    if page:
-        print(f"wrote {page}")
+    done = Finished(search, spec, outcome, tuned, page, began)
+    print(json.dumps(done.document(), indent=2) if args.json else "\n".join(done.lines()))
     return 0

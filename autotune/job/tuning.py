@@ -109,11 +109,10 @@ def tune(
     ``sqlite:///studies/autotune.db``); ``workers`` > 1 runs local worker processes. Bad input
     raises :class:`~autotune.errors.ConfigError` before anything is stored.
     """
-    from autotune.search.spec import DEFAULT_BUDGET_S, StudySpec
+    from autotune.search.spec import StudySpec
 
-    if isinstance(spec, str):
-        flags.setdefault("time_budget", DEFAULT_BUDGET_S)  # as autotune search's
-        spec = StudySpec.from_sources(None, model=spec, **flags)
+    if isinstance(spec, str):  # a search run now: autotune search's default budget
+        spec = StudySpec.from_sources(None, searched=True, model=spec, **flags)
     tuning = Tuning.open(spec, storage, workers=workers, force=force)
     outcome = tuning.run(listener)
     if outcome.stopped == "interrupted":

@@ -190,9 +190,14 @@ class StudySpec:
                               "for inference and generate workloads, not train")  # fmt: skip
 
     @classmethod
-    def from_sources(cls, toml: str | None = None, **flags: Any) -> StudySpec:
+    def from_sources(cls, toml: str | None = None, *, searched: bool = False,
+                     **flags: Any) -> StudySpec:  # fmt: skip
         """Merge a spec file and flags (flags win; a flag of None means 'not given'). Flags are
-        named as the command line's options are (``model``, ``workload``, ``time_budget``)."""
+        named as the command line's options are (``model``, ``workload``, ``time_budget``).
+        ``searched``: a search run now (``autotune search``, :func:`autotune.tune`), whose
+        budget is :data:`DEFAULT_BUDGET_S` when neither a flag nor a spec file gives one."""
+        if searched and toml is None and flags.get("time_budget") is None:
+            flags["time_budget"] = DEFAULT_BUDGET_S
         return cls.from_tables(read_toml(toml) if toml else {}, **flags)
 
     @classmethod

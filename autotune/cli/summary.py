@@ -1,0 +1,79 @@
+"""What ``autotune search`` prints once its study is finished: the ``--json`` document or the
+summary's lines, both read from the finished study (:attr:`autotune.job.tuning.Tuned.view`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.cli import report
+
+if TYPE_CHECKING:
+    from autotune.job.tuning import Tuned
+    from autotune.search import Outcome, Search, StudySpec
+
+
+@dataclass
+class Finished:
+    """A finished search as its summary reads it."""
+
+    search: Search
+    spec: StudySpec
+    outcome: Outcome
+    tuned: Tuned
+    page: Path | None
+    began: float
+
+    def __post_init__(self) -> None:
+        from autotune.search import stops
+
+        view = self.tuned.view
+        assert view is not None and self.tuned.chosen is not None
+        self.told = view.answer(self.spec.policy, self.spec.max_memory_mb)
+        self.rows, self.tally = view.rows, view.tally()
+        plan = self.search.plan
+        self.split = plan.split(time.time() - self.began) if plan else None
+        self.cut = stops.stopped_trials(self.search)
+
+    def document(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        s, t, tally = self.spec, self.tuned, self.tally
+        assert t.chosen is not None
+        return {
+            "study": self.search.name, "storage": self.search.storage_shown,
+            "stopped": self.outcome.stopped, "measured": tally["measured"],
+            "deduced": tally["deduced"], "repeats": self.outcome.repeats, "policy": s.policy,
+            "chosen": t.chosen.key, "export": str(t.path), "caveats": t.notes,
+            "dashboard": str(self.page) if self.page else None,
+            "pareto_front": [dataclasses.asdict(p) for p in self.told.front], **self.told.block(),
+            "budget_s": s.time_budget_s, "seconds": self.split,
+            "stopped_at_budget": [{"strategy": c.key, "seconds": round(c.seconds, 1),
+                                   "why": c.why} for c in self.cut],
+        }  # fmt: skip
+
+    def lines(self) -> list[str]:
+        """The summary a person reads."""
+        s, t, tally = self.spec, self.tuned, self.tally
+        assert t.chosen is not None
+        out = [f"stopped: {self.outcome.stopped}; {tally['measured']} strategies measured in "
+               f"this study, {tally['deduced']} deduced without measuring, "
+               f"{self.outcome.repeats} sampler repeats reused their stored values"]  # fmt: skip
+        for stop in self.cut:
+            after = stop.why.removeprefix("stopped at the time budget ")
+            out.append(f"stopped at the time budget: {stop.key}, {after}; a later run of this "
+                       "study with a larger --time-budget measures it")  # fmt: skip
+        if self.split:
+            out.append(report.time_split(self.split))
+        out += ["\nPareto front (cold compile vs median latency, feasible trials and eager):",
+                report.front_table(self.told.front, t.chosen.key, s.settings.starts),
+                f"\nchosen ({s.policy}): {t.chosen.key}", *self.told.lines(),
+                *(f"note: {note}" for note in t.notes)]  # fmt: skip
+        if loaded := report.load_note([r.payload for r in self.rows]):
+            out.append(loaded)
+        out.append(f"wrote {t.path}")
+        if self.page:
+            out.append(f"wrote {self.page}")
+        return out
