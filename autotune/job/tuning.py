@@ -67,20 +67,36 @@ class Tuning:
                                floors=stops.stopped_before(search))  # fmt: skip
         return cls(search, workers, force)
 
+    @classmethod
+    def join(
+        cls, study: str, storage: str | None = None, *, device: str | None = None,
+        force: bool = False, allow: list[str] | None = None, clean: bool = True,
+    ) -> Tuning:  # fmt: skip
+        """Join an existing study as one of its workers (``autotune worker``, each worker of
+        ``search --workers K`` and the queue's): everything comes from the storage, the code its
+        spec names runs only where ``allow`` names it, and the budget is the study's end time."""
+        from autotune.search import join
+
+        return cls(join(study, storage, device=device, force=force, allow=allow, clean=clean),
+                   force=force)  # fmt: skip
+
     @property
     def name(self) -> str:
         return self.search.name
 
-    def run(self, listener: Listener | None = None) -> Outcome:
+    def run(self, listener: Listener | None = None, *, max_measure: int | None = None,
+            leave: bool = False) -> Outcome:  # fmt: skip
         """The search, here or in ``workers`` local processes, until its budget, time or space
-        runs out (or it is interrupted: ``outcome.stopped == "interrupted"``)."""
+        runs out (or it is interrupted: ``outcome.stopped == "interrupted"``); a worker's
+        until it has measured ``max_measure``, or (``leave``) when the rest is in others'
+        hands."""
         from autotune.job.local import run_workers
         from autotune.search import run
 
         if self.workers > 1:
             self.outcome = run_workers(self.search, self.workers, listener, self.force)
         else:
-            self.outcome = run(self.search, listener)
+            self.outcome = run(self.search, listener, max_measure, leave)
         return self.outcome
 
     def finish(

@@ -24,7 +24,8 @@ from autotune.job.queue import Queue
 from autotune.storage import Store, StoredSpec
 
 if TYPE_CHECKING:
-    from autotune.search import Listener, Search
+    from autotune.job.tuning import Tuning
+    from autotune.search import Listener
 
 POLL_S = 2.0  # how often an idle worker looks at the queue again
 AGAIN_S = 10.0  # a study left with nothing to do here is not looked at again for this long
@@ -124,19 +125,20 @@ def _work(
 ) -> tuple[int, str] | None:  # fmt: skip
     """Join one study and measure until it is done here: (measured here, why it stopped); None
     when the study was refused (then this worker skips it from now on, and says why once)."""
-    from autotune.search import join, run
+    from autotune.job.tuning import Tuning
 
     record = store.study(name)
     device = queue.device(record) if record is not None else None
     try:
-        search = join(name, store.url, device=device, allow=allow)
+        tuning = Tuning.join(name, store.url, device=device, allow=allow)
+        search = tuning.search
     except AutotuneError as exc:
         queue.skipped[name] = str(exc)
         listener.note(f"skipping study {name}: {exc}")
         return None
     listener.note(f"worker {search.worker} on study {name} in {search.storage_shown}")
     try:
-        outcome = run(search, listener, leave=True)
+        outcome = tuning.run(listener, leave=True)
     except AutotuneError as exc:  # its baseline did not run, ...
         queue.skipped[name] = str(exc)
         listener.note(f"study {name} stopped here: {exc}; skipping it from now on")
@@ -144,7 +146,7 @@ def _work(
         return None
     try:
         if outcome.stopped in ("budget", "exhausted"):
-            finish(search, listener, confirm)
+            finish(tuning, listener, confirm)
     except AutotuneError as exc:  # the measurements stand; the study's export failed
         listener.note(f"study {name} is done, but its export failed: {exc}")
     finally:
@@ -152,13 +154,12 @@ def _work(
     return outcome.measured_here, outcome.stopped
 
 
-def finish(search: Search, listener: Listener, confirm: bool) -> None:
+def finish(tuning: Tuning, listener: Listener, confirm: bool) -> None:
     """A study this worker ended, finished as every tuning run is: confirmed, exported."""
-    from autotune.job.tuning import Tuning
-
+    search = tuning.search
     if confirm:
         listener.note(f"study {search.name} is done: confirming its pick…")
-    tuned = Tuning(search).finish(confirm=confirm, listener=listener)
+    tuned = tuning.finish(confirm=confirm, listener=listener)
     chosen = tuned.chosen.key if tuned.chosen else "none"
     listener.note(f"study {search.name}: chosen ({search.spec.policy}) {chosen}; wrote "
                   f"{tuned.path}")  # fmt: skip
