@@ -3,7 +3,7 @@ stored spec is read in one place."""
 
 from __future__ import annotations
 
-import re
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -157,34 +157,81 @@ def test_no_module_is_over_330_lines(tmp_path: Path) -> None:
     assert long_modules(tmp_path / "autotune") == [f"autotune/sub/long.py: {MAX_LINES + 1} lines"]
 
 
-RAW_SPEC_READ = re.compile(r"spec\.get\(|spec\[|spec\.raw\b|spec\.to_dict\(\)(\.get\(|\[)")
-SPEC_READER = "autotune/storage/records.py"  # StoredSpec: the one reader of a stored spec
+SPEC_READERS = (
+    "autotune/storage/records.py",  # StoredSpec: the one reader of a stored spec
+    "autotune/search/spec.py",
+)  # the one reader of a spec file's TOML tables
+SPECLIKE = {"spec", "raw"}  # attributes that hold a spec's JSON or its typed reader's source
+
+
+class SpecReads:
+    """One module's syntax tree: which expressions hold a spec's JSON or a spec file's tables
+    (an attribute in :data:`SPECLIKE`, ``read_toml(...)``, a ``.get``/``[...]``/``.to_dict()``
+    of one, or a name bound to one), and where they are read by hand."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree, self.bound = tree, set[str]()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and self.speclike(node.value):
+                self.bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+
+    def speclike(self, e: ast.expr) -> bool:
+        if isinstance(e, ast.Attribute) and e.attr in SPECLIKE:
+            return True
+        if isinstance(e, ast.Name):
+            return e.id in self.bound
+        if isinstance(e, ast.Call):
+            f = e.func
+            called = f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
+            return called == "read_toml" or (
+                called in ("get", "to_dict") and isinstance(f, ast.Attribute)
+                and self.speclike(f.value))  # fmt: skip
+        if isinstance(e, ast.Subscript):
+            return self.speclike(e.value)
+        return isinstance(e, ast.BoolOp) and any(self.speclike(v) for v in e.values)
+
+    def lines(self) -> set[int]:
+        found = set()
+        for node in ast.walk(self.tree):
+            get = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and node.func.attr == "get" and self.speclike(node.func.value))  # fmt: skip
+            item = (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                    and self.speclike(node.value))  # fmt: skip
+            if get or item:
+                found.add(node.lineno)  # type: ignore[attr-defined]
+        return found
 
 
 def raw_spec_reads(root: Path) -> list[str]:
-    """Each line of ``root``'s modules that reads a spec's JSON by hand (a key, a ``.get``),
-    outside :data:`SPEC_READER`."""
+    """Each ``.get`` or ``[...]`` read of a spec's JSON or a spec file's TOML tables by hand in
+    ``root``'s modules outside :data:`SPEC_READERS`, whatever the variable's name
+    (:class:`SpecReads`)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         name = str(path.relative_to(root.parent))
-        if name == SPEC_READER:
-            continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if RAW_SPEC_READ.search(line):
-                found.append(f"{name}:{n}: {line.strip()}")
+        if name not in SPEC_READERS:
+            lines = SpecReads(ast.parse(path.read_text())).lines()
+            found += [f"{name}:{n}" for n in sorted(lines)]
     return found
 
 
 def test_a_stored_spec_is_read_in_one_place(tmp_path: Path) -> None:
     """Every reader of a study's spec goes through StoredSpec's typed values (their defaults
-    and their errors written once), never ``spec.get("workload") or {}`` by hand."""
+    and their errors written once), and every reader of a spec file through search/spec.py,
+    never ``spec.get("workload") or {}`` by hand, whatever the variable is called."""
     assert raw_spec_reads(ROOT / "autotune") == []
-    assert (ROOT / SPEC_READER).is_file()
+    assert all((ROOT / reader).is_file() for reader in SPEC_READERS)
     added = tmp_path / "autotune" / "reader.py"  # the check bites
     added.parent.mkdir()
     added.write_text('kind = (study.spec.get("workload") or {}).get("kind", "inference")\n'
-                     'budget = row.spec["trials"]\nraw = study.spec.raw\n')  # fmt: skip
-    assert len(raw_spec_reads(tmp_path / "autotune")) == 3
+                     'budget = row.spec["trials"]\nraw = study.spec.raw\n'
+                     'tables = read_toml(path)\ndtype = tables.get("workload")\n'
+                     'fine = {"a": 1}.get("a")\n')  # fmt: skip
+    assert raw_spec_reads(tmp_path / "autotune") == [
+        "autotune/reader.py:1",
+        "autotune/reader.py:2",
+        "autotune/reader.py:5",
+    ]
 
 
 def test_test_folders_mirror_the_packages() -> None:

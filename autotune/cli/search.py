@@ -55,7 +55,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from autotune.cli.summary import Finished
     from autotune.environment import dtype_line
     from autotune.job.tuning import Tuning
-    from autotune.search.spec import StudySpec, check_name, read_toml
+    from autotune.search.spec import StudySpec, check_name
 
     if args.model is None and args.space is None:
         raise ConfigError("give --model or --space FILE.toml")
@@ -69,8 +69,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     search = tuning.search
     out = sys.stderr if args.json else sys.stdout
     print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
-    asked = flags.get("dtype") or (read_toml(args.space).get("workload", {}).get("dtype")
-                                   if args.space else None)  # fmt: skip
+    asked = StudySpec.asked_dtype(args.space, **flags)
     if line := dtype_line(asked, spec.workload.dtype, spec.workload.device):
         print(line, file=out, flush=True)
     best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)

@@ -25,19 +25,19 @@ def work(
     how it ended. ``listener`` makes what follows the search once it is joined (the CLI's bar);
     ``clean=False`` for a worker whose parent search has cleaned the study (a sibling's trial
     between ask and claim must not look like one a dead run left RUNNING)."""
-    from autotune.job.tuning import Tuning
-    from autotune.search import Lines
+    from autotune.search import Lines, join, run
     from autotune.search.spec import check_name
 
     if not study:
         raise ConfigError("give --study NAME (autotune studies lists them); autotune "
                           "queue-worker serves every study")  # fmt: skip
-    tuning = Tuning.join(check_name(study), storage, device=device, force=force,
-                         allow=list(allow), clean=clean)  # fmt: skip
-    search = tuning.search
+    # join and run, not Tuning.join: this is what search --workers K's processes run
+    # (autotune.job.spawned), and the Tuning that spawns them must not be imported back here
+    search = join(check_name(study), storage, device=device, force=force, allow=list(allow),
+                  clean=clean)  # fmt: skip
     print(f"worker {search.worker} on study {search.name} in {search.storage_shown}", flush=True)
     following = listener(search) if listener else contextlib.nullcontext(Lines())
     with following as follower:
-        outcome = tuning.run(follower, max_measure=trials)
+        outcome = run(search, follower, max_measure=trials)
     print(f"worker {search.worker}: measured {outcome.measured_here}, stopped: {outcome.stopped}")
     return outcome

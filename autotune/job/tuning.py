@@ -72,9 +72,9 @@ class Tuning:
         cls, study: str, storage: str | None = None, *, device: str | None = None,
         force: bool = False, allow: list[str] | None = None, clean: bool = True,
     ) -> Tuning:  # fmt: skip
-        """Join an existing study as one of its workers (``autotune worker``, each worker of
-        ``search --workers K`` and the queue's): everything comes from the storage, the code its
-        spec names runs only where ``allow`` names it, and the budget is the study's end time."""
+        """Join an existing study as one of its workers (the queue's, which finishes each study
+        it ends as this Tuning): everything comes from the storage, the code its spec names runs
+        only where ``allow`` names it, and the budget is the study's end time."""
         from autotune.search import join
 
         return cls(join(study, storage, device=device, force=force, allow=allow, clean=clean),

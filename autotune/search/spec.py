@@ -189,6 +189,14 @@ class StudySpec:
             raise ConfigError(f"option {frozen.pop()} folds the weights into constants: it is "
                               "for inference and generate workloads, not train")  # fmt: skip
 
+    @staticmethod
+    def asked_dtype(toml: str | None = None, **flags: Any) -> str | None:
+        """The dtype the flags or the spec file asked for (``auto`` before it is resolved)."""
+        if flags.get("dtype"):
+            return str(flags["dtype"])
+        asked = (read_toml(toml).get("workload") or {}).get("dtype") if toml else None
+        return None if asked is None else str(asked)
+
     @classmethod
     def from_sources(cls, toml: str | None = None, *, searched: bool = False,
                      **flags: Any) -> StudySpec:  # fmt: skip
