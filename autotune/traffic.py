@@ -124,7 +124,9 @@ def read_file(path: str, requests: int | None = None) -> tuple[tuple[int, ...], 
         raise ConfigError(f"--traffic {path}: {len(rows):,} requests, more than the "
                           f"{MAX_REQUESTS:,} a study holds; --requests N takes the first "
                           "N")  # fmt: skip
-    return tuple(_shape(path, n, row) for n, row in rows[: requests or len(rows)])
+    return tuple(
+        _shape(f"--traffic {path} line {n}", row) for n, row in rows[: requests or len(rows)]
+    )
 
 
 def _json_line(path: str, n: int, line: str) -> dict[str, Any]:
@@ -152,10 +154,12 @@ def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
     ]
 
 
-def _shape(path: str, n: int, row: dict[str, Any]) -> tuple[int, ...]:
+def _shape(where: str, row: dict[str, Any]) -> tuple[int, ...]:
+    """One request's ``(batch_size, seq_len[, new_tokens])`` from a row of a log; ``where``
+    names the row in an error."""
     prompt = next((k for k in PROMPT if k in row), None)
     if prompt is None:
-        raise ConfigError(f"--traffic {path} line {n}: no seq_len (or {', '.join(PROMPT[1:])})")
+        raise ConfigError(f"{where}: no seq_len (or {', '.join(PROMPT[1:])})")
     answer = next((k for k in ANSWER if k in row), None)
     values = []
     for key in ("batch_size", prompt, *([answer] if answer else [])):
@@ -163,8 +167,8 @@ def _shape(path: str, n: int, row: dict[str, Any]) -> tuple[int, ...]:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"--traffic {path} line {n}: {key} = {value!r}, expected a "
-                              "whole number of at least 1")  # fmt: skip
+            raise ConfigError(f"{where}: {key} = {value!r}, expected a whole number of at "
+                              "least 1")  # fmt: skip
         values.append(value)
     return tuple(values)
 
@@ -178,7 +182,7 @@ def read(value: Any, key: str) -> tuple[tuple[int, ...], ...]:
     if isinstance(value, (list, tuple)):
         shapes = []
         for n, item in enumerate(value, 1):
-            pair = _shape(key, n, item) if isinstance(item, dict) else item
+            pair = _shape(f"{key} request {n}", item) if isinstance(item, dict) else item
             if (not isinstance(pair, (list, tuple)) or len(pair) not in (2, 3)
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
                                for v in pair)):  # fmt: skip

@@ -31,13 +31,12 @@ HOUR_S = 3600.0
 
 
 def padded_share(s: Strategy, requests: tuple[tuple[int, int], ...]) -> float:
-    rows = shapes.shares(s.buckets, requests, s.edges)
-    if not rows:
+    """The share of the tokens computed over the traffic that are padding."""
+    if s.buckets == "none":
         return 0.0
-    computed = sum(r["share"] * r["bucket"][0] * r["bucket"][1] for r in rows)
-    return (
-        sum(r["share"] * r["bucket"][0] * r["bucket"][1] * r["padding"] for r in rows) / computed
-    )
+    found = shapes.edges_of(s.buckets, requests, s.edges)
+    padded = [shapes.bucket_of(r, found) for r in requests]
+    return 1 - sum(b * q for b, q in requests) / sum(b * q for b, q in padded)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from autotune.traffic import up_to
@@ -112,11 +113,11 @@ def choose(requests: Sequence[Shape], stall_s: float, model: LatencyModel, calls
     batch_edges, _ = partition(batches, batch_cost, most)
     seqs = sorted({s for _, s in counts})
     groups = sorted({up_to(b, batch_edges) for b, _ in counts})
-    ahead = {g: [0] * (len(seqs) + 1) for g in groups}  # requests before each sequence, by bucket
+    at = {g: [0] * len(seqs) for g in groups}  # requests of each sequence, by batch bucket
     index = {s: i for i, s in enumerate(seqs)}
     for (b, s), n in counts.items():
-        for i in range(index[s] + 1, len(seqs) + 1):
-            ahead[up_to(b, batch_edges)][i] += n
+        at[up_to(b, batch_edges)][index[s]] += n
+    ahead = {g: [0, *accumulate(found)] for g, found in at.items()}  # before each sequence
 
     def seq_cost(j: int, i: int) -> float:
         edge, stalls, served_ms = seqs[i - 1], 0, 0.0
