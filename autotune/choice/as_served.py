@@ -57,10 +57,13 @@ def agreed(key: str, loop: dict[str, Any], wall_s: float) -> str:
     at = [n for n, c in enumerate(compiles, 1) if c]
     eager = loop.get("ran_eager") or []
     where = f" at requests {_requests(at)}" if at else ""
+    generated = loop.get("through") == "autotune.apply_generation"
+    outputs = "request's tokens" if generated else "output"
     graphs = "1 graph" if sum(compiles) == 1 else f"{sum(compiles)} graphs"
     return (f"served as measured: {key}: {graphs} compiled{where}, "
-            f"{len(eager)} of {len(compiles)} requests served eager, every output as eager's "
-            f"(a plain loop through autotune.apply in a fresh process, counted by Dynamo, "
+            f"{len(eager)} of {len(compiles)} requests served eager, every {outputs} as eager's "
+            f"(a plain loop through {loop.get('through', 'autotune.apply')} in a fresh process, "
+            "counted by Dynamo, "
             f"{wall_s:.1f} s)")  # fmt: skip
 
 

@@ -125,16 +125,17 @@ def break_even(p: Point, eager: Point) -> float | None:
 
 def lifetime_line(chosen: Point, points: list[Point], calls: float,
                   serving_s: float | None = None) -> str:  # fmt: skip
-    """Over a lifetime of ``calls`` calls: what the pick saves over eager and over the
-    runner-up, and after how many calls compiling pays. A lifetime stated in serving time
-    (``serving_s`` seconds of calls back to back at eager's latency) says so, and the
-    break-even in serving time too."""
+    """Over a lifetime of ``calls`` calls (a generate study's: decode tokens): what the pick
+    saves over eager and over the runner-up, and after how many calls compiling pays. A
+    lifetime stated in serving time (``serving_s`` seconds of calls back to back at eager's
+    latency) says so, and the break-even in serving time too."""
     eager = next((p for p in points if p.key == "none"), None)
     ranked = sorted(points, key=lambda p: (p.total_s(calls), p.latency_ms))
-    over = f"over {calls:,.0f} calls"
+    unit = "tokens" if any(p.ttft_ms is not None for p in points) else "calls"  # generate's
+    over = f"over {calls:,.0f} {unit}"
     if serving_s is not None:
         per_call = serving_s * 1e3 / calls
-        over = f"over {span(serving_s)} of serving ({calls:,.0f} calls at {per_call:.3g} ms)"
+        over = f"over {span(serving_s)} of serving ({calls:,.0f} {unit} at {per_call:.3g} ms)"
     words = [f"{over} the pick costs {chosen.total_s(calls):.1f} s"]
     if eager is not None and chosen.key != "none":
         words.append(f"{eager.total_s(calls) - chosen.total_s(calls):.1f} s less than eager")
@@ -150,7 +151,7 @@ def lifetime_line(chosen: Point, points: list[Point], calls: float,
         served = "" if serving_s is None or calls_to_pay is None else (
             f" ({span(calls_to_pay * eager.latency_ms / 1e3)} of serving)")  # fmt: skip
         words.append(
-            f"compiling {shown.key} pays after {calls_to_pay:,.0f} calls{served}"
+            f"compiling {shown.key} pays after {calls_to_pay:,.0f} {unit}{served}"
             if calls_to_pay is not None
             else f"compiling {shown.key} never pays: it is not faster"
         )

@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="under a traffic: default, "
         "eager_on_recompile or eager_then_compile (torch.compiler.set_stance)",
     )
+    s.add_argument("--prefill", default="compiled", help="generating: the prefill compiled "
+                   "with the decode steps, or eager (decode alone compiled)")  # fmt: skip
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
@@ -122,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(r)
     sp = r.add_argument_group("space (comma lists narrow the default space)")
     for name in ("granularity", "backend", "mode", "dynamic", "fullgraph", "buckets", "marks",
-                 "stance"):  # fmt: skip
+                 "stance", "prefill"):  # fmt: skip
         sp.add_argument(f"--{name}", metavar="LIST")
     sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
                     "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip

@@ -31,6 +31,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.buckets,
         args.marks,
         args.stance,
+        prefill=args.prefill,
     )
     strategy.validate()
     given = {k: getattr(args, dest, None) for k, dest in flag_dests(Settings).items()}

@@ -166,10 +166,7 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     if plan is not None:  # its rounds end with the budget, never below its own least
         spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
     result = confirm(spec, chosen, points, front, search.keep)
-    if spec.workload.traffic and result.latency_ms and spec.workload.kind == "generate":
-        result.lines.append("served as measured: not checked for a generate traffic (its plain "
-                            "loop through apply_generation is not built yet)")  # fmt: skip
-    elif spec.workload.traffic and result.latency_ms:
+    if spec.workload.traffic and result.latency_ms:
         result = served_as_measured(search, spec, result, points, listener)
     if plan is not None:
         plan.spent["confirmation"] = time.time() - began

@@ -29,7 +29,7 @@ import numpy as np
 
 from autotune.choice.selection import dominated
 from autotune.search.deduction import cost
-from autotune.strategy import SHAPED_DEFAULTS, Strategy
+from autotune.strategy import OPTIONAL_DEFAULTS, Strategy
 
 FACTOR_SD, PAIR_SD, NOISE_SD = 0.3, 0.15, 0.1  # log units: x1.35, x1.16, x1.1
 DRAWS = 64  # samples of each strategy's predicted objectives, for its expected improvement
@@ -43,7 +43,7 @@ def factors(s: Strategy) -> list[str]:
     fields = [f"g={s.granularity}", f"b={s.backend}", f"d={s.dynamic}", f"f={s.fullgraph}"]
     if s.backend == "inductor":
         fields.append(f"m={s.mode}")
-    fields += [f"{n}={getattr(s, n)}" for n, default in SHAPED_DEFAULTS.items()
+    fields += [f"{n}={getattr(s, n)}" for n, default in OPTIONAL_DEFAULTS.items()
                if getattr(s, n) != default]  # fmt: skip
     return fields + [f"o={o}" for o in s.options]
 

@@ -85,8 +85,11 @@ def apply_generation(
 
     ``how`` is a :class:`Strategy` or an exported file (any format, ``transformers`` included;
     code and the cache artefact it names are handled as by :func:`apply`). Prefill and decode
-    run the compiled forward at its granularity (regional and nested too) with a static KV
-    cache, as autotune measured them; ``model`` itself is left as it was.
+    run the compiled forward at its granularity (regional and nested too), the prefill eager
+    where the strategy says ``prefill="eager"``, with a static KV cache as long as the file's
+    study measured (``max_cache_len``: its longest prompt plus answer; a longer request gets
+    a longer cache, as transformers allocates it, and compiles its decode again), as autotune
+    measured them; ``model`` itself is left as it was.
     """
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "generation_config"):
         raise ConfigError(
@@ -102,10 +105,13 @@ def _generator(
     trust_artifact: bool | None,
 ) -> torch.nn.Module:  # fmt: skip
     loaded: bool | None = False
+    length = None  # the static cache's length, where a file says what it was measured with
     if isinstance(how, Strategy):
         strategy, resolve = how, usercode.resolve
     else:
         strategy, data = exported.read(how)
+        block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+        length = formats.cache_length(block)
         strategy = exported.fitted(strategy, data, how) or Strategy("none")
         resolve = exported.resolver(backends, how)
         if strategy.granularity != "none":
@@ -118,6 +124,8 @@ def _generator(
     config.cache_implementation = "static"
     config.use_cache = True  # as measured: a model whose config turns the cache off gets one
     config.disable_compile = True  # compiled here as measured, not a second time by transformers
+    if length is not None:  # one cache for every request, as measured (never a shorter one)
+        config.max_cache_len = max(length, getattr(config, "max_cache_len", None) or 0)
     gen.generation_config = config
     return artifact.isolate(gen, "generate") if loaded is None else gen
 
@@ -151,7 +159,8 @@ def generation_config(path: str | Path, base: Any = None) -> Any:
     strategy, data = exported.read(path)
     fields = data.get("generation_config")
     if not isinstance(fields, dict):
-        fields = formats.transformers_fields(strategy)
+        block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
+        fields = formats.transformers_fields(strategy, formats.cache_length(block))
     compile_config = fields.get("compile_config")
     if isinstance(compile_config, dict):
         fields = {**fields, "compile_config": transformers.CompileConfig(**compile_config)}

@@ -83,8 +83,13 @@ def document(
 
 def served_fields(strategy: Strategy, spec: Any) -> dict[str, Any]:
     """What of an export :func:`autotune.apply` serves by, beside the strategy: the workload
-    (its traffic sets quantile buckets) and the buckets' ``recompile_limit``."""
-    return {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
+    (its traffic sets quantile buckets), the buckets' ``recompile_limit``, and for a generate
+    workload the KV cache it was measured with (:func:`autotune.apply_generation` sizes its
+    static cache so)."""
+    fields = {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
+    if spec.kind == "generate":
+        fields["generation"] = formats.cache_fields(spec.workload.cache_len)
+    return fields
 
 
 def served_file(strategy: Strategy, spec: Any, path: str | Path) -> Path:

@@ -167,18 +167,35 @@ def torch_kwargs(strategy: Strategy) -> dict[str, Any]:
 # transformers: generation_config with CompileConfig's fields
 
 
-def transformers_fields(strategy: Strategy) -> dict[str, Any]:
-    """``generation_config`` fields: a static KV cache and exactly ``CompileConfig``'s fields."""
+def cache_fields(length: int | None) -> dict[str, Any]:
+    """``generation_config``'s KV cache fields as measured: a static cache, of ``length`` where
+    the study sized one (its longest prompt plus answer; transformers allocates one at least as
+    long for a longer request, and keeps the longest for later ones)."""
+    return {"cache_implementation": "static",
+            **({"max_cache_len": length} if length else {})}  # fmt: skip
+
+
+def cache_length(block: dict[str, Any]) -> int | None:
+    """The static cache's length an export's autotune block carries, if any."""
+    found = block.get("generation") if isinstance(block.get("generation"), dict) else {}
+    length = found.get("max_cache_len")
+    ok = isinstance(length, int) and not isinstance(length, bool) and length >= 1
+    return length if ok else None
+
+
+def transformers_fields(strategy: Strategy, cache_len: int | None = None) -> dict[str, Any]:
+    """``generation_config`` fields: a static KV cache (of ``cache_len`` where given) and
+    exactly ``CompileConfig``'s fields."""
     from transformers import CompileConfig
 
-    s = strategy
+    s, cache = strategy, cache_fields(cache_len)
     if s.granularity == "none":
-        return {"cache_implementation": "static", "disable_compile": True}
+        return {**cache, "disable_compile": True}
     options = s.inductor_options() if s.options else None  # then its mode is inside
     given = {"fullgraph": s.fullgraph, "dynamic": s.dynamic, "backend": s.backend,
              "mode": None if options else s.mode, "options": options}  # fmt: skip
     fields = {f.name: given.get(f.name, f.default) for f in dataclasses.fields(CompileConfig)}
-    return {"cache_implementation": "static", "compile_config": fields}
+    return {**cache, "compile_config": fields}
 
 
 def transformers_caveats(strategy: Strategy) -> list[str]:
@@ -187,10 +204,12 @@ def transformers_caveats(strategy: Strategy) -> list[str]:
     if s.granularity == "none":
         return []
     run = "use autotune.apply_generation(model, file) to generate as measured"
-    notes = [
-        "transformers compiles only the decode steps (its prefill runs eager), and only on "
-        f"CUDA-class devices (a CPU's generate skips compile_config); {run}"
-    ]
+    what = (
+        "transformers compiles only the decode steps (its prefill runs eager), and"
+        if s.prefill == "compiled"
+        else "transformers compiles the decode steps"
+    )
+    notes = [f"{what} only on CUDA-class devices (a CPU's generate skips compile_config); {run}"]
     if s.granularity != "full":
         notes.append(f"compile_config compiles the whole forward: it cannot express granularity "
                      f"{s.granularity!r}; {run}")  # fmt: skip
@@ -212,6 +231,10 @@ def caveats(strategy: Strategy, fmt: str) -> list[str]:
         )
     if fmt == "transformers":
         return notes + transformers_caveats(strategy)
+    if strategy.prefill == "eager":
+        notes.append(f"{fmt} compiles every forward, a prompt's prefill too: measured with the "
+                     "prefill eager, autotune.apply_generation(model, file) generates as "
+                     "measured")  # fmt: skip
     if fmt != "torch" and (caveat := accelerate_caveat(strategy)):
         notes.append(caveat)
     if fmt == "accelerate-yaml" and strategy.options:
@@ -239,7 +262,8 @@ def render(
     if fmt == "accelerate":
         return json.dumps({**accelerate_fields(strategy), "autotune": block}, indent=2)
     if fmt == "transformers":
-        body = {"generation_config": transformers_fields(strategy), "autotune": block}
+        fields = transformers_fields(strategy, cache_length(block))
+        body = {"generation_config": fields, "autotune": block}
         return json.dumps(body, indent=2)
     if fmt == "torch":
         body = {"torch_compile": torch_kwargs(strategy), "granularity": strategy.granularity,

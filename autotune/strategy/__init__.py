@@ -9,7 +9,7 @@ from autotune.strategy.inductor import inductor_modes
 from autotune.strategy.space import Space
 from autotune.strategy.strategy import (
     BUILTIN_BACKENDS,
-    SHAPED_DEFAULTS,
+    OPTIONAL_DEFAULTS,
     Strategy,
     is_registered,
     registered_backends,
@@ -17,7 +17,7 @@ from autotune.strategy.strategy import (
 
 __all__ = [
     "BUILTIN_BACKENDS",
-    "SHAPED_DEFAULTS",
+    "OPTIONAL_DEFAULTS",
     "Space",
     "Strategy",
     "inductor_modes",

@@ -192,9 +192,13 @@ def cache_shape(config: Any) -> tuple[int, int] | None:
     return (int(heads), int(size)) if heads and size else None
 
 
-def _allocating(forward: Callable[..., Any], model: torch.nn.Module) -> Callable[..., Any]:
+def _allocating(
+    forward: Callable[..., Any], model: torch.nn.Module, eager_prefill: bool = False
+) -> Callable[..., Any]:
     """``forward`` that first allocates the static KV cache it is handed (a fresh one, lazily
-    initialised, for each ``generate`` call): :func:`allocate_cache`."""
+    initialised, for each ``generate`` call): :func:`allocate_cache`. With ``eager_prefill``, a
+    call of more than one token a sequence (a prefill) runs ``model``'s own forward instead, as
+    transformers' generate compiles only the decode steps."""
 
     @functools.wraps(model.forward)  # generate reads the forward's signature
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -204,6 +208,8 @@ def _allocating(forward: Callable[..., Any], model: torch.nn.Module) -> Callable
             ids = kwargs.get("inputs_embeds")
         if cache is not None and ids is not None:
             allocate_cache(cache, model, ids.shape[0], ids.device)
+        if eager_prefill and ids is not None and ids.dim() > 1 and ids.shape[1] > 1:
+            return model.forward(*args, **kwargs)
         return forward(*args, **kwargs)
 
     return call
@@ -220,18 +226,19 @@ def generator(
     shallow copy whose ``forward`` calls it (``generate`` on a ``torch.compile`` wrapper would run
     the uncompiled model); a regional compile is already a copy of the model's class. Either
     way the forward allocates a static KV cache before the compiled call sees it
-    (:func:`allocate_cache`).
+    (:func:`allocate_cache`); with ``prefill="eager"`` a prefill runs the model's own forward.
     """
     from torch._dynamo.eval_frame import OptimizedModule
 
     compiled = apply(model, strategy, resolve)
     if compiled is model:
         return model  # eager: nothing is compiled, the cache may be allocated lazily
+    eager_prefill = strategy.prefill == "eager"
     if not isinstance(compiled, OptimizedModule):  # regional: a new tree of the model's class
-        compiled.forward = _allocating(compiled.forward, model)
+        compiled.forward = _allocating(compiled.forward, model, eager_prefill)
         return compiled
     gen = shallow_copy(model)
-    forward = _allocating(compiled, model)
+    forward = _allocating(compiled, model, eager_prefill)
     forward.compiled = compiled  # type: ignore[attr-defined]  # for count_regions
     gen.forward = forward
     return gen

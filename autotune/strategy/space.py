@@ -28,7 +28,8 @@ from autotune.strategy.inductor import (
 from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 from autotune.strategy.strategy import (
     GRANULARITIES,
-    SHAPED_DEFAULTS,
+    OPTIONAL_DEFAULTS,
+    PREFILLS,
     Strategy,
     is_registered,
     parse_dynamic,
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
 
 DIMENSIONS = ("granularity", "backend", "mode", "dynamic", "fullgraph")
 SHAPED = ("buckets", "marks", "stance")  # dimensions a traffic opens (one shape: moot)
-KEYS = (*DIMENSIONS, "options", *SHAPED)  # the space's lists: the fields, the switches
-SHAPED_VALUES = {"buckets": BUCKETS, "marks": MARKS, "stance": STANCES}
+OPTIONAL = (*SHAPED, "prefill")  # ...and generation's: searched only where they are opened
+KEYS = (*DIMENSIONS, "options", *OPTIONAL)  # the space's lists: the fields, the switches
+OPTIONAL_VALUES = {"buckets": BUCKETS, "marks": MARKS, "stance": STANCES, "prefill": PREFILLS}
 # Backends whose compiler lives in another package: in the default space only when importable.
 _BACKEND_PACKAGES = {"tvm": "tvm", "openxla": "torch_xla", "openxla_eval": "torch_xla"}
 
@@ -81,13 +83,14 @@ class Space:
     buckets: tuple[str, ...] = ("none",)
     marks: tuple[str, ...] = ("none",)
     stance: tuple[str, ...] = ("default",)
+    prefill: tuple[str, ...] = ("compiled",)
 
     @property
     def dimensions(self) -> tuple[str, ...]:
         """The fields each trial suggests: the five, and buckets, marks and stance under a
-        traffic."""
-        return DIMENSIONS + tuple(n for n in SHAPED if len(getattr(self, n)) > 1
-                                  or getattr(self, n)[0] != SHAPED_DEFAULTS[n])  # fmt: skip
+        traffic, the prefill's compile when generating."""
+        return DIMENSIONS + tuple(n for n in OPTIONAL if len(getattr(self, n)) > 1
+                                  or getattr(self, n)[0] != OPTIONAL_DEFAULTS[n])  # fmt: skip
 
     def for_traffic(self, requests: tuple[tuple[int, int], ...]) -> Space:
         """The space over a traffic: padding buckets, a stance, and marks (backed and unbacked)
@@ -102,7 +105,8 @@ class Space:
 
     @classmethod
     def default(cls, device: str, kind: str = "inference") -> Space:
-        """Everything the running torch supports on ``device`` for a ``kind`` workload."""
+        """Everything the running torch supports on ``device`` for a ``kind`` workload (a
+        generate workload's prefill compiled or left eager)."""
         cuda = device.startswith("cuda")
         modes = tuple(m for m in inductor_modes() if cuda or not _cuda_mode(m))
         known = inductor_options()
@@ -111,7 +115,9 @@ class Space:
             if set(options) <= known and (cuda or not options.get("triton.cudagraphs"))
             and (kind != "train" or name not in INFERENCE_ONLY)
         )  # fmt: skip
-        return cls(GRANULARITIES, tuple(default_backends(device)), modes, options=switches)
+        prefill = PREFILLS if kind == "generate" else ("compiled",)
+        return cls(GRANULARITIES, tuple(default_backends(device)), modes, options=switches,
+                   prefill=prefill)  # fmt: skip
 
     def narrow(self, **lists: Any) -> Space:
         """Replace the named dimensions with the given values (strings split on commas)."""
@@ -128,11 +134,11 @@ class Space:
             if not isinstance(values, (list, tuple)):
                 values = [values]
             parse = {"dynamic": parse_dynamic, "fullgraph": _parse_bool}.get(name, str)
-            known = is_buckets if name == "buckets" else SHAPED_VALUES.get(name, ()).__contains__
-            if name in SHAPED and not all(known(str(v)) for v in values):
+            known = is_buckets if name == "buckets" else OPTIONAL_VALUES.get(name, ()).__contains__
+            if name in OPTIONAL and not all(known(str(v)) for v in values):
                 more = " or auto:K (K from 1 to 64)" if name == "buckets" else ""
                 raise ConfigError(
-                    f"bad {name} {list(values)}: use {', '.join(SHAPED_VALUES[name])}{more}"
+                    f"bad {name} {list(values)}: use {', '.join(OPTIONAL_VALUES[name])}{more}"
                 )
             changes[name] = tuple(dict.fromkeys(parse(v) for v in values))
         return dataclasses.replace(self, **changes)
@@ -171,10 +177,10 @@ class Space:
                     for o in self.switch_sets(m) if b == "inductor" else ((),):
                         for d in self.dynamic:
                             for f in self.fullgraph:
-                                for k, mk, st in itertools.product(
-                                    self.buckets, self.marks, self.stance
+                                for k, mk, st, p in itertools.product(
+                                    self.buckets, self.marks, self.stance, self.prefill
                                 ):
-                                    s = Strategy.create(g, b, m, d, f, o, k, mk, st)
+                                    s = Strategy.create(g, b, m, d, f, o, k, mk, st, prefill=p)
                                     seen.setdefault(s.key, s)
         return list(seen.values())
 
@@ -208,7 +214,7 @@ class Space:
         if s.granularity == "none":
             return {**fixed, "granularity": "none", **switches}
         mode = s.mode if s.backend == "inductor" else fixed["mode"]
-        shaped = {n: getattr(s, n) for n in self.dimensions if n in SHAPED}
+        shaped = {n: getattr(s, n) for n in self.dimensions if n in OPTIONAL}
         return {"granularity": s.granularity, "backend": s.backend, "mode": mode,
                 "dynamic": s.dynamic, "fullgraph": s.fullgraph, **shaped, **switches}  # fmt: skip
 
@@ -218,8 +224,8 @@ class Space:
 
     def to_dict(self) -> dict[str, list]:
         data = {name: list(getattr(self, name)) for name in KEYS}
-        for name in SHAPED:  # a one-shape study's stored space stays as it was
-            if data[name] == [SHAPED_DEFAULTS[name]]:
+        for name in OPTIONAL:  # a one-shape study's stored space stays as it was
+            if data[name] == [OPTIONAL_DEFAULTS[name]]:
                 del data[name]
         return data
 

@@ -32,6 +32,9 @@ from autotune.strategy.inductor import (
 from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 
 GRANULARITIES = ("none", "full", "regional", "nested")
+# generating: the prefill compiled with the decode steps, or left eager (transformers' own
+# default compiles only the decode: a new prompt length then compiles nothing)
+PREFILLS = ("compiled", "eager")
 EAGER_BACKEND = "none"
 
 
@@ -81,6 +84,7 @@ class Strategy:
     buckets: str = "none"  # under traffic: pad to buckets (autotune.strategy.shapes)
     marks: str = "none"  # under traffic: the dimensions marked dynamic
     stance: str = "default"  # under traffic: torch.compiler.set_stance around every call
+    prefill: str = "compiled"  # generating: the prefill compiled, or eager (decode alone)
     # buckets auto: the edges its trial chose, (batch edges, sequence edges); not in the key
     edges: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
     key: str = field(init=False, repr=False, compare=False)
@@ -99,6 +103,8 @@ class Strategy:
             raise ConfigError(f"bad marks {self.marks!r}: use one of {', '.join(MARKS)}")
         if self.stance not in STANCES:
             raise ConfigError(f"bad stance {self.stance!r}: use one of {', '.join(STANCES)}")
+        if self.prefill not in PREFILLS:
+            raise ConfigError(f"bad prefill {self.prefill!r}: use one of {', '.join(PREFILLS)}")
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
         if not self.buckets.startswith("auto"):
@@ -118,12 +124,13 @@ class Strategy:
         marks: str | None = "none",
         stance: str | None = "default",
         edges: Any = None,
+        prefill: str | None = "compiled",
     ) -> Strategy:
         """Build a strategy from loose values (``dynamic`` as text, options as a list, edges
         as lists)."""
         return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
                    tuple(options or ()), buckets or "none", marks or "none",
-                   stance or "default", read_edges(edges))  # fmt: skip
+                   stance or "default", prefill or "compiled", read_edges(edges))  # fmt: skip
 
     @property
     def shaped(self) -> bool:
@@ -201,7 +208,7 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in _FIELDS}
         data["options"] = list(self.options)
-        for name, default in SHAPED_DEFAULTS.items():  # one-shape dicts stay as they were
+        for name, default in OPTIONAL_DEFAULTS.items():  # older dicts stay as they were
             if data[name] == default:
                 del data[name]
         if self.edges is not None:
@@ -229,15 +236,18 @@ def read_edges(value: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 
 _FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks",
-           "stance")  # fmt: skip
+           "stance", "prefill")  # fmt: skip
 SHAPED_DEFAULTS = {"buckets": "none", "marks": "none", "stance": "default"}
+# the fields a search opens only where they matter (a traffic's shapes, generation), and their
+# defaults: a strategy at its default leaves them out of its key and its dict
+OPTIONAL_DEFAULTS = {**SHAPED_DEFAULTS, "prefill": "compiled"}
 
 
 def _normalised(s: Strategy) -> tuple[Any, ...]:
     """The canonical field values: eager has none; only inductor has a mode and options (the
     mode whose bundle covers the most of them absorbs them)."""
     if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
-        return "none", EAGER_BACKEND, None, None, False, (), "none", "none", "default"
+        return "none", EAGER_BACKEND, None, None, False, (), "none", "none", "default", "compiled"
     fullgraph = bool(s.fullgraph)
     dynamic, marks = s.dynamic, s.marks
     if s.buckets != "none":  # each bucket compiles static
@@ -245,7 +255,8 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
     if s.granularity == "regional" or (dynamic is True and not marks.endswith("-unbacked")):
         marks = "none"  # inputs dynamo never sees; all dynamic (backed) already
     if s.backend != "inductor":
-        return s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks, s.stance
+        return (s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks, s.stance,
+                s.prefill)  # fmt: skip
     mode = s.mode or "default"
     names = tuple(s.options or ())
     check_switches(names)
@@ -254,7 +265,8 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
         mode, names = spell(merged(mode, names), mode)
     order = list(SWITCHES)
     return (s.granularity, s.backend, mode, dynamic, fullgraph,
-            tuple(sorted(set(names), key=order.index)), s.buckets, marks, s.stance)  # fmt: skip
+            tuple(sorted(set(names), key=order.index)), s.buckets, marks, s.stance,
+            s.prefill)  # fmt: skip
 
 
 def _key(s: Strategy) -> str:
@@ -267,4 +279,5 @@ def _key(s: Strategy) -> str:
     key += f"/{'+'.join(s.options)}" if s.options else ""
     key += f"/buckets={s.buckets}" if s.buckets != "none" else ""
     key += f"/marks={s.marks}" if s.marks != "none" else ""
-    return key + (f"/stance={s.stance}" if s.stance != "default" else "")
+    key += f"/stance={s.stance}" if s.stance != "default" else ""
+    return key + (f"/prefill={s.prefill}" if s.prefill != "compiled" else "")

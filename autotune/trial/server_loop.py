@@ -14,6 +14,9 @@ figures are counted as it is served:
   itself (no counter of torch's records a frame that a stance or the limit ran eager);
 - its outputs against eager's at its shape, under the study's accuracy gate (its reference
   where it covers the shape), and their shapes, so that a padded row is never served.
+
+A generate traffic's loop (:func:`generate`) is the one a user writes with
+:func:`autotune.apply_generation`: one ``generate`` a request, its greedy tokens against eager's.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ def serve(request: Request) -> Measurement:
     import autotune
 
     assert request.exported is not None
+    if request.workload.kind == "generate":
+        return generate(request)
     ctx = begin(request)
     ctx.phase("building the model")
     model, _ = catalog.build(ctx.ref, ctx.workload)
@@ -78,6 +83,63 @@ def serve(request: Request) -> Measurement:
             found["wrong"].append([n, why])
     found["served_s"] = time.perf_counter() - began
     found["graphs"] = metrics.compile_counts()[0]
+    found["through"] = "autotune.apply"
+    return Measurement(*request.base(), "ok", traffic=found, timings=ctx.timings)
+
+
+def generate(request: Request) -> Measurement:
+    """A generate traffic's plain loop: eager's greedy tokens of each prompt first (``generate``
+    on :func:`autotune.apply_generation` of eager, its static cache as long as the export's),
+    then each request one ``generate(ids, max_new_tokens=n)`` on
+    ``autotune.apply_generation(model, exported)``, in arrival order; per request the graphs
+    it compiled, whether it hit the recompile limit (its calls then ran eager) and whether its
+    tokens are eager's."""
+    import torch
+
+    import autotune
+    from autotune.strategy import Strategy
+    from autotune.trial.scenarios.generate import check_tokens, margin
+
+    assert request.exported is not None
+    ctx = begin(request)
+    ctx.phase("building the model")
+    w = ctx.workload
+    model, _ = catalog.build(ctx.ref, w)
+    prompts = {s: catalog.inputs_at(ctx.ref, model, w, s)[0] for s in dict.fromkeys(w.traffic)}
+    longest = {s: max(n for r, n in zip(w.traffic, w.answers, strict=True) if r == s)
+               for s in prompts}  # fmt: skip
+    eager = autotune.apply_generation(model, Strategy("none"))
+    eager.generation_config.max_cache_len = w.cache_len
+    expected = {}
+    with torch.no_grad():  # eager's tokens first: no eager call between the served ones
+        for s, ids in prompts.items():
+            out = eager.generate(ids, max_new_tokens=longest[s], min_new_tokens=longest[s],
+                                 do_sample=False, output_logits=True,
+                                 return_dict_in_generate=True)  # fmt: skip
+            expected[s] = (out.sequences[:, s[1] :], [margin(x) for x in out.logits])
+    strategy = ctx.strategy
+    allowed = [strategy.backend] if usercode.is_code(strategy.backend) else None
+    served = autotune.apply_generation(model, request.exported, backends=allowed)
+    ctx.phase("serving the traffic in a plain generate loop")
+    found: dict[str, Any] = {"compiles": [], "ran_eager": [], "limited": [], "wrong": []}
+    began = time.perf_counter()
+    for n, (shape, answer) in enumerate(zip(w.traffic, w.answers, strict=True), 1):
+        before = metrics.compile_counts()
+        with torch.no_grad():
+            out = served.generate(prompts[shape], max_new_tokens=answer, min_new_tokens=answer,
+                                  do_sample=False)  # fmt: skip
+        after = metrics.compile_counts()
+        found["compiles"].append(after[0] - before[0])
+        if after[1] > before[1]:
+            found["ran_eager"].append(n)
+            found["limited"].append(n)
+        tokens, margins = expected[shape]
+        check = check_tokens(tokens[:, :answer], out[:, shape[1] :], "", margins[:answer])
+        if not check.passed:
+            found["wrong"].append([n, check.detail])
+    found["served_s"] = time.perf_counter() - began
+    found["graphs"] = metrics.compile_counts()[0]
+    found["through"] = "autotune.apply_generation"
     return Measurement(*request.base(), "ok", traffic=found, timings=ctx.timings)
 
 

@@ -87,6 +87,25 @@ def test_transformers_fields_are_exactly_compile_config_s() -> None:
     assert any("cannot express granularity 'regional'" in n for n in regional)
 
 
+def test_a_generate_study_s_cache_and_eager_prefill_are_exported(tmp_path: Path) -> None:
+    """The static cache's length rides in the autotune block and in transformers' fields; a
+    prefill left eager is what transformers' compile_config does, and a caveat elsewhere."""
+    from autotune.ship.apply import generation_config
+
+    s = Strategy.create("full", "aot_eager", prefill="eager")
+    block = {"strategy": s.to_dict(), "generation": formats.cache_fields(57)}
+    path = tmp_path / "best.json"
+    path.write_text(formats.render(s, "transformers", block, [], "hand") + "\n")
+    fields = json.loads(path.read_text())["generation_config"]
+    assert fields["max_cache_len"] == 57 and fields["cache_implementation"] == "static"
+    assert generation_config(path).max_cache_len == 57
+    compiled_prefill = formats.caveats(Strategy.create("full", "aot_eager"), "transformers")
+    assert any("its prefill runs eager" in n for n in compiled_prefill)
+    assert not any("its prefill runs eager" in n for n in formats.caveats(s, "transformers"))
+    assert any("a prompt's prefill too" in n for n in formats.caveats(s, "torch"))
+    assert formats.cache_length({"generation": {"max_cache_len": True}}) is None
+
+
 @pytest.mark.parametrize("fmt", ["accelerate", "torch", "transformers"])
 def test_every_json_format_reads_back_to_the_strategy(fmt: str, tmp_path: Path) -> None:
     s = Strategy.create("nested", "inductor", "default", False, True, ["freezing"])

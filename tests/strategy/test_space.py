@@ -126,3 +126,15 @@ def test_strategy_from_space_is_canonical() -> None:
                for s in members)  # fmt: skip
     assert len({s.key for s in members}) == len(members)
     assert Strategy.create("none") in Space.default("cpu").strategies()
+
+
+def test_a_generate_workload_opens_the_prefill_and_inference_does_not() -> None:
+    generate, inference = Space.default("cpu", "generate"), Space.default("cpu")
+    assert generate.prefill == ("compiled", "eager") and "prefill" in generate.dimensions
+    assert inference.prefill == ("compiled",) and "prefill" not in inference.dimensions
+    members = generate.strategies()
+    assert {s.prefill for s in members if s.granularity != "none"} == {"compiled", "eager"}
+    assert "prefill" not in inference.to_dict() and Space.from_dict(generate.to_dict()) == generate
+    assert generate.narrow(prefill="eager").prefill == ("eager",)
+    with pytest.raises(ConfigError, match=r"bad prefill \['later'\]: use compiled, eager"):
+        generate.narrow(prefill="later")

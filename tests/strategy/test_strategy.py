@@ -152,3 +152,15 @@ def test_the_builtin_backends_and_modes_are_torch_s() -> None:
     assert is_mode("default") and not is_mode("no-such-mode")
     with pytest.raises(ConfigError, match="no-such-mode"):
         Strategy("full", "inductor", mode="no-such-mode").validate()
+
+
+def test_prefill_is_a_field_left_out_of_keys_and_dicts_at_its_default() -> None:
+    eager_prefill = Strategy.create("full", "aot_eager", prefill="eager")
+    assert eager_prefill.key == "full/aot_eager/-/dynamic=auto/breaks-ok/prefill=eager"
+    assert Strategy.from_dict(eager_prefill.to_dict()) == eager_prefill
+    plain = Strategy.create("full", "aot_eager")
+    assert "prefill" not in plain.key and "prefill" not in plain.to_dict()
+    assert Strategy.from_dict(plain.to_dict()) == plain != eager_prefill
+    assert Strategy.create("none", prefill="eager") == Strategy.create("none")  # nothing compiles
+    with pytest.raises(ConfigError, match="bad prefill 'lazy': use one of compiled, eager"):
+        Strategy.create("full", prefill="lazy")

@@ -4,6 +4,7 @@ a wrong backend is caught on both sides."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -92,3 +93,49 @@ def test_an_off_by_one_backend_fails_the_gate_and_the_loop_under_every_stance(
     # eager_then_compile the first ran its model's forward eager and its second layer compiled)
     compiled = {n for n in range(1, len(FIRST_REPEATS) + 1) if n not in loop["ran_eager"]}
     assert compiled and compiled <= {n for n, _ in loop["wrong"]}, loop
+
+
+GENERATIONS = Workload(kind="generate", seq_len="8..48", new_tokens="4..16", requests=12)
+
+
+class GenerateSpec:
+    """What an export reads of a generate traffic's study spec."""
+
+    workload_table = GENERATIONS.to_dict()
+    traffic = GENERATIONS.traffic
+    kind = "generate"
+    workload = GENERATIONS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefill", ["compiled", "eager"])
+def test_a_plain_generate_loop_serves_a_generate_traffic_as_its_trial_measured(
+    prefill: str, tmp_path: Path
+) -> None:
+    """The plain loop is ``autotune.apply_generation`` of the export and one ``generate`` a
+    request: the graphs each request compiled (the prefill's recompiles where it is compiled,
+    the decode's alone where it is eager) are the trial's, every request's tokens eager's."""
+    from autotune.choice import as_served
+
+    strategy = Strategy.create("full", "aot_eager", prefill=prefill)
+    m = parent.run_trial(LLAMA, GENERATIONS, strategy, QUICK)
+    path = export.served_file(strategy, GenerateSpec, tmp_path / "best.json")
+    assert json.loads(path.read_text())["autotune"]["generation"] == {
+        "cache_implementation": "static", "max_cache_len": GENERATIONS.cache_len}  # fmt: skip
+    served = parent.serve(LLAMA, GENERATIONS, strategy, str(path), QUICK)
+    assert m.ok and m.traffic is not None and served.ok and served.traffic is not None
+    loop = served.traffic
+    assert as_served.differences(m.traffic, loop) == [] and loop["wrong"] == []
+    assert loop["through"] == "autotune.apply_generation"
+    # one decode graph for the one cache; a compiled prefill compiles at new prompt lengths too
+    assert sum(loop["compiles"]) == 1 if prefill == "eager" else sum(loop["compiles"]) >= 2
+    assert "tokens as eager's" in as_served.agreed(strategy.key, loop, 1.0)
+
+
+@pytest.mark.slow
+def test_a_decode_perturbing_backend_is_caught_by_the_plain_generate_loop(tmp_path: Path) -> None:
+    wrong = Strategy.create("full", "tests.models:decode_perturbing_backend")
+    path = export.served_file(wrong, GenerateSpec, tmp_path / "best.json")
+    loop = parent.serve(LLAMA, GENERATIONS, wrong, str(path), QUICK).traffic
+    assert loop is not None and {n for n, _ in loop["wrong"]} == set(range(1, 13)), loop
+    assert "differs from eager" in loop["wrong"][0][1]

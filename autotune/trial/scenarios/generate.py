@@ -149,13 +149,13 @@ class Generation:
         tokens = [self.token]
         result = Run(None, 0.0, prefill_logits=self.logits.float().clone())
         if margins:
-            result.margins.append(_margin(self.logits))
+            result.margins.append(margin(self.logits))
         for step in range(self.new_tokens - 1):
             timed(self.decode)
             if step == 0:
                 result.first_logits = self.logits.float().clone()
             if margins:
-                result.margins.append(_margin(self.logits))
+                result.margins.append(margin(self.logits))
             tokens.append(self.token)
         result.tokens = torch.cat(tokens, dim=1)
         seconds = timer.elapsed()
@@ -163,7 +163,7 @@ class Generation:
         return result
 
 
-def _margin(logits: Any) -> float:
+def margin(logits: Any) -> float:
     top = logits.float().topk(2, dim=-1).values
     return float((top[..., 0] - top[..., 1]).min())
 
