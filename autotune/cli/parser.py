@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--prefill", default="compiled", help="generating: the prefill compiled "
                    "with the decode steps, or eager (decode alone compiled)")  # fmt: skip
+    s.add_argument("--kv-cache", default="single", help="generating over a traffic: one static "
+                   "KV cache for the longest request (single), or one a bucket of prompt plus "
+                   "answer lengths (pow2, quantiles)")  # fmt: skip
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
@@ -124,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(r)
     sp = r.add_argument_group("space (comma lists narrow the default space)")
     for name in ("granularity", "backend", "mode", "dynamic", "fullgraph", "buckets", "marks",
-                 "stance", "prefill"):  # fmt: skip
-        sp.add_argument(f"--{name}", metavar="LIST")
+                 "stance", "prefill", "kv_cache"):  # fmt: skip
+        sp.add_argument(f"--{name.replace('_', '-')}", metavar="LIST")
     sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
                     "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip
     sp.add_argument("--space", metavar="FILE.toml", help="spec file: model, workload, space")

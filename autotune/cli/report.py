@@ -95,10 +95,16 @@ def traffic_lines(m: Measurement) -> list[str]:
     lines += bucket_lines(m)
     if "answers" in t:  # a generate traffic
         answers = t["answers"]
-        lines.append(f"           answers {min(answers)}..{max(answers)} new tokens; one static "
-                     f"KV cache of {t['cache_len']} positions a batch size; each request's "
-                     "TTFT, time per token and stall in --json")  # fmt: skip
-        lines += [f"  prompt   batch {r['batch_size']} seq {r['seq_len']} ({r['weight']:.0%}): "
+        lens = t.get("cache_lens") or [t["cache_len"]]
+        caches = (f"one static KV cache of {lens[0]} positions" if len(lens) == 1 else
+                  f"static KV caches of {', '.join(map(str, lens))} positions (eager's "
+                  f"{t['cache_len']})")  # fmt: skip
+        lines.append(f"           answers {min(answers)}..{max(answers)} new tokens; {caches} "
+                     "a batch size; each request's TTFT, time per token and stall in "
+                     "--json")  # fmt: skip
+        lines += [f"  prompt   batch {r['batch_size']} seq {r['seq_len']}"
+                  + (f" cache {r['cache_len']}" if len(lens) > 1 else "")
+                  + f" ({r['weight']:.0%}): "
                   f"decode {r['compiled_ms']:.3f} ms a token (eager {r['eager_ms']:.3f}), TTFT "
                   f"{r['ttft_ms']:.3f} ms (eager {r['eager_ttft_ms']:.3f})"
                   for r in t.get("steady", [])]  # fmt: skip

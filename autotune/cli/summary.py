@@ -54,6 +54,25 @@ class Finished:
                                    "why": c.why} for c in self.cut],
         }  # fmt: skip
 
+    def served(self, key: str) -> list[str]:
+        """The pick over its traffic: time to ready and its stalls, and, generating, its time
+        to first token and per token over the traffic against eager's (none at one shape)."""
+        from autotune.trial.measurement import Measurement
+
+        if key == "none":  # eager's figures are the baseline's own: nothing to set beside them
+            return []
+        row = next((r for r in self.rows if r.key == key), None)
+        m = Measurement.from_dict(row.payload) if row is not None else None
+        if m is None or not m.traffic or "ready_s" not in m.traffic:
+            return []
+        out = report.traffic_lines(m)[:1]
+        if weighted := m.traffic.get("weighted"):
+            w = {k: f"{v:.3g}" for k, v in weighted.items()}
+            out.append(f"           over the traffic: TTFT {w['ttft_ms']} ms (eager "
+                       f"{w['eager_ttft_ms']} ms), {w['tpot_ms']} ms a token (eager "
+                       f"{w['eager_tpot_ms']} ms)")  # fmt: skip
+        return out
+
     def lines(self) -> list[str]:
         """The summary a person reads."""
         s, t, tally = self.spec, self.tuned, self.tally
@@ -69,8 +88,8 @@ class Finished:
             out.append(report.time_split(self.split))
         out += ["\nPareto front (cold compile vs median latency, feasible trials and eager):",
                 report.front_table(self.told.front, t.chosen.key, s.settings.starts),
-                f"\nchosen ({s.policy}): {t.chosen.key}", *self.told.lines(),
-                *(f"note: {note}" for note in t.notes)]  # fmt: skip
+                f"\nchosen ({s.policy}): {t.chosen.key}", *self.served(t.chosen.key),
+                *self.told.lines(), *(f"note: {note}" for note in t.notes)]  # fmt: skip
         if loaded := report.load_note([r.payload for r in self.rows]):
             out.append(loaded)
         out.append(f"wrote {t.path}")

@@ -228,8 +228,8 @@ class StudySpec:
         model = ModelRef(**fields.read(ModelRef, tables["model"], "[model] "))
         values = fields.read(Workload, tables["workload"], "[workload] ")
         workload = Workload.create(**values) if resolve_device else Workload(**values)
-        shaped = workload.traffic if workload.kind == "inference" else ()  # generate: not yet
-        space = Space.default(workload.device, workload.kind).for_traffic(shaped)
+        space = Space.default(workload.device, workload.kind)
+        space = space.for_traffic(workload.traffic, workload.kind)
         space = space.narrow(**tables["space"])
         settings = Settings(**fields.read(Settings, {"seed": model.seed, **search}, "[search] "))
         chosen = fields.read(cls, search, "[search] ")

@@ -21,7 +21,7 @@ from autotune.errors import AutotuneWarning, ConfigError
 from autotune.ship import exported, formats
 from autotune.ship.exported import Backends
 from autotune.starts import artifact
-from autotune.strategy import Strategy, granularity
+from autotune.strategy import Strategy, granularity, kv_cache
 from autotune.strategy.shapes import Shaped
 
 if TYPE_CHECKING:
@@ -106,12 +106,13 @@ def _generator(
 ) -> torch.nn.Module:  # fmt: skip
     loaded: bool | None = False
     length = None  # the static cache's length, where a file says what it was measured with
+    found = None  # ...and a quantiles kv_cache's lengths
     if isinstance(how, Strategy):
         strategy, resolve = how, usercode.resolve
     else:
         strategy, data = exported.read(how)
         block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
-        length = formats.cache_length(block)
+        length, found = formats.cache_length(block), formats.cache_edges(block)
         strategy = exported.fitted(strategy, data, how) or Strategy("none")
         resolve = exported.resolver(backends, how)
         if strategy.granularity != "none":
@@ -126,6 +127,8 @@ def _generator(
     config.disable_compile = True  # compiled here as measured, not a second time by transformers
     if length is not None:  # one cache for every request, as measured (never a shorter one)
         config.max_cache_len = max(length, getattr(config, "max_cache_len", None) or 0)
+    if strategy.kv_cache != "single":  # a cache a bucket of prompt-plus-answer lengths
+        gen.generate = kv_cache.serving(gen, strategy.kv_cache, length or 0, found)
     gen.generation_config = config
     return artifact.isolate(gen, "generate") if loaded is None else gen
 

@@ -20,7 +20,7 @@ from autotune.ship import accelerate_config, formats, gate
 from autotune.ship.study import StudyView
 from autotune.starts import artifact
 from autotune.storage import Store, mask
-from autotune.strategy import Strategy, shapes
+from autotune.strategy import Strategy, kv_cache, shapes
 from autotune.trial.measurement import Measurement
 
 
@@ -88,7 +88,10 @@ def served_fields(strategy: Strategy, spec: Any) -> dict[str, Any]:
     static cache so)."""
     fields = {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
     if spec.kind == "generate":
-        fields["generation"] = formats.cache_fields(spec.workload.cache_len)
+        w = spec.workload
+        totals = [s + n for (_, s), n in zip(w.traffic, w.answers, strict=True)]
+        edges = kv_cache.edges_of(strategy.kv_cache, totals)
+        fields["generation"] = formats.cache_fields(w.cache_len, edges)
     return fields
 
 

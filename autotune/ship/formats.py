@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from autotune.errors import NotApplicable
@@ -167,12 +168,22 @@ def torch_kwargs(strategy: Strategy) -> dict[str, Any]:
 # transformers: generation_config with CompileConfig's fields
 
 
-def cache_fields(length: int | None) -> dict[str, Any]:
+def cache_fields(length: int | None, edges: Sequence[int] | None = None) -> dict[str, Any]:
     """``generation_config``'s KV cache fields as measured: a static cache, of ``length`` where
     the study sized one (its longest prompt plus answer; transformers allocates one at least as
-    long for a longer request, and keeps the longest for later ones)."""
-    return {"cache_implementation": "static",
-            **({"max_cache_len": length} if length else {})}  # fmt: skip
+    long for a longer request, and keeps the longest for later ones); a quantiles kv_cache's
+    lengths beside them (``cache_edges``, autotune's alone)."""
+    return {"cache_implementation": "static", **({"max_cache_len": length} if length else {}),
+            **({"cache_edges": list(edges)} if edges else {})}  # fmt: skip
+
+
+def cache_edges(block: dict[str, Any]) -> tuple[int, ...] | None:
+    """A quantiles kv_cache's lengths an export's autotune block carries, if any."""
+    found = block.get("generation") if isinstance(block.get("generation"), dict) else {}
+    edges = found.get("cache_edges")
+    ok = isinstance(edges, list) and edges and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in edges)  # fmt: skip
+    return tuple(sorted(edges)) if ok else None
 
 
 def cache_length(block: dict[str, Any]) -> int | None:
@@ -210,6 +221,9 @@ def transformers_caveats(strategy: Strategy) -> list[str]:
         else "transformers compiles the decode steps"
     )
     notes = [f"{what} only on CUDA-class devices (a CPU's generate skips compile_config); {run}"]
+    if s.kv_cache != "single":
+        notes.append(f"transformers sizes one static cache for every request (max_cache_len), "
+                     f"not one a bucket (kv_cache {s.kv_cache!r}); {run}")  # fmt: skip
     if s.granularity != "full":
         notes.append(f"compile_config compiles the whole forward: it cannot express granularity "
                      f"{s.granularity!r}; {run}")  # fmt: skip
@@ -231,10 +245,9 @@ def caveats(strategy: Strategy, fmt: str) -> list[str]:
         )
     if fmt == "transformers":
         return notes + transformers_caveats(strategy)
-    if strategy.prefill == "eager":
-        notes.append(f"{fmt} compiles every forward, a prompt's prefill too: measured with the "
-                     "prefill eager, autotune.apply_generation(model, file) generates as "
-                     "measured")  # fmt: skip
+    if strategy.prefill == "eager" or strategy.kv_cache != "single":
+        notes.append(f"{fmt} cannot say how generate runs ({strategy.key}): "
+                     "autotune.apply_generation(model, file) generates as measured")  # fmt: skip
     if fmt != "torch" and (caveat := accelerate_caveat(strategy)):
         notes.append(caveat)
     if fmt == "accelerate-yaml" and strategy.options:

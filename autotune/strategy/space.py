@@ -25,6 +25,7 @@ from autotune.strategy.inductor import (
     inductor_options,
     is_mode,
 )
+from autotune.strategy.kv_cache import KV_CACHES
 from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 from autotune.strategy.strategy import (
     GRANULARITIES,
@@ -41,9 +42,10 @@ if TYPE_CHECKING:
 
 DIMENSIONS = ("granularity", "backend", "mode", "dynamic", "fullgraph")
 SHAPED = ("buckets", "marks", "stance")  # dimensions a traffic opens (one shape: moot)
-OPTIONAL = (*SHAPED, "prefill")  # ...and generation's: searched only where they are opened
+OPTIONAL = (*SHAPED, "prefill", "kv_cache")  # ...and generation's: searched where opened
 KEYS = (*DIMENSIONS, "options", *OPTIONAL)  # the space's lists: the fields, the switches
-OPTIONAL_VALUES = {"buckets": BUCKETS, "marks": MARKS, "stance": STANCES, "prefill": PREFILLS}
+OPTIONAL_VALUES = {"buckets": BUCKETS, "marks": MARKS, "stance": STANCES, "prefill": PREFILLS,
+                   "kv_cache": KV_CACHES}  # fmt: skip
 # Backends whose compiler lives in another package: in the default space only when importable.
 _BACKEND_PACKAGES = {"tvm": "tvm", "openxla": "torch_xla", "openxla_eval": "torch_xla"}
 
@@ -84,6 +86,7 @@ class Space:
     marks: tuple[str, ...] = ("none",)
     stance: tuple[str, ...] = ("default",)
     prefill: tuple[str, ...] = ("compiled",)
+    kv_cache: tuple[str, ...] = ("single",)
 
     @property
     def dimensions(self) -> tuple[str, ...]:
@@ -92,10 +95,15 @@ class Space:
         return DIMENSIONS + tuple(n for n in OPTIONAL if len(getattr(self, n)) > 1
                                   or getattr(self, n)[0] != OPTIONAL_DEFAULTS[n])  # fmt: skip
 
-    def for_traffic(self, requests: tuple[tuple[int, int], ...]) -> Space:
+    def for_traffic(self, requests: tuple[tuple[int, int], ...], kind: str = "inference") -> Space:
         """The space over a traffic: padding buckets, a stance, and marks (backed and unbacked)
-        on each dimension that varies (at one shape they are moot: no trial is spent there)."""
+        on each dimension that varies (at one shape they are moot: no trial is spent there);
+        a generate traffic's, a KV cache a bucket (not yet its buckets, marks or stances)."""
         if len(set(requests)) < 2:
+            return self
+        if kind == "generate":
+            return dataclasses.replace(self, kv_cache=KV_CACHES)
+        if kind != "inference":
             return self
         batch = len({b for b, _ in requests}) > 1
         seq = len({s for _, s in requests}) > 1
@@ -177,10 +185,15 @@ class Space:
                     for o in self.switch_sets(m) if b == "inductor" else ((),):
                         for d in self.dynamic:
                             for f in self.fullgraph:
-                                for k, mk, st, p in itertools.product(
-                                    self.buckets, self.marks, self.stance, self.prefill
+                                for k, mk, st, p, kv in itertools.product(
+                                    self.buckets,
+                                    self.marks,
+                                    self.stance,
+                                    self.prefill,
+                                    self.kv_cache,
                                 ):
-                                    s = Strategy.create(g, b, m, d, f, o, k, mk, st, prefill=p)
+                                    s = Strategy.create(g, b, m, d, f, o, k, mk, st,
+                                                        prefill=p, kv_cache=kv)  # fmt: skip
                                     seen.setdefault(s.key, s)
         return list(seen.values())
 

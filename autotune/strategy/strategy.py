@@ -29,6 +29,7 @@ from autotune.strategy.inductor import (
     spell,
     torch_version,
 )
+from autotune.strategy.kv_cache import KV_CACHES
 from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 
 GRANULARITIES = ("none", "full", "regional", "nested")
@@ -85,6 +86,7 @@ class Strategy:
     marks: str = "none"  # under traffic: the dimensions marked dynamic
     stance: str = "default"  # under traffic: torch.compiler.set_stance around every call
     prefill: str = "compiled"  # generating: the prefill compiled, or eager (decode alone)
+    kv_cache: str = "single"  # generating over a traffic: one static cache, or one a bucket
     # buckets auto: the edges its trial chose, (batch edges, sequence edges); not in the key
     edges: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
     key: str = field(init=False, repr=False, compare=False)
@@ -105,6 +107,9 @@ class Strategy:
             raise ConfigError(f"bad stance {self.stance!r}: use one of {', '.join(STANCES)}")
         if self.prefill not in PREFILLS:
             raise ConfigError(f"bad prefill {self.prefill!r}: use one of {', '.join(PREFILLS)}")
+        if self.kv_cache not in KV_CACHES:
+            raise ConfigError(f"bad kv_cache {self.kv_cache!r}: use one of "
+                              f"{', '.join(KV_CACHES)}")  # fmt: skip
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
         if not self.buckets.startswith("auto"):
@@ -125,12 +130,14 @@ class Strategy:
         stance: str | None = "default",
         edges: Any = None,
         prefill: str | None = "compiled",
+        kv_cache: str | None = "single",
     ) -> Strategy:
         """Build a strategy from loose values (``dynamic`` as text, options as a list, edges
         as lists)."""
         return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
                    tuple(options or ()), buckets or "none", marks or "none",
-                   stance or "default", prefill or "compiled", read_edges(edges))  # fmt: skip
+                   stance or "default", prefill or "compiled", kv_cache or "single",
+                   read_edges(edges))  # fmt: skip
 
     @property
     def shaped(self) -> bool:
@@ -236,18 +243,19 @@ def read_edges(value: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 
 _FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks",
-           "stance", "prefill")  # fmt: skip
+           "stance", "prefill", "kv_cache")  # fmt: skip
 SHAPED_DEFAULTS = {"buckets": "none", "marks": "none", "stance": "default"}
 # the fields a search opens only where they matter (a traffic's shapes, generation), and their
 # defaults: a strategy at its default leaves them out of its key and its dict
-OPTIONAL_DEFAULTS = {**SHAPED_DEFAULTS, "prefill": "compiled"}
+OPTIONAL_DEFAULTS = {**SHAPED_DEFAULTS, "prefill": "compiled", "kv_cache": "single"}
 
 
 def _normalised(s: Strategy) -> tuple[Any, ...]:
     """The canonical field values: eager has none; only inductor has a mode and options (the
     mode whose bundle covers the most of them absorbs them)."""
     if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
-        return "none", EAGER_BACKEND, None, None, False, (), "none", "none", "default", "compiled"
+        return ("none", EAGER_BACKEND, None, None, False, (), "none", "none", "default",
+                "compiled", "single")  # fmt: skip
     fullgraph = bool(s.fullgraph)
     dynamic, marks = s.dynamic, s.marks
     if s.buckets != "none":  # each bucket compiles static
@@ -256,7 +264,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
         marks = "none"  # inputs dynamo never sees; all dynamic (backed) already
     if s.backend != "inductor":
         return (s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks, s.stance,
-                s.prefill)  # fmt: skip
+                s.prefill, s.kv_cache)  # fmt: skip
     mode = s.mode or "default"
     names = tuple(s.options or ())
     check_switches(names)
@@ -266,7 +274,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
     order = list(SWITCHES)
     return (s.granularity, s.backend, mode, dynamic, fullgraph,
             tuple(sorted(set(names), key=order.index)), s.buckets, marks, s.stance,
-            s.prefill)  # fmt: skip
+            s.prefill, s.kv_cache)  # fmt: skip
 
 
 def _key(s: Strategy) -> str:
@@ -280,4 +288,5 @@ def _key(s: Strategy) -> str:
     key += f"/buckets={s.buckets}" if s.buckets != "none" else ""
     key += f"/marks={s.marks}" if s.marks != "none" else ""
     key += f"/stance={s.stance}" if s.stance != "default" else ""
-    return key + (f"/prefill={s.prefill}" if s.prefill != "compiled" else "")
+    key += f"/prefill={s.prefill}" if s.prefill != "compiled" else ""
+    return key + (f"/kv_cache={s.kv_cache}" if s.kv_cache != "single" else "")

@@ -27,6 +27,9 @@ from autotune.storage import Store
         (["--model", "toy-64", "--batch-size", "x"], "batch_size = 'x': expected a whole number"),
         (["--model", "nomod:fn"], "no module named 'nomod'"),
         (["--model", "toy-64", "--buckets", "auto:0"], "auto:K (K from 1 to 64)"),
+        (["--model", "toy-64", "--prefill", "lazy"], "bad prefill 'lazy'"),
+        (["--model", "toy-64", "--kv-cache", "pow3"], "bad kv_cache 'pow3'"),
+        (["--model", "toy-64", "--prefill", "eager"], "--prefill and --kv-cache are the generate"),
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(argv: list[str], needle: str, capsys,

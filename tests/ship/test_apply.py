@@ -14,7 +14,6 @@ from autotune.strategy import Strategy
 from autotune.trial import metrics
 from tests import models
 
-
 PROMPTS = {seq: models.tiny_llama.make_inputs(1, seq)[0] for seq in (8, 10, 12, 20)}
 
 

@@ -138,3 +138,12 @@ def test_a_generate_workload_opens_the_prefill_and_inference_does_not() -> None:
     assert generate.narrow(prefill="eager").prefill == ("eager",)
     with pytest.raises(ConfigError, match=r"bad prefill \['later'\]: use compiled, eager"):
         generate.narrow(prefill="later")
+
+
+def test_a_generate_traffic_opens_a_cache_a_bucket() -> None:
+    requests = ((1, 8), (1, 16), (1, 8))
+    generate = Space.default("cpu", "generate").for_traffic(requests, "generate")
+    assert generate.kv_cache == ("single", "pow2", "quantiles") and generate.buckets == ("none",)
+    assert Space.default("cpu").for_traffic(requests).kv_cache == ("single",)
+    assert Space.default("cpu", "generate").for_traffic(((1, 8),), "generate").kv_cache == (
+        "single",)  # fmt: skip

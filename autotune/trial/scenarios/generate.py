@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import catalog, device
 from autotune.errors import ConfigError
 from autotune.strategy import granularity
+from autotune.strategy.kv_cache import cache_keyword
 from autotune.trial import accuracy
 from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
@@ -63,13 +64,6 @@ def _per_layer(values: list[int]) -> int | list[int]:
     """One number when every layer has it (``early_initialization`` takes that in every 5.x),
     else the per-layer list (which it takes in later 5.x: 5.12 does, 5.0 does not)."""
     return values[0] if len(set(values)) == 1 else values
-
-
-def cache_keyword(forward: Callable[..., Any]) -> str:
-    """The keyword ``forward`` takes its KV cache by: ``cache`` where its signature has it
-    (transformers 5.24 on; there ``past_key_values`` is deprecated, to be removed in 5.40),
-    else ``past_key_values`` (transformers 5.0 to 5.23, and models written against them)."""
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 @dataclass

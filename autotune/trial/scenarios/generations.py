@@ -3,15 +3,18 @@ of ``--seq-len`` and ``--new-tokens``): each request a whole greedy generation, 
 them, in the trial's fresh cold process.
 
 1. **The KV cache as a deployment sizes it**: one static cache a batch size, of the traffic's
-   longest prompt plus answer (:attr:`autotune.workload.Workload.cache_len`), allocated before
-   any compiled call sees it and reset in place between generations; every request's prefill
-   and decode steps run against it, so the decode graph is one per cache, and a new prompt
-   length is a prefill's compile or recompile.
-2. **First pass**, in arrival order: each distinct (batch, prompt length)'s first arrival is
-   generated in full with its own answer length, eager then compiled. Its **stall** is the
-   compiled generation's time over eager's where it compiled a graph (Dynamo's counter); where
-   the compile hit the recompile limit, its prefill ran eager. Its greedy tokens are checked
-   against eager's and its prefill's and first decode step's logits judged against eager's.
+   longest prompt plus answer (:attr:`autotune.workload.Workload.cache_len`), or, as the
+   strategy's ``kv_cache`` says, one a bucket of prompt-plus-answer lengths
+   (:mod:`autotune.strategy.kv_cache`), each allocated before any compiled call sees it and
+   reset in place between generations; so the decode graph is one per cache, and a new prompt
+   length is a prefill's compile or recompile (none where the prefill is eager). Eager's side
+   always runs the single cache: what the strategy is compared with is eager as served.
+2. **First pass**, in arrival order: each distinct (batch, prompt length, cache length)'s first
+   arrival is generated in full with its own answer length, eager then compiled. Its **stall**
+   is the compiled generation's time over eager's where it compiled a graph (Dynamo's
+   counter); where the compile hit the recompile limit, its prefill ran eager. Its greedy
+   tokens are checked against eager's and its prefill's and first decode step's logits judged
+   against eager's.
    One short generation more of each side (:data:`REPEAT_STEPS` decode steps: against a static
    cache each step costs the same) gives the pair's repeat latencies, at which its later
    arrivals count: the cost grows with distinct pairs, not with requests or tokens. Per
@@ -31,13 +34,13 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import catalog, traffic
-from autotune.strategy import granularity
+from autotune.strategy import granularity, kv_cache
 from autotune.trial import cudagraph_logs, metrics, timing
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios.base import Scenario
 from autotune.trial.scenarios.generate import Generate, Generation, Run, check_tokens, new_cache
 
-Shape = tuple[int, int]
+Key = tuple[int, int, int]  # a request's batch, prompt length and (compiled side's) cache length
 REPEAT_STEPS = 4  # decode steps of a repeat's and a steady round's generation
 
 
@@ -51,24 +54,31 @@ class Generations(Generate):
         forward = getattr(self.compiled.forward, "compiled", self.compiled)
         ctx.result.regions = granularity.count_regions(forward)
         self.prompts = {s: catalog.inputs_at(ctx.ref, self.model, w, s)[0] for s in w.shapes}
-        self.caches: dict[str, dict[int, Any]] = {"eager": {}, "compiled": {}}
-        self.weights: dict[Shape, float] = {}
-        self.tokens_weights: dict[Shape, float] = {}
-        self.steady: dict[str, dict[Shape, Generation]] = {"eager": {}, "compiled": {}}
+        totals = [s + n for (_, s), n in zip(w.traffic, w.answers, strict=True)]
+        lengths = kv_cache.lengths(ctx.strategy.kv_cache, totals)
+        pairs = zip(w.traffic, lengths, strict=True)
+        self.keys: tuple[Key, ...] = tuple((b, s, n) for (b, s), n in pairs)
+        self.caches: dict[str, dict[tuple[int, int], Any]] = {"eager": {}, "compiled": {}}
+        self.weights: dict[Key, float] = {}
+        self.tokens_weights: dict[Key, float] = {}
+        self.steady: dict[str, dict[Key, Generation]] = {"eager": {}, "compiled": {}}
 
-    def cache(self, side: str, batch: int) -> Any:
-        """The side's static cache for ``batch``: the compiled side's allocated like eager's
-        (which has run), so that its tensors have fixed addresses before a compiled call."""
+    def cache(self, side: str, batch: int, length: int) -> Any:
+        """The side's static cache for ``batch`` and ``length`` (eager's: the single one), the
+        compiled side's allocated like eager's (which has run), so that its tensors have fixed
+        addresses before a compiled call."""
         w, found = self.ctx.workload, self.caches[side]
-        if batch not in found:
-            like = self.caches["eager"].get(batch) if side == "compiled" else None
-            found[batch] = new_cache(self.model, w.at((batch, w.seq_len)), like, w.cache_len)
-        return found[batch]
+        size = (batch, length if side == "compiled" else w.cache_len)
+        if size not in found:
+            like = next(iter(c for (b, _), c in self.caches["eager"].items() if b == batch),
+                        None) if side == "compiled" else None  # fmt: skip
+            found[size] = new_cache(self.model, w.at((batch, w.seq_len)), like, size[1])
+        return found[size]
 
-    def generation(self, side: str, shape: Shape, new_tokens: int) -> Generation:
+    def generation(self, side: str, key: Key, new_tokens: int) -> Generation:
         forward = self.model if side == "eager" else self.compiled
-        return Generation(forward, self.cache(side, shape[0]), self.prompts[shape], new_tokens,
-                          self.ctx.device)  # fmt: skip
+        return Generation(forward, self.cache(side, key[0], key[2]), self.prompts[key[:2]],
+                          new_tokens, self.ctx.device)  # fmt: skip
 
     def first(self) -> None:
         with cudagraph_logs.cudagraph_recordings() as recordings:
@@ -83,10 +93,10 @@ class Generations(Generate):
             "ttft_ms", "tpot_ms", "eager_ttft_ms", "eager_tpot_ms", "stall_ms", "compiles",
             "first_ms", "eager_first_ms", "recorded")}  # fmt: skip
         ran_eager, reasons, played, verdicts = [], [], [], []
-        repeats: dict[Shape, tuple[Run, Run]] = {}
+        repeats: dict[Key, tuple[Run, Run]] = {}
         self.tokens = TokenCheck(True, 0, 0)
-        self.eager_shapes: set[Shape] = set()
-        for n, (shape, answer) in enumerate(zip(w.traffic, w.answers, strict=True), 1):
+        self.eager_shapes: set[Key] = set()
+        for n, (shape, answer) in enumerate(zip(self.keys, w.answers, strict=True), 1):
             if shape in repeats:
                 e, c = repeats[shape]
                 graphs, stall, runs, recorded = 0, 0.0, (e, c), 0
@@ -131,13 +141,14 @@ class Generations(Generate):
         stalls = sum(1 for c, r in zip(per["compiles"], per["recorded"], strict=True) if c or r)
         m.traffic = {
             "requests": len(w.traffic), "shapes": len(set(w.traffic)), "played": played,
-            "answers": list(w.answers), "cache_len": w.cache_len, **per,
+            "answers": list(w.answers), "cache_len": w.cache_len,
+            "cache_lens": sorted({k[2] for k in self.keys}), **per,
             "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
             "stalls": stalls,
             "worst_stall_ms": max(per["stall_ms"]), "reasons": reasons, "ran_eager": ran_eager,
         }  # fmt: skip
         m.accuracy = self.worst(verdicts)
-        self.weights = traffic.steady(w.traffic, self.eager_shapes,
+        self.weights = traffic.steady(self.keys, self.eager_shapes,  # type: ignore[arg-type]
                                       ctx.request.steady or traffic.STEADY_SHAPES)  # fmt: skip
         self.tokens_weights = self.by_tokens(self.weights)
         self.gen = self.generation("compiled", next(iter(self.weights)), REPEAT_STEPS + 1)
@@ -145,29 +156,29 @@ class Generations(Generate):
             for shape in self.weights:
                 self.steady[side][shape] = self.generation(side, shape, REPEAT_STEPS + 1)
 
-    def judge_pair(self, e: Run, c: Run, shape: Shape) -> Any:
+    def judge_pair(self, e: Run, c: Run, key: Key) -> Any:
         """One pair's prefill and first decode logits against eager's (the prefill's alone
         where the first tokens differ: the decode steps then answer different questions)."""
-        where = f"{shape[0]}x{shape[1]}"
+        where = f"{key[0]}x{key[1]}"
         if not bool((c.tokens[:, :1] == e.tokens[:, :1]).all()) or c.first_logits is None:
             return self.ctx.judge([e.prefill_logits], [c.prefill_logits], f"prefill {where}")
         return self.ctx.judge([e.prefill_logits, e.first_logits],
                               [c.prefill_logits, c.first_logits], f"prefill {where}",
                               f"decode {where}")  # fmt: skip
 
-    def worst(self, verdicts: list[tuple[Shape, Any]]) -> Any:
+    def worst(self, verdicts: list[tuple[Key, Any]]) -> Any:
         """The worst verdict over the pairs the first pass played, saying where and how many."""
         failed, _, shape, worst = max(((not v.passed, v.max_rel, s, v) for s, v in verdicts),
                                       key=lambda t: (t[0], t[1]))  # fmt: skip
         worst.detail = (f"{'at' if failed else 'worst at'} batch {shape[0]} x prompt "
-                        f"{shape[1]}; {len(verdicts)} prompt shapes judged"
+                        f"{shape[1]} (cache {shape[2]}); {len(verdicts)} prompt shapes judged"
                         + (f": {worst.detail}" if worst.detail else ""))  # fmt: skip
         return worst
 
-    def by_tokens(self, weights: dict[Shape, float]) -> dict[Shape, float]:
+    def by_tokens(self, weights: dict[Key, float]) -> dict[Key, float]:
         """The steady shapes' weights by the output tokens of their requests."""
         w = self.ctx.workload
-        mean = {s: statistics.mean(n for r, n in zip(w.traffic, w.answers, strict=True)
+        mean = {s: statistics.mean(n for r, n in zip(self.keys, w.answers, strict=True)
                                    if r == s) for s in weights}  # fmt: skip
         total = sum(weights[s] * mean[s] for s in weights)
         return {s: weights[s] * mean[s] / total for s in weights}
@@ -213,7 +224,7 @@ class Generations(Generate):
             "ttft_ms": m.ttft.median_ms, "eager_ttft_ms": m.eager_ttft.median_ms,
         }  # fmt: skip
         m.traffic["steady"] = [
-            {"batch_size": s[0], "seq_len": s[1], "weight": weight,
+            {"batch_size": s[0], "seq_len": s[1], "cache_len": s[2], "weight": weight,
              "eager_ms": statistics.median(statistics.median(r[s].steps_s)
                                            for r in rounds["eager"]) * 1e3,
              "compiled_ms": statistics.median(statistics.median(r[s].steps_s)

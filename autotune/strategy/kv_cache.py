@@ -1,0 +1,85 @@
+"""The KV cache a generate strategy serves with (``Strategy.kv_cache``), as a deployment sizes it.
+
+- ``"single"`` (the default): one static cache a batch size, as long as the traffic's longest
+  prompt plus answer (:attr:`autotune.workload.Workload.cache_len`): one decode graph for every
+  request, and every decode step attends over the whole cache.
+- ``"pow2"``: a cache a bucket of prompt-plus-answer lengths, each as long as the power of two
+  at or above its requests' (``"quantiles"``: the traffic's quartiles of those lengths, its
+  longest the last; a longer request's cache is its power of two): shorter requests decode
+  against shorter caches, each cache length is a decode graph of its own (a compile, a CUDA
+  graph recording), and each cache is memory held.
+
+The trial (:mod:`autotune.trial.scenarios.generations`) keeps one cache a (batch, length) and
+resets it in place between requests; :func:`serving` makes ``generate`` do the same, so that
+:func:`autotune.apply_generation` serves as measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from autotune.traffic import bucket, edges, up_to
+
+KV_CACHES = ("single", "pow2", "quantiles")
+
+
+def edges_of(kind: str, totals: Sequence[int]) -> tuple[int, ...] | None:
+    """The cache lengths a ``quantiles`` strategy allocates for requests of ``totals`` (prompt
+    plus answer) tokens; None for the others (single: one length; pow2: each its own)."""
+    return edges([(1, t) for t in totals])[1] if kind == "quantiles" and totals else None
+
+
+def length(kind: str, total: int, single: int, found: tuple[int, ...] | None = None) -> int:
+    """The cache length a request of ``total`` tokens (prompt plus answer) is served with:
+    ``single`` (never shorter than the request), its power of two, or the smallest of the
+    quantile edges ``found`` at or above it."""
+    if kind == "pow2":
+        return bucket(total)
+    if kind == "quantiles" and found:
+        return up_to(total, found)
+    return max(single, total)
+
+
+def lengths(kind: str, totals: Sequence[int]) -> tuple[int, ...]:
+    """Each request's cache length over a traffic of ``totals`` (prompt plus answer)."""
+    found, single = edges_of(kind, totals), max(totals)
+    return tuple(length(kind, t, single, found) for t in totals)
+
+
+def cache_keyword(forward: Callable[..., Any]) -> str:
+    """The keyword ``forward`` takes its KV cache by: ``cache`` where its signature has it
+    (transformers 5.24 on; there ``past_key_values`` is deprecated, to be removed in 5.40),
+    else ``past_key_values`` (transformers 5.0 to 5.23, and models written against them)."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def serving(gen: Any, kind: str, single: int,
+            found: tuple[int, ...] | None) -> Callable[..., Any]:  # fmt: skip
+    """``gen.generate`` that hands each call the static cache of its bucket (made once a batch
+    size and length, reset in place before each use): a call that says ``max_new_tokens`` and
+    brings no cache of its own; any other call is ``gen.generate`` as it was."""
+    from transformers import StaticCache
+
+    original, kept = gen.generate, {}
+    keyword = cache_keyword(gen.forward)
+
+    @functools.wraps(original)
+    def generate(inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        ids = inputs if inputs is not None else kwargs.get("input_ids")
+        new = kwargs.get("max_new_tokens")
+        mine = "cache" in kwargs or "past_key_values" in kwargs
+        if ids is None or not isinstance(new, int) or mine or ids.dim() != 2:
+            return original(inputs, *args, **kwargs)
+        size = (ids.shape[0], length(kind, ids.shape[1] + new, single, found))
+        cache = kept.get(size)
+        if cache is None:
+            cache = kept[size] = StaticCache(config=gen.config, max_cache_len=size[1])
+        else:
+            cache.reset()
+        kwargs.update({keyword: cache, "cache_implementation": None})
+        return original(inputs, *args, **kwargs)
+
+    return generate

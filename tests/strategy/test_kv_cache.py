@@ -1,0 +1,49 @@
+"""The KV cache a generate strategy serves with (autotune/strategy/kv_cache.py): one static cache
+for the longest request, or one a bucket of prompt-plus-answer lengths; ``generate`` through
+``apply_generation`` hands each request its bucket's cache, one decode graph a cache length."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+import autotune
+from autotune.strategy import Strategy
+from autotune.trial import metrics
+from tests import models
+
+TOTALS = [20, 40, 70, 130, 30, 31]
+
+
+def test_each_request_s_cache_length_by_kind() -> None:
+    kv_cache = importlib.import_module("autotune.strategy.kv_cache")
+    assert kv_cache.lengths("single", TOTALS) == (130,) * 6
+    assert kv_cache.lengths("pow2", TOTALS) == (32, 64, 128, 256, 32, 32)
+    found = kv_cache.edges_of("quantiles", TOTALS)
+    assert found == (30, 31, 70, 130)  # the quartiles of the lengths, the longest last
+    assert kv_cache.lengths("quantiles", TOTALS) == (30, 70, 70, 130, 30, 31)
+    assert kv_cache.length("quantiles", 200, 130, found) == 256  # past the longest: its pow2
+    assert kv_cache.length("single", 200, 130) == 200  # never shorter than the request
+    assert kv_cache.edges_of("pow2", TOTALS) is None
+
+
+def test_generate_with_a_cache_a_bucket_compiles_one_decode_graph_a_cache_length() -> None:
+    """Static decode graphs (dynamic=false, the prefill eager): a graph for each pow2 cache
+    the requests meet, none for a request whose cache was met before; every request's tokens
+    eager's."""
+    torch._dynamo.reset()
+    model, _ = models.tiny_llama()
+    s = Strategy.create("full", "aot_eager", dynamic=False, prefill="eager", kv_cache="pow2")
+    gen = autotune.apply_generation(model, s)
+    graphs = []
+    for seq, n in ((8, 6), (20, 8), (10, 4), (40, 20), (24, 6)):  # caches 16, 32, 16, 64, 32
+        ids = models.tiny_llama.make_inputs(1, seq)[0]
+        before = metrics.compile_counts()[0]
+        with torch.no_grad():
+            out = gen.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        graphs.append(metrics.compile_counts()[0] - before)
+        with torch.no_grad():
+            expected = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert torch.equal(out, expected), (seq, n)
+    assert graphs == [1, 1, 0, 1, 0], graphs
