@@ -35,10 +35,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         kv_cache=args.kv_cache,
     )
     strategy.validate()
-    if (strategy.prefill, strategy.kv_cache) != ("compiled", "single") and (
-        workload.kind != "generate"
-    ):
-        raise ConfigError("--prefill and --kv-cache are the generate workload's")
+    strategy.check_workload(workload.kind)
     given = {k: getattr(args, dest, None) for k, dest in flag_dests(Settings).items()}
     settings = Settings(**fields.read(Settings, given, "--"))
     if not args.json:

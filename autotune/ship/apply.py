@@ -107,18 +107,20 @@ def _generator(
     loaded: bool | None = False
     length = None  # the static cache's length, where a file says what it was measured with
     found = None  # ...and a quantiles kv_cache's lengths
+    traffic: Any = ()
     if isinstance(how, Strategy):
         strategy, resolve = how, usercode.resolve
     else:
         strategy, data = exported.read(how)
         block = data.get("autotune") if isinstance(data.get("autotune"), dict) else {}
         length, found = formats.cache_length(block), formats.cache_edges(block)
+        traffic = (block.get("workload") or {}).get("traffic") or ()  # quantile buckets' edges
         strategy = exported.fitted(strategy, data, how) or Strategy("none")
         resolve = exported.resolver(backends, how)
         if strategy.granularity != "none":
             strategy.compile_kwargs(resolve)  # refuse unpassed code before anything is loaded
             loaded = artifact.prepare(data, how, trust_artifact)
-    gen = granularity.generator(model, strategy, resolve)
+    gen = granularity.generator(model, strategy, resolve, traffic)
     if gen is model:  # eager: a copy still, so that the generation config below is its own
         gen = granularity.shallow_copy(model)
     config = copy.deepcopy(model.generation_config)

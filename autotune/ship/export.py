@@ -88,10 +88,10 @@ def served_fields(strategy: Strategy, spec: Any) -> dict[str, Any]:
     static cache so)."""
     fields = {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
     if spec.kind == "generate":
-        w = spec.workload
-        totals = [s + n for (_, s), n in zip(w.traffic, w.answers, strict=True)]
+        w = spec.workload  # the compiled side's caches, as its trial sized them
+        totals = kv_cache.footprints(strategy, w.traffic, w.answers) or [w.cache_len]
         edges = kv_cache.edges_of(strategy.kv_cache, totals)
-        fields["generation"] = formats.cache_fields(w.cache_len, edges)
+        fields["generation"] = formats.cache_fields(max(totals), edges)
     return fields
 
 

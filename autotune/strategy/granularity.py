@@ -219,6 +219,7 @@ def generator(
     model: torch.nn.Module,
     strategy: Strategy,
     resolve: Callable[[str, str], Any] = usercode.resolve,
+    traffic: Any = (),
 ) -> torch.nn.Module:
     """A model of the same class, sharing parameters, whose forward runs ``strategy``.
 
@@ -226,19 +227,30 @@ def generator(
     shallow copy whose ``forward`` calls it (``generate`` on a ``torch.compile`` wrapper would run
     the uncompiled model); a regional compile is already a copy of the model's class. Either
     way the forward allocates a static KV cache before the compiled call sees it
-    (:func:`allocate_cache`); with ``prefill="eager"`` a prefill runs the model's own forward.
+    (:func:`allocate_cache`); with ``prefill="eager"`` a prefill runs the model's own forward,
+    with buckets it is padded to its bucket (:mod:`.prefill`: quantiles' edges from the prompt
+    lengths of ``traffic``).
     """
+    import dataclasses
+
     from torch._dynamo.eval_frame import OptimizedModule
 
-    compiled = apply(model, strategy, resolve)
+    from autotune.strategy import prefill
+
+    compiled = apply(model, dataclasses.replace(strategy, buckets="none"), resolve)
     if compiled is model:
         return model  # eager: nothing is compiled, the cache may be allocated lazily
     eager_prefill = strategy.prefill == "eager"
-    if not isinstance(compiled, OptimizedModule):  # regional: a new tree of the model's class
-        compiled.forward = _allocating(compiled.forward, model, eager_prefill)
+    found = prefill.edges_of(strategy.buckets, [s for _, s in traffic])
+    regional = not isinstance(compiled, OptimizedModule)
+    call = compiled.forward if regional else compiled
+    if strategy.buckets != "none":
+        call = prefill.padding(call, model, strategy.buckets, found)
+    if regional:  # a new tree of the model's class
+        compiled.forward = _allocating(call, model, eager_prefill)
         return compiled
     gen = shallow_copy(model)
-    forward = _allocating(compiled, model, eager_prefill)
+    forward = _allocating(call, model, eager_prefill)
     forward.compiled = compiled  # type: ignore[attr-defined]  # for count_regions
     gen.forward = forward
     return gen

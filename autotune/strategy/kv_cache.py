@@ -26,6 +26,19 @@ from autotune.traffic import bucket, edges, up_to
 KV_CACHES = ("single", "pow2", "quantiles")
 
 
+def footprints(strategy: Any, traffic: Sequence[Sequence[int]],
+               answers: Sequence[int]) -> list[int]:  # fmt: skip
+    """What each request of a generate traffic (``(batch, prompt)`` and its answer's tokens)
+    needs of a cache under ``strategy``: its prompt plus answer, or its prompt's bucket where
+    the prefill pads it further (:mod:`.prefill`)."""
+    from autotune.strategy import prefill
+
+    prompts = [s for _, s in traffic]
+    found = prefill.edges_of(strategy.buckets, prompts)
+    return [max(s + n, prefill.padded(strategy.buckets, s, found))
+            for s, n in zip(prompts, answers, strict=True)]  # fmt: skip
+
+
 def edges_of(kind: str, totals: Sequence[int]) -> tuple[int, ...] | None:
     """The cache lengths a ``quantiles`` strategy allocates for requests of ``totals`` (prompt
     plus answer) tokens; None for the others (single: one length; pow2: each its own)."""

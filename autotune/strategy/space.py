@@ -26,6 +26,7 @@ from autotune.strategy.inductor import (
     is_mode,
 )
 from autotune.strategy.kv_cache import KV_CACHES
+from autotune.strategy.prefill import PREFILL_BUCKETS
 from autotune.strategy.shapes import BUCKETS, MARKS, STANCES, is_buckets
 from autotune.strategy.strategy import (
     GRANULARITIES,
@@ -98,11 +99,12 @@ class Space:
     def for_traffic(self, requests: tuple[tuple[int, int], ...], kind: str = "inference") -> Space:
         """The space over a traffic: padding buckets, a stance, and marks (backed and unbacked)
         on each dimension that varies (at one shape they are moot: no trial is spent there);
-        a generate traffic's, a KV cache a bucket (not yet its buckets, marks or stances)."""
+        a generate traffic's, a KV cache a bucket and its prefill padded to buckets (not yet
+        auto buckets, marks or stances)."""
         if len(set(requests)) < 2:
             return self
         if kind == "generate":
-            return dataclasses.replace(self, kv_cache=KV_CACHES)
+            return dataclasses.replace(self, kv_cache=KV_CACHES, buckets=PREFILL_BUCKETS)
         if kind != "inference":
             return self
         batch = len({b for b, _ in requests}) > 1

@@ -147,6 +147,16 @@ class Strategy:
     def __str__(self) -> str:
         return self.key
 
+    def check_workload(self, kind: str) -> None:
+        """``ConfigError`` where a field does not apply to a ``kind`` workload."""
+        if kind != "generate" and (self.prefill, self.kv_cache) != ("compiled", "single"):
+            raise ConfigError("--prefill and --kv-cache are the generate workload's")
+        if kind == "generate" and (self.marks != "none" or self.stance != "default"
+                                   or self.buckets.startswith("auto")):  # fmt: skip
+            raise ConfigError("a generate workload pads its prefill to buckets none, pow2 "
+                              "or quantiles; marks and stances are not measured for it "
+                              "yet")  # fmt: skip
+
     def validate(self) -> None:
         """Check the backend and mode exist in the running torch; raise ``ConfigError`` if not."""
         if self.granularity == "none":
@@ -257,13 +267,15 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
         return ("none", EAGER_BACKEND, None, None, False, (), "none", "none", "default",
                 "compiled", "single")  # fmt: skip
     fullgraph = bool(s.fullgraph)
-    dynamic, marks = s.dynamic, s.marks
-    if s.buckets != "none":  # each bucket compiles static
+    dynamic, marks, buckets = s.dynamic, s.marks, s.buckets
+    if s.prefill == "eager":  # generating: the buckets pad a compiled prefill only
+        buckets = "none"
+    if buckets != "none":  # each bucket compiles static
         dynamic, marks = False, "none"
     if s.granularity == "regional" or (dynamic is True and not marks.endswith("-unbacked")):
         marks = "none"  # inputs dynamo never sees; all dynamic (backed) already
     if s.backend != "inductor":
-        return (s.granularity, s.backend, None, dynamic, fullgraph, (), s.buckets, marks, s.stance,
+        return (s.granularity, s.backend, None, dynamic, fullgraph, (), buckets, marks, s.stance,
                 s.prefill, s.kv_cache)  # fmt: skip
     mode = s.mode or "default"
     names = tuple(s.options or ())
@@ -273,7 +285,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
         mode, names = spell(merged(mode, names), mode)
     order = list(SWITCHES)
     return (s.granularity, s.backend, mode, dynamic, fullgraph,
-            tuple(sorted(set(names), key=order.index)), s.buckets, marks, s.stance,
+            tuple(sorted(set(names), key=order.index)), buckets, marks, s.stance,
             s.prefill, s.kv_cache)  # fmt: skip
 
 

@@ -50,11 +50,11 @@ class Generations(Generate):
     def setup(self) -> None:
         ctx, w = self.ctx, self.ctx.workload
         self.model, _ = catalog.build(ctx.ref, w)
-        self.compiled = granularity.generator(self.model, ctx.strategy)
+        self.compiled = granularity.generator(self.model, ctx.strategy, traffic=w.traffic)
         forward = getattr(self.compiled.forward, "compiled", self.compiled)
         ctx.result.regions = granularity.count_regions(forward)
         self.prompts = {s: catalog.inputs_at(ctx.ref, self.model, w, s)[0] for s in w.shapes}
-        totals = [s + n for (_, s), n in zip(w.traffic, w.answers, strict=True)]
+        totals = kv_cache.footprints(ctx.strategy, w.traffic, w.answers)
         lengths = kv_cache.lengths(ctx.strategy.kv_cache, totals)
         pairs = zip(w.traffic, lengths, strict=True)
         self.keys: tuple[Key, ...] = tuple((b, s, n) for (b, s), n in pairs)
