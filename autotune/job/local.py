@@ -117,7 +117,8 @@ class LocalTuning(Tuning):
 
     def run(self, listener: Listener | None = None, *, max_measure: int | None = None,
             leave: bool = False) -> Outcome:  # fmt: skip
-        """:meth:`Tuning.run` here, or the baseline here and then :func:`run_workers`."""
+        """:meth:`Tuning.run` here, or (``workers`` > 1) :func:`run_workers`: the baseline
+        here, the trials in the workers."""
         if self.workers == 1:
             return super().run(listener, max_measure=max_measure, leave=leave)
         self.outcome = run_workers(self.search, self.workers, listener, self.force)
