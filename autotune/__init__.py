@@ -3,8 +3,8 @@
 The public API:
 
 - :func:`tune`: search how to compile a model, confirm the pick and export it, as one
-  :class:`Tuning` run (open, run with a listener, finish: what ``autotune search`` and every
-  queue worker run);
+  :class:`Tuning` run (open or join, run with a listener, finish: what ``autotune search``,
+  every worker and every queue worker run);
 - :func:`load_study`: a stored study, read once: its answer under any policy, its
   measurements, its tally (the read side every command reads through);
 - :func:`measure`: one :class:`Strategy` on one model (:class:`ModelRef`) and
@@ -31,7 +31,8 @@ from autotune.errors import (
 
 if TYPE_CHECKING:
     from autotune.catalog import ModelRef
-    from autotune.job.tuning import Tuned, Tuning, tune
+    from autotune.job.local import tune
+    from autotune.job.tuning import Tuned, Tuning
     from autotune.ship.apply import apply, apply_generation, generation_config, load_plugin
     from autotune.ship.study import load_study
     from autotune.strategy import Strategy
@@ -46,7 +47,7 @@ _HOMES = {
     "ModelRef": "autotune.catalog",
     "Tuned": "autotune.job.tuning",
     "Tuning": "autotune.job.tuning",
-    "tune": "autotune.job.tuning",
+    "tune": "autotune.job.local",
     "apply": "autotune.ship.apply",
     "apply_generation": "autotune.ship.apply",
     "load_plugin": "autotune.ship.apply",

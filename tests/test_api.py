@@ -43,7 +43,7 @@ def test_one_warning_root_and_the_public_names() -> None:
     for name in autotune.__all__:
         assert getattr(autotune, name) is not None
     assert set(autotune.__all__) <= set(dir(autotune))
-    from autotune.job.tuning import tune
+    from autotune.job.local import tune
 
     assert autotune.tune is tune
     with pytest.raises(AttributeError, match="no attribute 'nope'"):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from autotune.search.plan import Plan
+    from autotune.search.state import Search
     from autotune.storage import Store, Stored
 
 
@@ -63,6 +64,15 @@ class Progress:
         self.ticker = threading.Thread(target=self._tick, daemon=True)
         if enabled and sys.stderr.isatty():  # a live clock only where it redraws in place
             self.ticker.start()
+
+    @classmethod
+    def of(cls, search: Search, enabled: bool) -> Progress:
+        """The bar of a search or a worker: its study's trials, the best so far under its
+        policy, the time left against its plan's budget."""
+        spec = search.spec
+        best = BestSoFar(search.store, search.name, spec.policy, spec.objectives,
+                         spec.max_memory_mb)  # fmt: skip
+        return cls(search.target, len(search.measured()), enabled, best, search.plan)
 
     def _tick(self) -> None:
         while not self.stop.wait(1.0):

@@ -6,9 +6,13 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from autotune.cli.parser import allowed_code, flag_dests, model_and_workload
 from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autotune.search.spec import StudySpec
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -51,13 +55,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0 if result.status in ("ok", "not-applicable") else 1
 
 
-def cmd_search(args: argparse.Namespace) -> int:
-    began = time.time()  # a time budget's clock: torch's import is the job's too
+def searched(args: argparse.Namespace) -> tuple[StudySpec, str | None]:
+    """What ``autotune search`` runs: its spec (the flags over its spec file, the default
+    time budget where neither gives one: :meth:`StudySpec.from_sources`), the code it names
+    allowed; and the dtype it asked for."""
     from autotune import usercode
-    from autotune.cli.progress import BestSoFar, Progress, Told
-    from autotune.cli.summary import Finished
-    from autotune.environment import dtype_line
-    from autotune.job.tuning import Tuning
     from autotune.search.spec import StudySpec, check_name
 
     if args.model is None and args.space is None:
@@ -67,24 +69,26 @@ def cmd_search(args: argparse.Namespace) -> int:
         check_name(args.study)
     spec = StudySpec.from_sources(args.space, searched=True, **flags)
     usercode.check_allowed(spec, allowed_code(args), f"spec file {args.space}")
-    tuning = Tuning.open(spec, args.storage, workers=args.workers, force=args.force,
-                         began=began)  # fmt: skip
-    search = tuning.search
-    out = sys.stderr if args.json else sys.stdout
-    print(f"study {search.name} in {search.storage_shown}", file=out, flush=True)
-    asked = StudySpec.asked_dtype(args.space, **flags)
-    if line := dtype_line(asked, spec.workload.dtype, spec.workload.device):
-        print(line, file=out, flush=True)
-    best = BestSoFar(search.store, search.name, spec.policy, spec.objectives, spec.max_memory_mb)
-    with Progress(search.target, len(search.measured()), not args.no_progress, best,
-                  search.plan) as bar:  # fmt: skip
+    return spec, StudySpec.asked_dtype(args.space, **flags)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """Parse, run one :class:`~autotune.job.local.LocalTuning` (open, run, finish), print."""
+    began = time.time()  # a time budget's clock: torch's import is the job's too
+    from autotune.cli.progress import Progress, Told
+    from autotune.cli.summary import Finished, heading
+    from autotune.job.local import LocalTuning
+
+    spec, asked = searched(args)
+    tuning = LocalTuning.open(spec, args.storage, workers=args.workers, force=args.force,
+                              began=began)  # fmt: skip
+    search, out = tuning.search, sys.stderr if args.json else sys.stdout
+    print("\n".join(heading(search, asked)), file=out, flush=True)
+    with Progress.of(search, not args.no_progress) as bar:
         outcome = tuning.run(bar)
     if outcome.stopped == "interrupted":
-        print(
-            f"autotune: interrupted; {outcome.measured} measured strategies are stored. Run the "
-            "same command again to continue.",
-            file=sys.stderr,
-        )
+        print(f"autotune: interrupted; {outcome.measured} measured strategies are stored. Run "
+              "the same command again to continue.", file=sys.stderr)  # fmt: skip
         return 130
     tuned = tuning.finish(confirm=not args.no_confirm, fmt=args.format, out=args.out,
                           listener=Told(out))  # fmt: skip

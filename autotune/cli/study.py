@@ -40,7 +40,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from autotune.job.study_worker import work
 
     def bar(search: Any) -> Progress:
-        return Progress(search.target, len(search.measured()), not args.no_progress)
+        return Progress.of(search, not args.no_progress)
 
     outcome = work(args.study, args.storage, device=args.device, force=args.force,
                    allow=allowed_code(args), trials=args.trials, listener=bar)  # fmt: skip

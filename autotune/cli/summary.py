@@ -1,5 +1,6 @@
-"""What ``autotune search`` prints once its study is finished: the ``--json`` document or the
-summary's lines, both read from the finished study (:attr:`autotune.job.tuning.Tuned.view`)."""
+"""What ``autotune search`` prints: its heading (:func:`heading`) and, once its study is
+finished, the ``--json`` document or the summary's lines, both read from the finished study
+(:attr:`autotune.job.tuning.Tuned.view`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ from autotune.cli import report
 if TYPE_CHECKING:
     from autotune.job.tuning import Tuned
     from autotune.search import Outcome, Search, StudySpec
+
+
+def heading(search: Search, asked: str | None) -> list[str]:
+    """The study and its storage; the dtype's line, where the dtype asked for runs slowly
+    here or ``auto`` chose one (:func:`autotune.environment.dtype_line`)."""
+    from autotune.environment import dtype_line
+
+    workload = search.spec.workload
+    line = dtype_line(asked, workload.dtype, workload.device)
+    return [f"study {search.name} in {search.storage_shown}", *([line] if line else [])]
 
 
 @dataclass
@@ -34,8 +45,7 @@ class Finished:
         assert view is not None and self.tuned.chosen is not None
         self.told = view.answer(self.spec.policy, self.spec.max_memory_mb)
         self.rows, self.tally = view.rows, view.tally()
-        plan = self.search.plan
-        self.split = plan.split(time.time() - self.began) if plan else None
+        self.split = self.search.plan.split(time.time() - self.began)
         self.cut = stops.stopped_trials(self.search)
 
     def document(self) -> dict[str, Any]:

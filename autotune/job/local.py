@@ -1,5 +1,7 @@
-"""Workers on this machine (``search --workers K``): K processes of the library's own worker
-entry point (:mod:`autotune.job.spawned`) joined to one study, followed to its end."""
+"""A tuning run on this machine, as :func:`tune` and ``autotune search`` run it
+(:class:`LocalTuning`): in this process, or (``search --workers K``) in K processes of the
+library's own worker entry point (:mod:`autotune.job.spawned`) joined to one study, followed to
+its end."""
 
 from __future__ import annotations
 
@@ -8,14 +10,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 import autotune.device
 from autotune import usercode, variables
 from autotune.errors import AutotuneError, ConfigError
+from autotune.job.tuning import Tuned, Tuning
 
 if TYPE_CHECKING:
-    from autotune.search import Listener, Outcome, Search
+    from autotune.search import Listener, Outcome, Search, StudySpec
 
 
 def worker_env(url: str, device: str, workers: int) -> dict[str, str]:
@@ -91,10 +94,43 @@ class LocalWorkers:
         return [p.returncode for p in self.procs if p.returncode != 0]
 
 
+class LocalTuning(Tuning):
+    """A tuning run on this machine (:func:`tune`, ``autotune search``): in this process, or in
+    ``workers`` > 1 worker processes (:class:`LocalWorkers`) that each join the study as a
+    :class:`Tuning` of their own, this one measuring the baseline first and confirming after."""
+
+    def __init__(self, search: Search, force: bool = False, workers: int = 1) -> None:
+        super().__init__(search, force)
+        self.workers = workers
+
+    @classmethod
+    def open(
+        cls, spec: StudySpec, storage: str | None = None, *, force: bool = False,
+        began: float | None = None, workers: int = 1,
+    ) -> Self:  # fmt: skip
+        """:meth:`Tuning.open`, its workers' devices checked first (one GPU each)."""
+        if workers != 1:  # before anything is stored
+            LocalWorkers.devices(spec.workload.device, workers, force)
+        tuning = super().open(spec, storage, force=force, began=began)
+        tuning.workers = workers
+        return tuning
+
+    def run(self, listener: Listener | None = None, *, max_measure: int | None = None,
+            leave: bool = False) -> Outcome:  # fmt: skip
+        """:meth:`Tuning.run` here, or (``workers`` > 1) :func:`run_workers`: the baseline
+        here, the trials in the workers."""
+        if self.workers == 1:
+            return super().run(listener, max_measure=max_measure, leave=leave)
+        self.outcome = run_workers(self.search, self.workers, listener, self.force)
+        return self.outcome
+
+
 def run_workers(
     search: Search, count: int, listener: Listener | None = None, force: bool = False
 ) -> Outcome:
-    """Start ``count`` local worker processes on the study and follow them to the end."""
+    """Measure the baseline (and the reference) here, then start ``count`` local worker
+    processes on the study and follow them to the end; the time they took is the plan's
+    ``workers`` share of the budget's split."""
     from autotune.search import Lines
     from autotune.search.baseline import baseline
     from autotune.search.loop import outcome
@@ -107,8 +143,10 @@ def run_workers(
                       "compile time and latency")  # fmt: skip
     baseline(search, listener)
     allow = [name for _, name in usercode.named(search.spec)]  # checked against the command line
+    began = time.time()
     workers = LocalWorkers(search.name, search.store.url, devices, allow)
     stopped = workers.follow(lambda: len(search.measured()), listener)
+    search.plan.spent["workers"] = time.time() - began
     if stopped == "interrupted":
         return outcome(search, 0, 0, stopped)
     if failed := workers.failures():
@@ -117,3 +155,28 @@ def run_workers(
     if result.measured + result.deduced >= len(search.keys):
         result.stopped = "exhausted"
     return result
+
+
+def tune(
+    spec: StudySpec | str, *, storage: str | None = None, workers: int = 1,
+    listener: Listener | None = None, confirm: bool = True, fmt: str = "accelerate",
+    out: str | None = None, force: bool = False, **flags: Any,
+) -> Tuned:  # fmt: skip
+    """Search how to compile a model, confirm the pick and export it: one :class:`LocalTuning`.
+
+    ``spec`` is a :class:`~autotune.search.spec.StudySpec`, or a model (a preset, a directory
+    or ``package.module:function``) with the command line's settings as keywords
+    (``layers=2, backend="eager,inductor", trials=8``), its default time budget
+    ``autotune search``'s. Trials go to ``storage`` (default ``sqlite:///studies/autotune.db``);
+    ``workers`` > 1 runs local worker processes. Bad input raises
+    :class:`~autotune.errors.ConfigError` before anything is stored.
+    """
+    from autotune.search.spec import StudySpec
+
+    if isinstance(spec, str):
+        spec = StudySpec.from_sources(None, searched=True, model=spec, **flags)
+    tuning = LocalTuning.open(spec, storage, workers=workers, force=force)
+    outcome = tuning.run(listener)
+    if outcome.stopped == "interrupted":
+        return Tuned(tuning.name, outcome)
+    return tuning.finish(confirm=confirm, fmt=fmt, out=out, listener=listener)

@@ -1,7 +1,8 @@
 """The worker that ``search --workers K`` spawns on this machine (:mod:`autotune.job.local`):
 ``python -m autotune.job.spawned --study NAME --device D [--allow-code LIST]``, the storage in
-``$AUTOTUNE_STORAGE``. It runs :func:`autotune.job.study_worker.work` as ``autotune worker`` does,
-with no bar, on a study its parent search has cleaned."""
+``$AUTOTUNE_STORAGE``. It runs :func:`autotune.job.study_worker.work` (a joined
+:class:`~autotune.job.tuning.Tuning`) as ``autotune worker`` does, with no bar, on a study its
+parent search has cleaned."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The library's whole job, search -> confirm -> export: one :class:`Tuning` run (open it, run
-it with a listener, finish it), as ``tune()``, ``autotune search`` and every queue worker run
-it; the command line only parses and prints.
+"""The library's whole job, search -> confirm -> export: one :class:`Tuning` run (open or join
+it, run it with a listener, finish it) in this process, as ``tune()``, ``autotune search``, a
+study's worker and every queue worker run it (``search --workers K``'s:
+:class:`autotune.job.local.LocalTuning`); the command line only parses and prints.
 
 >>> from autotune import tune
 >>> result = tune("toy-64", layers=2, backend="eager,aot_eager", trials=3)  # doctest: +SKIP
@@ -14,7 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
     from autotune.choice.confirm import Confirmation
@@ -25,9 +26,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Tuned:
-    """What :func:`tune` found: the study, how its search ended, the chosen strategy and the
-    file it was exported to (``chosen`` and ``path`` are None when the search was interrupted
-    before an answer)."""
+    """What :func:`autotune.tune` found: the study, how its search ended, the chosen strategy
+    and the file it was exported to (``chosen`` and ``path`` are None when the search was
+    interrupted before an answer)."""
 
     study: str
     outcome: Outcome | None  # None where another process ran the search (a queue's study)
@@ -39,46 +40,39 @@ class Tuned:
 
 class Tuning:
     """One tuning run, as Optuna's ``Study`` is one study: :meth:`open` (create or resume the
-    study, and the plan of a lone search's time budget), :meth:`run` (the search, reporting to
-    a listener), :meth:`finish` (confirm the pick, export it)."""
+    study) or :meth:`join` (as one of its workers), :meth:`run` (the search in this process,
+    reporting to a listener, within its plan's time budget), :meth:`finish` (confirm the pick,
+    export it)."""
 
-    def __init__(self, search: Search, workers: int = 1, force: bool = False) -> None:
-        self.search, self.workers, self.force = search, workers, force
+    def __init__(self, search: Search, force: bool = False) -> None:
+        self.search, self.force = search, force
         self.outcome: Outcome | None = None
 
     @classmethod
     def open(
-        cls, spec: StudySpec, storage: str | None = None, *, workers: int = 1,
-        force: bool = False, began: float | None = None,
-    ) -> Tuning:  # fmt: skip
+        cls, spec: StudySpec, storage: str | None = None, *, force: bool = False,
+        began: float | None = None,
+    ) -> Self:  # fmt: skip
         """Check the model, then open the study in ``storage``; ``began`` (``time.time()``)
-        starts a lone search's time budget earlier than now (the command's own start)."""
+        starts its time budget earlier than now (the command's own start)."""
         from autotune import catalog
-        from autotune.search import open_search, stops
-        from autotune.search.plan import Plan
-        from autotune.trial.rungs import wanted
+        from autotune.search import open_search
 
         catalog.check(spec.model, spec.workload)
-        search = open_search(spec, storage, force=force)
-        if workers == 1:  # a lone search keeps its budget whole (autotune.search.plan)
-            rungs = wanted(spec.rungs, spec.objectives, spec.policy)
-            search.plan = Plan(spec.time_budget_s, began or time.time(),
-                               iters=spec.settings.iters, rungs=rungs,
-                               floors=stops.stopped_before(search))  # fmt: skip
-        return cls(search, workers, force)
+        return cls(open_search(spec, storage, force=force, began=began), force)
 
     @classmethod
     def join(
         cls, study: str, storage: str | None = None, *, device: str | None = None,
         force: bool = False, allow: list[str] | None = None, clean: bool = True,
-    ) -> Tuning:  # fmt: skip
-        """Join an existing study as one of its workers (the queue's, which finishes each study
-        it ends as this Tuning): everything comes from the storage, the code its spec names runs
-        only where ``allow`` names it, and the budget is the study's end time."""
+    ) -> Self:  # fmt: skip
+        """Join an existing study as one of its workers (``autotune worker``, the processes of
+        ``search --workers K``, a queue's worker): everything comes from the storage, the code
+        its spec names runs only where ``allow`` names it, and its time budget starts now."""
         from autotune.search import join
 
         return cls(join(study, storage, device=device, force=force, allow=allow, clean=clean),
-                   force=force)  # fmt: skip
+                   force)  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -86,54 +80,25 @@ class Tuning:
 
     def run(self, listener: Listener | None = None, *, max_measure: int | None = None,
             leave: bool = False) -> Outcome:  # fmt: skip
-        """The search, here or in ``workers`` local processes, until its budget, time or space
-        runs out (or it is interrupted: ``outcome.stopped == "interrupted"``); a worker's
-        until it has measured ``max_measure``, or (``leave``) when the rest is in others'
-        hands."""
-        from autotune.job.local import run_workers
+        """The search in this process, until its budget, time or space runs out (or it is
+        interrupted: ``outcome.stopped == "interrupted"``); a worker's until it has measured
+        ``max_measure``, or (``leave``) when the rest is in others' hands."""
         from autotune.search import run
 
-        if self.workers > 1:
-            self.outcome = run_workers(self.search, self.workers, listener, self.force)
-        else:
-            self.outcome = run(self.search, listener, max_measure, leave)
+        self.outcome = run(self.search, listener, max_measure, leave)
         return self.outcome
 
     def finish(
         self, *, confirm: bool = True, fmt: str = "accelerate", out: str | None = None,
         listener: Listener | None = None,
     ) -> Tuned:  # fmt: skip
-        """Confirm the pick (within what is left of a time budget) and export it."""
+        """Confirm the pick (within what is left of the time budget) and export it."""
         path, chosen, notes = confirm_and_export(self.search, confirm=confirm, fmt=fmt, out=out,
                                      listener=listener)  # fmt: skip
         from autotune.ship.study import StudyView
 
         view = StudyView.of(self.search.store, self.name)
         return Tuned(self.name, self.outcome, chosen, path, notes, view)
-
-
-def tune(
-    spec: StudySpec | str, *, storage: str | None = None, workers: int = 1,
-    listener: Listener | None = None, confirm: bool = True, fmt: str = "accelerate",
-    out: str | None = None, force: bool = False, **flags: Any,
-) -> Tuned:  # fmt: skip
-    """Search how to compile a model, confirm the pick and export it: one :class:`Tuning`.
-
-    ``spec`` is a :class:`~autotune.search.spec.StudySpec`, or a model (a preset, a directory
-    or ``package.module:function``) with the command line's settings as keywords
-    (``layers=2, backend="eager,inductor", trials=8``). Trials go to ``storage`` (default
-    ``sqlite:///studies/autotune.db``); ``workers`` > 1 runs local worker processes. Bad input
-    raises :class:`~autotune.errors.ConfigError` before anything is stored.
-    """
-    from autotune.search.spec import StudySpec
-
-    if isinstance(spec, str):  # a search run now: autotune search's default budget
-        spec = StudySpec.from_sources(None, searched=True, model=spec, **flags)
-    tuning = Tuning.open(spec, storage, workers=workers, force=force)
-    outcome = tuning.run(listener)
-    if outcome.stopped == "interrupted":
-        return Tuned(tuning.name, outcome)
-    return tuning.finish(confirm=confirm, fmt=fmt, out=out, listener=listener)
 
 
 def confirm_and_export(
@@ -162,14 +127,12 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
     if listener is not None and any(p.key != "none" for p in points):
         listener.now("confirming the pick against its nearest rivals")
-    began = time.time()
-    if plan is not None:  # its rounds end with the budget, never below its own least
-        spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
+    began = time.time()  # its rounds end with the budget, never below its own least
+    spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
     result = confirm(spec, chosen, points, front, search.keep)
     if spec.workload.traffic and result.latency_ms:
         result = served_as_measured(search, spec, result, points, listener)
-    if plan is not None:
-        plan.spent["confirmation"] = time.time() - began
+    plan.spent["confirmation"] = time.time() - began
     search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
     shutil.rmtree(search.keep, ignore_errors=True)
 

@@ -1,12 +1,12 @@
 """The queue's worker (:func:`serve`: ``autotune queue-worker``; one study's worker is
 :mod:`autotune.job.study_worker`).
 
-A queue worker takes the oldest open study that fits this machine, measures until it is done
-(or what is left is in live peers' hands), finishes each study it ends as a
-:class:`~autotune.job.tuning.Tuning` (confirmed, exported), then takes the next; it stops when
-asked (Ctrl-C, SIGTERM) or after an idle timeout. Workers on many machines share a study
-through its claims: no strategy is measured twice and a dead worker's is handed back
-(:mod:`autotune.coordination`).
+A queue worker takes the oldest open study that fits this machine, joins it as a
+:class:`~autotune.job.tuning.Tuning` and runs it until it is done (or what is left is in live
+peers' hands; its time budget starts as it joins), finishes each study it ends (confirmed,
+exported), then takes the next; it stops when asked (Ctrl-C, SIGTERM) or after an idle
+timeout. Workers on many machines share a study through its claims: no strategy is measured
+twice and a dead worker's is handed back (:mod:`autotune.coordination`).
 Which study is next is :class:`autotune.job.queue.Queue`'s answer.
 """
 

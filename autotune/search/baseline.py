@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 
 def baseline(search: Search, listener: Listener) -> Measurement:
-    """The eager baseline, measured once per study (by whichever worker claims it). One that
-    failed (a timeout, OOM or crash) is measured again on resume."""
+    """The eager baseline, measured once per study (by whichever worker claims it), then
+    :func:`ready` to judge trials by. One that failed (a timeout, OOM or crash) is measured
+    again on resume."""
     import time
 
     if search.baseline is not None:
@@ -36,8 +37,8 @@ def baseline(search: Search, listener: Listener) -> Measurement:
                 try:
                     listener.now("measuring the eager baseline")
                     m = search.measure(Strategy("none"))
-                    if search.plan is None:  # by the same worker, before peers wait on it
-                        reference(search, listener)
+                    if m.ok:  # the reference too, before peers that wait on the baseline
+                        ready(search, m, listener)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         coord.release("none")  # interrupted: nobody is measuring it now
@@ -53,17 +54,24 @@ def baseline(search: Search, listener: Listener) -> Measurement:
     if not m.ok:
         raise AutotuneError(f"the eager baseline did not run ({m.status}): {m.reason}")
     search.baseline = m
+    ready(search, m, listener)
+    return m
+
+
+def ready(search: Search, m: Measurement, listener: Listener) -> None:
+    """What the baseline ``m`` tells this process's plan (once), then the study's reference,
+    read or computed, where a trial fits the plan's budget (else it would judge nothing: a
+    later run with more time computes it)."""
+    import time
+
     plan = search.plan
-    if plan is not None and plan.round_s is None:
+    if plan.round_s is None:
         plan.learn_baseline(m)
-    if plan is not None and not plan.may_start(search.backends, search.traffic):
-        return m  # no trial fits the budget: the reference would judge nothing (a later run
-        # with more time computes it)
+    if search.reference is not None or not plan.may_start(search.backends, search.traffic):
+        return
     began = time.time()
     reference(search, listener)
-    if plan is not None:
-        plan.spent.setdefault("reference", time.time() - began)
-    return m
+    plan.spent.setdefault("reference", time.time() - began)
 
 
 def reference(search: Search, listener: Listener) -> Reference:

@@ -34,11 +34,8 @@ def run(
     (``others finishing``) instead of waiting when what is left is in live workers' hands: a
     worker serving a queue has other studies to measure."""
     listener = listener or Lines()
-    start = time.monotonic()
-    if search.plan is None and search.spec.time_budget_s is not None:
-        search.ends = time.time() + search.spec.time_budget_s
     baseline(search, listener)
-    if search.plan is not None and search.plan.round_s is not None:
+    if search.plan.round_s is not None:
         listener.note(search.plan.line(search.target, search.backends, search.traffic))
     measured = repeats = 0
     stopped = "budget"
@@ -53,7 +50,7 @@ def run(
                             "reap")  # fmt: skip
                     reaped = time.monotonic()
                 if not tally.unadopted & search.run_keys:  # none is left without a trial
-                    if stop := stop_reason(search, tally, start, measured, max_measure):
+                    if stop := stop_reason(search, tally, measured, max_measure):
                         stopped = stop
                         break
                     if tally.spent >= search.spec.trials or tally.claimed >= search.run_keys:
@@ -86,18 +83,13 @@ def outcome(search: Search, measured_here: int, repeats: int, stopped: str) -> O
                    stopped)  # fmt: skip
 
 
-def stop_reason(
-    search: Search, tally: Tally, start: float, measured: int, limit: int | None
-) -> str | None:
+def stop_reason(search: Search, tally: Tally, measured: int, limit: int | None) -> str | None:
+    """Why this process stops now: the space settled, the budget of trials measured, this
+    worker's limit, or its plan's time (no trial fits before the confirmation's share)."""
     if tally.settled >= search.run_keys:
         return "exhausted"
     if len(tally.measured) >= search.spec.trials:
         return "budget"
     if limit is not None and measured >= limit:
         return "worker limit"
-    if search.plan is not None:
-        return None if search.plan.may_start(search.backends, search.traffic) else "time"
-    budget = search.spec.time_budget_s
-    if budget is not None and time.monotonic() - start >= budget:
-        return "time"
-    return None
+    return None if search.plan.may_start(search.backends, search.traffic) else "time"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
 import uuid
 from typing import Any
 
@@ -17,12 +18,15 @@ from autotune.choice import objectives
 from autotune.coordination import Coordinator, check_environment
 from autotune.environment import fingerprint
 from autotune.errors import ConfigError
+from autotune.search import stops
 from autotune.search.deduction import Tactics
+from autotune.search.plan import Plan
 from autotune.search.sampler import Steered, base_sampler, quiet_optuna
 from autotune.search.spec import StudySpec
 from autotune.search.state import Search
 from autotune.storage import Store, mask, optuna_storage
 from autotune.strategy.space import KEYS
+from autotune.trial.rungs import wanted
 
 
 def resumable(stored: StudySpec | None, spec: StudySpec, name: str) -> StudySpec:
@@ -58,12 +62,15 @@ def open_optuna(url: str, name: str, spec: StudySpec, seed: int, size: int) -> t
 
 def open_search(
     spec: StudySpec, storage: str | None, *, force: bool = False, name: str | None = None,
-    save_spec: bool = True, clean: bool = True,
+    save_spec: bool = True, clean: bool = True, began: float | None = None,
 ) -> Search:  # fmt: skip
     """Open a study to search: create it, or resume it (a narrower space is fine, a wider one
     refused), or join it as a worker (``save_spec=False``: the stored spec stands). ``clean``:
     fail what an earlier run left RUNNING, if no worker is live (not for workers that a
-    search started: it has cleaned, and their siblings' fresh trials are not an earlier run's)."""
+    search started: it has cleaned, and their siblings' fresh trials are not an earlier run's).
+    Every search, lone or a worker, gets its :class:`~autotune.search.plan.Plan` here: its time
+    budget runs from ``began`` (``time.time()``; default now, as a worker joins)."""
+    began = began or time.time()
     members = spec.space.validate(spec.workload.device)  # bad input: before any file
     environment = fingerprint(spec.workload.device, spec.workload.dtype)  # as trials run
     name = name or spec.study_name(environment)
@@ -91,10 +98,15 @@ def open_search(
     if clean:
         coord.clean(study)  # what an earlier run left RUNNING, when nobody is working on it now
     store.retry = True  # from here on, a lost connection is waited out, not fatal
-    return Search(
+    plan = Plan(spec.time_budget_s, began, iters=spec.settings.iters,
+                rungs=wanted(spec.rungs, spec.objectives, spec.policy))  # fmt: skip
+    search = Search(
         spec, saved.space, name, worker, store, coord, study, sampler, members, keys,
-        environment, Tactics(equivalence=spec.equivalence, model=saved.sampler == "surrogate"),
+        environment, plan, Tactics(equivalence=spec.equivalence,
+                                   model=saved.sampler == "surrogate"),
     )  # fmt: skip
+    plan.floors = stops.stopped_before(search)  # what an earlier run's budget stopped
+    return search
 
 
 def submit(spec: StudySpec, storage: str | Store | None) -> str:

@@ -1,8 +1,10 @@
 """The plan: what a search can afford in its time budget, learned from what it has paid here.
 
 A time budget (``--time-budget``) bounds a whole search: the eager baseline, the trials and the
-confirmation. Its clock starts with the search. What a call costs differs 15-20x between
-machines (a dtype without native instructions, fewer cores), so the plan reads it here:
+confirmation. Every search has a plan, built as it opens (:func:`autotune.search.open_search`),
+a lone search's and a worker's alike; its clock starts then (a worker's as it joins). What a
+call costs differs 15-20x between machines (a dtype without native instructions, fewer cores),
+so the plan reads it here:
 
 - the eager baseline's timed rounds end at :data:`BASELINE_SHARE` of the budget, but never
   before :data:`BASELINE_ROUNDS` (eager against itself has nothing to decide);
@@ -154,14 +156,17 @@ class Plan:
 
     def split(self, total_s: float) -> dict[str, float]:
         """Where a run's ``total_s`` went, in seconds: compile, first pass, steady state,
-        confirmation, reference, trials stopped at the budget (where any was), and the rest
-        (processes, builds, gates, later starts, the storage)."""
+        confirmation, reference, trials stopped at the budget (where any was), the worker
+        processes (``search --workers K``: their trials), and the rest (processes, builds,
+        gates, later starts, the storage)."""
         named = {
             k: round(self.spent.get(k, 0.0), 1)
             for k in ("compile", "first pass", "steady state", "confirmation", "reference")
         }
         if "stopped" in self.spent:  # trials stopped at the budget, measured nothing
             named["stopped at the budget"] = round(self.spent["stopped"], 1)
+        if "workers" in self.spent:  # the trials ran in worker processes, not counted here
+            named["worker processes"] = round(self.spent["workers"], 1)
         rest = total_s - sum(named.values())
         return {**named, "rest": round(max(0.0, rest), 1), "total": round(total_s, 1)}
 

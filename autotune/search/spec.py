@@ -119,7 +119,8 @@ def check_tables(data: Any, where: str) -> dict[str, dict[str, Any]]:
 
 # `autotune search`'s and tune()'s default time, where neither a flag nor a spec file gives one:
 # a newcomer's first search answers within a coffee break on any machine (its plan fits the
-# rounds and trials to it); --time-budget none lifts it. Workers and submitted studies have none.
+# rounds and trials to it); --time-budget none lifts it. A submitted study has no default; its
+# workers keep the study's budget, as a search's workers do.
 DEFAULT_BUDGET_S = 600.0
 
 
@@ -133,8 +134,8 @@ class StudySpec:
     trials: int = option(30, "strategies to measure in the study", read=whole(1), cli_type=int)
     time_budget_s: float | None = option(
         None,
-        "the whole search's time, e.g. 30m or 2h, baseline and confirmation included (a lone "
-        "search fits its rounds and trials to it; a worker only stops claiming); none: no "
+        "the whole search's time, e.g. 30m or 2h, baseline and confirmation included (each "
+        "search fits its rounds and trials to it, a worker's from when it joins); none: no "
         "limit; autotune search without --space: 10m unless given",
         toml="time_budget",
         read=parse_duration,

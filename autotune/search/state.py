@@ -6,7 +6,6 @@ the protocol of a step is in :mod:`.step`, the loop in :mod:`.loop`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -76,13 +75,13 @@ class Search:
     members: list[Strategy]  # what this run may measure (its space's)
     keys: set[str]  # the study's space: what its budget and progress count
     environment: dict[str, Any]
+    plan: Plan  # this process's time budget and what costs what here, a lone search's or a
+    # worker's alike (its clock starts as the search opens or the worker joins)
     tactics: Tactics = field(default_factory=Tactics)
     run_keys: set[str] = field(init=False)
     baseline: Measurement | None = None  # stored once, never changes: read once
     reference: Reference | None = None  # the study's higher-precision outputs, likewise
     current: int | None = None  # the trial this worker is on
-    plan: Plan | None = None  # a lone search's: its time budget and what costs what here
-    ends: float | None = None  # a worker's time budget's end (time.time()), without a plan
 
     def __post_init__(self) -> None:
         self.run_keys = {s.key for s in self.members}
@@ -103,7 +102,8 @@ class Search:
         return str(variables.studies() / self.name / "caches")
 
     def measure(self, strategy: Strategy) -> Measurement:
-        """One strategy measured as the study's spec says, in fresh processes (the runner);
+        """One strategy measured as the study's spec says, in fresh processes (the runner),
+        its rounds and its end fitted to the plan's budget, what it cost learned by the plan;
         a replay of a recorded study looks it up instead. Its warm and portable starts are
         measured only when an objective or the policy needs them, or it is a contender; a
         compiled strategy that cannot reach the front stops after a cheap rung (:meth:`rung`)."""
@@ -112,19 +112,16 @@ class Search:
         from autotune.trial import parent
 
         spec, plan, settings = self.spec, self.plan, self.spec.settings
-        if plan is not None and strategy.granularity == "none":
+        if strategy.granularity == "none":
             settings = plan.for_baseline(settings)
-        elif plan is not None:
+        else:
             left = max(1, self.target - len(self.measured()))
             settings = plan.for_trial(settings, self.backends, self.traffic, left)
-        elif self.ends is not None:  # a worker's trial stops at its budget's end too
-            settings = dataclasses.replace(settings, stop_at=self.ends)
         rung = self.rung(settings) if strategy.granularity != "none" else None
         began = time.time()
         m = parent.run_trial(spec.model, spec.workload, strategy, settings, self.reference,
                              self.needs_later_starts, self.keep, rung)  # fmt: skip
-        if plan is not None:
-            plan.learn_trial(strategy, m, time.time() - began)
+        plan.learn_trial(strategy, m, time.time() - began)
         self.prune_caches()
         return m
 

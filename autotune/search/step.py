@@ -111,8 +111,8 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
     ``taken`` (by another worker in the meantime), ``dropped`` or ``stopped`` (at the time
     budget: see :func:`stopped`)."""
     free = [s for s in search.members if s.key not in tally.claimed]
-    if search.plan is not None:  # what fits the time left, at what compiles have cost here
-        free = search.plan.fitting(free, search.backends, search.traffic) or free
+    # what fits the time left, at what compiles have cost here
+    free = search.plan.fitting(free, search.backends, search.traffic) or free
     forced = next((s for s in search.members if s.key in tally.unadopted), None)
     search.sampler.cheap_first = search.tactics.cheap_first
     search.sampler.plan(free, forced or steer(search, tally, free))

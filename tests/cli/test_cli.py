@@ -92,6 +92,7 @@ def test_debug_shows_the_traceback() -> None:
         (["--time-budget", "soon"], None, "bad duration 'soon'"),
         (["--time-budget", "0"], None, "bad duration '0': it must be above 0"),
         (["--seq-len", "16..64", "--buckets", "auto:99"], None, "auto:K (K from 1 to 64)"),
+        (["--workers", "0"], None, "--workers must be at least 1"),
     ],
 )
 def test_search_bad_input_is_one_line_and_writes_nothing(
@@ -180,3 +181,17 @@ def test_the_confirmation_is_announced_only_when_a_compiled_strategy_passed(
     assert main([*base, "--granularity", "none,full", "--study", "two"]) == 0
     told = capsys.readouterr()
     assert "confirming the pick against its nearest rivals" in told.out + told.err
+
+
+def test_the_search_command_is_a_shell_around_one_tuning() -> None:
+    """``autotune search`` parses, builds one Tuning (:class:`LocalTuning`: here or in its
+    worker processes) and prints, in at most 40 lines; its default budget is the spec's one
+    rule (``StudySpec.from_sources(searched=True)``), never its own."""
+    import inspect
+
+    from autotune.cli.search import cmd_search, searched
+
+    source = inspect.getsource(cmd_search)
+    assert len(source.splitlines()) <= 40
+    assert "LocalTuning.open(" in source and "time_budget" not in source
+    assert "searched=True" in inspect.getsource(searched)

@@ -138,18 +138,20 @@ def test_a_compile_dearer_than_the_budget_is_stopped_and_measured_by_a_later_run
 def test_workers_stop_their_trial_at_the_budget_and_leave_the_study_consistent(
     tmp_path: Path,
 ) -> None:
-    """Two local workers (no plan: a raw budget each): the stalling trial is stopped at the
-    budget, its Optuna trial failed with why, no claim and no running trial left behind, and
-    the summary names it."""
+    """Two local workers (a plan each, its clock from its join): the stalling trial is stopped
+    where the confirmation's share begins, its Optuna trial failed with why, no claim and no
+    running trial left behind, and the summary names it and the workers' share of the time."""
     import optuna
 
     from autotune.storage import Store
 
     more = ["--workers", "2", "--backend", f"{STALLING},eager", "--trials", "2"]  # both
-    done, wall = search(tmp_path, "60s", 3600, *more)
+    done, wall = search(tmp_path, "90s", 3600, *more)  # each worker's plan keeps the
+    # confirmation's share (its prior: half a cold compile, 20 s) from its own 90 s
     assert done.returncode == 0, done.stderr[-3000:]
-    assert wall < 120, wall  # not the hour the compile would take, nor its 1,200 s timeout
+    assert wall < 150, wall  # not the hour the compile would take, nor its 1,200 s timeout
     assert "stopped at the time budget: full/tests.models:stalling_backend" in done.stdout
+    assert "worker processes" in done.stdout, done.stdout
     store = Store(f"sqlite:///{tmp_path}/studies/autotune.db")
     try:
         claims = store.claims("stalls")
@@ -164,3 +166,24 @@ def test_workers_stop_their_trial_at_the_budget_and_leave_the_study_consistent(
     states = [t.state for t in study.trials]
     assert optuna.trial.TrialState.RUNNING not in states
     assert any("stopped" in t.user_attrs for t in study.trials)
+
+
+def test_a_worker_keeps_its_budget_by_the_plan_open_search_built(tmp_path: Path) -> None:
+    """A worker joins a submitted study of 1 s: open_search built its plan, its clock started
+    as it joined; the baseline's worker learns it into that plan and computes no reference (no
+    trial fits: it would judge nothing); the worker stops by its plan (``time``), nothing but
+    the baseline measured. Before, a worker had no plan: a raw clock, the reference regardless."""
+    from autotune.search import join, run, submit
+    from tests.helpers import fast_spec
+
+    url = f"sqlite:///{tmp_path}/w.db"
+    submit(fast_spec(trials=2, time_budget="1s", study="w"), url)
+    joined = time.time()
+    search = join("w", url)
+    assert isinstance(search.plan, Plan) and search.plan.budget_s == 1.0
+    assert joined <= search.plan.started <= time.time()
+    outcome = run(search)
+    assert outcome.stopped == "time" and outcome.measured_here == 0, outcome
+    assert search.plan.round_s is not None  # the baseline, learned
+    assert search.store.reference("w") is None
+    assert search.store.measured_keys("w") == {"none"}

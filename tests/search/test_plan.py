@@ -309,3 +309,13 @@ def test_a_trial_s_cost_counts_its_cheap_rung_over_a_traffic() -> None:
     few = Plan(600.0, iters=6, rungs=True)  # no more rounds than the rung's: no rung
     few.learn_baseline(traffic_baseline(8.0, 8))
     assert few.rung_s() == 0.0
+
+
+def test_a_search_s_worker_processes_are_a_share_of_its_time_line() -> None:
+    """``search --workers K``: the trials ran in the worker processes, so the time line names
+    their share instead of leaving it all in the rest."""
+    plan = Plan(600.0, iters=20)
+    plan.spent.update({"steady state": 5.0, "workers": 270.0, "confirmation": 20.0})
+    split = plan.split(300.0)
+    assert split["worker processes"] == 270.0 and split["rest"] == 5.0
+    assert "worker processes" not in Plan(600.0).split(10.0)
