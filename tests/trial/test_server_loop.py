@@ -109,35 +109,43 @@ class GenerateSpec:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("prefill", "kv_cache"), [("compiled", "single"), ("eager", "single"), ("eager", "quantiles")]
-)
+    ("prefill", "kv_cache", "buckets"),
+    [("compiled", "single", "none"), ("eager", "single", "none"), ("eager", "quantiles", "none"),
+     ("compiled", "single", "pow2")],
+)  # fmt: skip
 def test_a_plain_generate_loop_serves_a_generate_traffic_as_its_trial_measured(
-    prefill: str, kv_cache: str, tmp_path: Path
+    prefill: str, kv_cache: str, buckets: str, tmp_path: Path
 ) -> None:
     """The plain loop is ``autotune.apply_generation`` of the export and one ``generate`` a
     request: the graphs each request compiled (the prefill's recompiles where it is compiled,
     the decode's alone where it is eager, one static decode graph a cache where there is a
-    cache a bucket) are the trial's, every request's tokens eager's."""
+    cache a bucket, one static prefill graph a bucket where the prompts are padded) are the
+    trial's, every request's tokens eager's."""
     from autotune.choice import as_served
 
     dynamic = False if kv_cache != "single" else None
     strategy = Strategy.create("full", "aot_eager", dynamic=dynamic, prefill=prefill,
-                               kv_cache=kv_cache)  # fmt: skip
+                               kv_cache=kv_cache, buckets=buckets)  # fmt: skip
     m = parent.run_trial(LLAMA, GENERATIONS, strategy, QUICK)
     path = export.served_file(strategy, GenerateSpec, tmp_path / "best.json")
     generation = json.loads(path.read_text())["autotune"]["generation"]
-    assert generation["max_cache_len"] == GENERATIONS.cache_len
     served = parent.serve(LLAMA, GENERATIONS, strategy, str(path), QUICK)
     assert m.ok and m.traffic is not None and served.ok and served.traffic is not None
     loop = served.traffic
     assert as_served.differences(m.traffic, loop) == [] and loop["wrong"] == []
     assert loop["through"] == "autotune.apply_generation"
     # one decode graph a cache; a compiled prefill compiles at new prompt lengths too
-    caches = m.traffic["cache_lens"]
+    caches = m.traffic["cache_lens"]  # the export's cache is its trial's longest
+    assert generation["max_cache_len"] == max(caches) >= GENERATIONS.cache_len
     assert len(caches) == 1 if kv_cache == "single" else len(caches) > 1
     assert generation.get("cache_edges", caches) == caches
+    prompts = {s for _, s in GENERATIONS.traffic}
     if prefill == "eager":
         assert sum(loop["compiles"]) == len(caches), (loop["compiles"], caches)
+    elif buckets == "pow2":  # a prefill graph a bucket the prompts meet, and the decode's
+        padded = {1 << (s - 1).bit_length() for s in prompts}
+        assert sum(loop["compiles"]) == len(padded) + 1, (loop["compiles"], padded)
+        assert max(caches) >= max(padded)
     else:
         assert sum(loop["compiles"]) >= 2
     assert "tokens as eager's" in as_served.agreed(strategy.key, loop, 1.0)
