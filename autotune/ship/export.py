@@ -22,6 +22,7 @@ from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy, shapes
 from autotune.trial.measurement import Measurement
+from autotune.workload import Workload
 
 
 def document(
@@ -60,39 +61,39 @@ def document(
         "study": study,
         "storage": mask(store.url),
         "environment": row.environment,
-        "model": spec.model_table,
-        **served_fields(strategy, spec),
+        "model": spec.model.to_dict(),
+        **served_fields(strategy, spec.workload),
         "objectives": list(spec.objectives),
         "pareto_front": [dataclasses.asdict(p) for p in front],
         **told.block(),
         "caveats": notes,
     }
     if picked is not None and picked.ok:
-        block["gate"] = gate.record(picked, spec.settings_table, runner)
-    if fmt == "transformers" and spec.kind != "generate":
+        block["gate"] = gate.record(picked, spec.settings, runner)
+    if fmt == "transformers" and spec.workload.kind != "generate":
         notes.append("the study measured one forward pass, not generation (prefill and "
                      "decode): search with --workload generate")  # fmt: skip
     if fmt == "accelerate-yaml" and strategy.options:
         notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
     if fmt == "accelerate-yaml":
-        text = accelerate_config.config_file(strategy, notes, study, spec.workload_table, merge)
+        text = accelerate_config.config_file(strategy, notes, study, spec.workload, merge)
     else:
         text = formats.render(strategy, fmt, block, notes, study)
     return text + "\n", chosen, notes
 
 
-def served_fields(strategy: Strategy, spec: Any) -> dict[str, Any]:
-    """What of an export :func:`autotune.apply` serves by, beside the strategy: the workload
-    (its traffic sets quantile buckets) and the buckets' ``recompile_limit``."""
-    return {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
+def served_fields(strategy: Strategy, workload: Workload) -> dict[str, Any]:
+    """What of an export :func:`autotune.apply` serves by, beside the strategy: the study's
+    workload (its traffic sets quantile buckets) and the buckets' ``recompile_limit``."""
+    return {"workload": workload.to_dict(), **bucket_limit(strategy, workload.traffic)}
 
 
-def served_file(strategy: Strategy, spec: Any, path: str | Path) -> Path:
+def served_file(strategy: Strategy, workload: Workload, path: str | Path) -> Path:
     """``strategy`` exported to ``path`` as a confirmation's server loop loads it
     (:mod:`autotune.trial.server_loop`): in the ``torch`` format (which every strategy fits),
     with what :func:`autotune.apply` serves by (:func:`served_fields`), as a study's export of
     any format has it."""
-    block = {"strategy": strategy.to_dict(), **served_fields(strategy, spec)}
+    block = {"strategy": strategy.to_dict(), **served_fields(strategy, workload)}
     Path(path).write_text(formats.render(strategy, "torch", block, [], "") + "\n")
     return Path(path)
 

@@ -25,13 +25,6 @@ KINDS = {"plain": {}, "marks": {"marks": "seq"}, "buckets": {"buckets": "pow2"}}
 STANCES = ("default", "eager_on_recompile", "eager_then_compile")
 
 
-class Spec:
-    """What an export reads of a study's spec: its workload and traffic."""
-
-    workload_table = TRAFFIC.to_dict()
-    traffic = FIRST_REPEATS
-
-
 @pytest.fixture(scope="module")
 def reference() -> object:
     """The study's reference, computed once for every trial here."""
@@ -41,7 +34,7 @@ def reference() -> object:
 def trial_and_loop(strategy: Strategy, reference: object, folder: Path) -> tuple:
     """The strategy's trial over the traffic, and the plain loop through its export."""
     m = parent.run_trial(LLAMA, TRAFFIC, strategy, QUICK, reference)  # type: ignore[arg-type]
-    path = export.served_file(strategy, Spec, folder / "best.json")
+    path = export.served_file(strategy, TRAFFIC, folder / "best.json")
     loop = parent.serve(LLAMA, TRAFFIC, strategy, str(path), QUICK, None, reference)  # type: ignore[arg-type]
     assert m.ok and m.traffic is not None and m.accuracy is not None, m.reason
     assert loop.ok and loop.traffic is not None, loop.reason
