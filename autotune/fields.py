@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune.errors import ConfigError
 
 Reader = Callable[[Any, str], Any]  # (value, key) -> the field's value, or ConfigError
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+_SIZES = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024}
 
 
 def option(default: Any, help: str, *, toml: str | None = None, flag: str | None = None,
@@ -123,3 +126,39 @@ def texts(value: Any, key: str) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise _bad(value, key, "a comma list or a list of strings")
+
+
+def parse_duration(text: Any, key: str = "time_budget") -> float | None:
+    """``90``, ``90s``, ``30m``, ``2h`` or ``1h30m`` as seconds; ``none`` for no limit."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == "none"):
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ConfigError(f"{key} = {text!r}: expected a duration such as 90s, 30m or 2h")
+    if isinstance(text, (int, float)) or re.fullmatch(r"\d+(\.\d+)?", text.strip()):
+        seconds = float(text)
+    elif re.fullmatch(r"((\d+(\.\d+)?)\s*([smh])\s*)+", text.strip().lower()):
+        found = re.findall(r"(\d+(\.\d+)?)\s*([smh])", text.lower())
+        seconds = sum(float(n) * _UNITS[u] for n, _, u in found)
+    else:
+        raise ConfigError(f"bad duration {text!r}: write e.g. 90s, 30m, 2h or 1h30m")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"bad duration {text!r}: it must be above 0")
+    return seconds
+
+
+def parse_memory(text: Any, key: str = "max_memory") -> float | None:
+    """``8GiB``, ``512MiB`` or a number of MiB, as MiB."""
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
+        raise ConfigError(f"{key} = {text!r}: expected a size such as 8GiB or 512MiB")
+    if isinstance(text, (int, float)):
+        mib = float(text)
+    else:
+        match = re.fullmatch(r"(\d+(\.\d+)?)\s*([a-z]*)", text.strip().lower())
+        if not match or match.group(3) not in _SIZES:
+            raise ConfigError(f"bad memory size {text!r}: write e.g. 8GiB or 512MiB")
+        mib = float(match.group(1)) * _SIZES[match.group(3)]
+    if not math.isfinite(mib) or mib <= 0:
+        raise ConfigError(f"bad memory size {text!r}: it must be above 0")
+    return mib

@@ -17,6 +17,7 @@ measured strategy. The same script runs against an older checkout, for the old f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import sys
@@ -100,13 +101,13 @@ def worker(url: str, study: str, pad_s: float, out: multiprocessing.Queue) -> No
 
 
 def run(url: str, count: int, trials: int, pad_s: float, sampler: str) -> None:
-    from autotune.search import submit
-    from autotune.search.spec import StudySpec
+    from autotune.search import studies, submit
     from autotune.storage import Store
 
-    spec = StudySpec.from_dict(Store(RECORD).study("toy64-grid").spec.to_dict())
-    spec = StudySpec.from_dict({**spec.to_dict(), "trials": trials, "sampler": sampler,
-                                "study": f"coord-{sampler}-{count}-{os.getpid()}"})  # fmt: skip
+    record = studies.study(Store(RECORD), "toy64-grid")
+    assert record is not None
+    spec = dataclasses.replace(record.spec.check(), trials=trials, sampler=sampler,
+                               study=f"coord-{sampler}-{count}-{os.getpid()}")  # fmt: skip
     name = submit(spec, url)
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()

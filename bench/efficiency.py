@@ -57,7 +57,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from autotune.choice.selection import Point, candidates, pareto
-from autotune.search import Search, open_search, run, surrogate
+from autotune.search import Search, open_search, run, studies, surrogate
 from autotune.search.deduction import Tactics
 from autotune.search.spec import StudySpec
 from autotune.storage import Store
@@ -236,13 +236,13 @@ class Record:
     def load(cls, url: str, study: str, budget: float) -> Record:
         with tempfile.TemporaryDirectory() as folder:
             store = open_record(url, folder)
-            row = store.study(study)
+            row = studies.study(store, study)
             if row is None:
                 raise SystemExit(f"no study {study} in {url}")
             stored = store.measurements(study)
         record = {r.key: Measurement.from_dict(r.payload) for r in stored}
         everything = candidates(stored)
-        spec = StudySpec.from_dict(row.spec.to_dict())
+        spec = row.spec.check()
         front = pareto(everything)
         scale = Scale(front)
         size = len(spec.space.validate(spec.workload.device))
@@ -253,12 +253,12 @@ class Record:
     def spec_for(self, sampler: str, seed: int, rungs: str = "full",
                  trials: int | None = None) -> StudySpec:  # fmt: skip
         """The record's spec as one replay runs it."""
-        data = self.spec.to_dict()
-        return StudySpec.from_dict({
-            **data, "sampler": sampler, "trials": trials or self.budget, "rungs": rungs,
-            "study": f"replay-{sampler}-{rungs}-{seed}",
-            "settings": {**data["settings"], "seed": seed},
-        })  # fmt: skip
+        spec = self.spec
+        return dataclasses.replace(
+            spec, sampler=sampler, trials=trials or self.budget, rungs=rungs,
+            study=f"replay-{sampler}-{rungs}-{seed}",
+            settings=dataclasses.replace(spec.settings, seed=seed),
+        )  # fmt: skip
 
     def replays(self, sampler: str, variant: str, seeds: int, fraction: float) -> Replays:
         """``seeds`` replays of the search with ``sampler`` and the tactics ``variant``, every

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from autotune.search import studies
 from autotune.storage import Store
 from autotune.trial.measurement import Measurement
 
@@ -26,7 +27,7 @@ def main() -> None:
     args = p.parse_args()
     store = Store(args.storage, create=False)
     name = args.study or store.studies()[0].name
-    study = store.study(name)
+    study = studies.study(store, name)
     assert study is not None, name
     rows = store.measurements(name)
     print("| trial | cold child (startup, build, first call, warm-up, timed rounds) | rounds | "

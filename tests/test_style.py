@@ -4,6 +4,7 @@ stored spec is read in one place."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,36 +159,45 @@ def test_no_module_is_over_330_lines(tmp_path: Path) -> None:
 
 
 SPEC_READERS = (
-    "autotune/storage/records.py",  # StoredSpec: the one reader of a stored spec
-    "autotune/search/spec.py",
-)  # the one reader of a spec file's TOML tables
-SPECLIKE = {"spec", "raw"}  # attributes that hold a spec's JSON or its typed reader's source
+    "autotune/search/spec.py",  # StudySpec: the one reader of a stored spec and a spec file
+    "autotune/service/intake.py",  # a request's tables, checked before StudySpec reads them
+)
+SPECLIKE = re.compile(r"(\w+_)?spec(_\w+)?|raw")  # spec, stored_spec, spec_json, raw, ...
+SOURCES = ("read_toml", "check_tables")  # a spec file's (or a request's) tables
+KEEPS = ("get", "to_dict", "items", "values", "copy")  # what of a spec still holds its JSON
 
 
 class SpecReads:
     """One module's syntax tree: which expressions hold a spec's JSON or a spec file's tables
-    (an attribute in :data:`SPECLIKE`, ``read_toml(...)``, a ``.get``/``[...]``/``.to_dict()``
-    of one, or a name bound to one), and where they are read by hand."""
+    (a name or attribute :data:`SPECLIKE` names, a call of :data:`SOURCES`, a :data:`KEEPS`
+    call, ``[...]`` or comprehension of one, or a name bound to one), and where they are read
+    by hand (``.get`` or ``[...]``)."""
 
     def __init__(self, tree: ast.Module) -> None:
         self.tree, self.bound = tree, set[str]()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and self.speclike(node.value):
-                self.bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for _ in range(3):  # a name bound to a name bound to ... one
+            for node in ast.walk(tree):
+                value = getattr(node, "value", None)
+                targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and (
+                    value is not None and self.speclike(value)
+                ):
+                    self.bound.update(t.id for t in targets if isinstance(t, ast.Name))
 
     def speclike(self, e: ast.expr) -> bool:
-        if isinstance(e, ast.Attribute) and e.attr in SPECLIKE:
-            return True
+        if isinstance(e, ast.Attribute):
+            return bool(SPECLIKE.fullmatch(e.attr))
         if isinstance(e, ast.Name):
-            return e.id in self.bound
+            return bool(SPECLIKE.fullmatch(e.id)) or e.id in self.bound
         if isinstance(e, ast.Call):
             f = e.func
             called = f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
-            return called == "read_toml" or (
-                called in ("get", "to_dict") and isinstance(f, ast.Attribute)
-                and self.speclike(f.value))  # fmt: skip
-        if isinstance(e, ast.Subscript):
+            kept = called in KEEPS and isinstance(f, ast.Attribute) and self.speclike(f.value)
+            return called in SOURCES or kept
+        if isinstance(e, (ast.Subscript, ast.NamedExpr)):
             return self.speclike(e.value)
+        if isinstance(e, (ast.DictComp, ast.ListComp, ast.GeneratorExp)):
+            return any(self.speclike(g.iter) for g in e.generators)
         return isinstance(e, ast.BoolOp) and any(self.speclike(v) for v in e.values)
 
     def lines(self) -> set[int]:
@@ -216,22 +226,34 @@ def raw_spec_reads(root: Path) -> list[str]:
 
 
 def test_a_stored_spec_is_read_in_one_place(tmp_path: Path) -> None:
-    """Every reader of a study's spec goes through StoredSpec's typed values (their defaults
-    and their errors written once), and every reader of a spec file through search/spec.py,
-    never ``spec.get("workload") or {}`` by hand, whatever the variable is called."""
+    """Every reader of a study's spec goes through StudySpec's typed values (a stored one read
+    back by ``StudySpec.from_dict``: its defaults and its errors written once), and every
+    reader of a spec file through search/spec.py, never ``spec.get("workload") or {}`` by
+    hand, whatever the variable is called."""
     assert raw_spec_reads(ROOT / "autotune") == []
     assert all((ROOT / reader).is_file() for reader in SPEC_READERS)
     added = tmp_path / "autotune" / "reader.py"  # the check bites
     added.parent.mkdir()
-    added.write_text('kind = (study.spec.get("workload") or {}).get("kind", "inference")\n'
-                     'budget = row.spec["trials"]\nraw = study.spec.raw\n'
-                     'tables = read_toml(path)\ndtype = tables.get("workload")\n'
-                     'fine = {"a": 1}.get("a")\n')  # fmt: skip
-    assert raw_spec_reads(tmp_path / "autotune") == [
-        "autotune/reader.py:1",
-        "autotune/reader.py:2",
-        "autotune/reader.py:5",
-    ]
+    added.write_text(
+        'kind = (study.spec.get("workload") or {}).get("kind", "inference")\n'  # 1
+        'budget = row.spec["trials"]\nraw = study.spec.raw\n'  # 2
+        'tables = read_toml(path)\ndtype = tables.get("workload")\n'  # 5
+        'fine = {"a": 1}.get("a")\nok = os.environ.get("HOME")\n'
+        'asked = read_toml(args.space).get("workload", {}).get("dtype")\n'  # 8
+        'seed = record.spec_json["settings"]\ntrials = stored_spec.get("trials")\n'  # 9, 10
+        "def f(spec):\n    return spec.to_dict()['policy']\n"  # 12
+        'w = (t := check_tables(data, "request"))["workload"]\nk = w.get("kind")\n'  # 13, 14
+        'names = {n: v for n, v in read_toml(p).items()}\nm = names.get("model")\n'  # 16
+    )  # fmt: skip
+    found = [int(n.rpartition(":")[2]) for n in raw_spec_reads(tmp_path / "autotune")]
+    assert found == [1, 2, 5, 8, 9, 10, 12, 13, 14, 16]
+
+
+def test_the_raw_read_rule_catches_a_spec_file_read_by_hand() -> None:
+    """The read ``autotune search`` once made of a spec file's dtype, named by no variable."""
+    code = 'dtype = read_toml(args.space).get("workload", {}).get("dtype")\n'
+    assert SpecReads(ast.parse(code)).lines() == {1}
+    assert SpecReads(ast.parse('dtype = flags.get("dtype")\n')).lines() == set()
 
 
 def test_test_folders_mirror_the_packages() -> None:

@@ -237,7 +237,7 @@ def answer(rows: list[Stored], study: str, objectives: tuple[str, ...], policy: 
            max_memory_mb: float | None = None,
            confirmation: tuple[str, dict[str, Any]] | None = None) -> Answer:  # fmt: skip
     """The study's answer under ``policy`` over ``objectives`` (a stored study's
-    ``StoredSpec.objectives``) from its stored rows; a confirmation of the same pick (as stored
+    ``StudySpec.objectives``) from its stored rows; a confirmation of the same pick (as stored
     by :mod:`autotune.choice.confirm`) decides it."""
     from autotune.choice.selection import choose
 

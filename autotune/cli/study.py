@@ -160,7 +160,9 @@ def cmd_studies(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from autotune.choice import objectives
-    from autotune.search.spec import check_name, parse_memory
+    from autotune.fields import parse_memory
+    from autotune.search import studies
+    from autotune.search.spec import check_name
     from autotune.ship import export
     from autotune.storage import Store
 
@@ -170,7 +172,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         objectives.parse_policy(args.policy)
     name = check_name(args.study)
     store = Store(args.storage, create=False)
-    study = store.study(name)
+    study = studies.study(store, name)
     policy = args.policy or (study.spec.policy if study else objectives.lifetime(None))
     memory = parse_memory(args.max_memory)
     path, chosen, notes = export.export(store, name, policy, args.format, args.out, memory,
@@ -182,9 +184,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_queue_worker(args: argparse.Namespace) -> int:
+    from autotune.fields import parse_duration
     from autotune.job.worker import work_queue
     from autotune.search import Lines
-    from autotune.search.spec import parse_duration
 
     class Log(Lines):  # each strategy measured on stdout; notes on stderr
         def measured(self, key: str, done: int) -> None:

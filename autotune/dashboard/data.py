@@ -13,8 +13,9 @@ from typing import Any, NamedTuple
 from autotune.choice.objectives import SPEEDS
 from autotune.choice.selection import Point, candidates, gain, pareto
 from autotune.choice.verdict import Answer
+from autotune.search.spec import StudySpec
 from autotune.ship.study import StudyView
-from autotune.storage import Store, StoredSpec, mask
+from autotune.storage import Store, mask
 from autotune.strategy import Strategy
 from autotune.trial.measurement import Measurement
 from autotune.workload import describe
@@ -44,7 +45,7 @@ class StudyData:
 
     name: str
     storage: str
-    spec: StoredSpec
+    spec: StudySpec
     environment: dict[str, Any]
     trials: list[Trial]
     points: list[Point]
@@ -110,7 +111,7 @@ def header_info(d: StudyData) -> Header:
     baseline = d.trial("none")
     latency = baseline.measurement.latency if baseline else None
     return Header(
-        d.name, d.storage, d.spec.model_name, describe(w),
+        d.name, d.storage, d.spec.model.name, describe(w),
         f"{w.device} · {d.environment.get('device_name')}", d.environment.get("torch"),
         dict(sorted(d.counts.items())), latency.median_ms if latency else None,
         d.chosen.key if d.chosen else None, d.policy, d.answer.lines() if d.answer else [],

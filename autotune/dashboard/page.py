@@ -89,7 +89,7 @@ def render(d: StudyData, importances: dict[str, float], plotly_src: str | None =
         figures.importance_figure(importances),
         figures.phases_figure(phases_info(d)),
     ]
-    if d.spec.traffic and (passes := timeline_info(d)):
+    if d.spec.workload.traffic and (passes := timeline_info(d)):
         drawn[1:1] = [timeline_figure(passes), steady_figure(passes)]
         if any(p.buckets for p in passes):
             drawn.insert(3, buckets_figure(passes))

@@ -46,7 +46,7 @@ def timeline_info(d: StudyData) -> list[Pass]:
             key, record["first_ms"], record["compiles"], notes,
             [f"{r['batch_size']}x{r['seq_len']} ({r['weight']:.0%})" for r in steady],
             [r["compiled_ms"] for r in steady],
-            shapes.shares(s.buckets, list(d.spec.traffic), s.edges),
+            shapes.shares(s.buckets, list(d.spec.workload.traffic), s.edges),
         ))  # fmt: skip
     return rows
 

@@ -18,7 +18,9 @@ from typing import Any
 
 from autotune.coordination import Coordinator, comparable
 from autotune.errors import AutotuneError
-from autotune.storage import Store, StoredSpec, StudyRecord
+from autotune.search.spec import StudySpec
+from autotune.search.studies import StudyRecord, studies
+from autotune.storage import Store
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,9 @@ class Standing:
         return self.settled < self.size and self.measured + self.held < min(self.budget, self.size)
 
 
-def space_keys(spec: StoredSpec, device: str) -> set[str]:
-    """The keys of a stored spec's space that can run on ``device``."""
-    from autotune.search.spec import StudySpec
-
-    return {s.key for s in StudySpec.from_dict(spec.to_dict()).space.validate(device)}
+def space_keys(spec: StudySpec, device: str) -> set[str]:
+    """The keys of a spec's space that can run on ``device``."""
+    return {s.key for s in spec.space.validate(device)}
 
 
 def standing(store: Store, name: str, keys: set[str], budget: int) -> Standing:
@@ -68,16 +68,16 @@ class Queue:
     store: Store
     device_for: Callable[[str], str | None]
     environment: Callable[[str, str | None], dict[str, Any]]
-    allowed: Callable[[StoredSpec], str | None]
+    allowed: Callable[[StudySpec], str | None]
 
     def __post_init__(self) -> None:
         self.skipped: dict[str, str] = {}  # studies this worker will not take, and why
         self._keys: dict[tuple[str, str], set[str]] = {}
 
     def why_not(self, study: StudyRecord) -> str | None:
-        """Why this worker cannot take ``study`` (None when it can)."""
-        if study.spec.empty:
-            return "it has no spec"
+        """Why this worker cannot take ``study`` (None when it can); ``ConfigError`` where its
+        spec cannot be read."""
+        study.spec.check()  # the worker would refuse it: so does the queue
         device = self.device(study)
         if device is None:
             return "its device is not on this machine"
@@ -89,12 +89,12 @@ class Queue:
         return self.allowed(study.spec)
 
     def device(self, study: StudyRecord) -> str | None:
-        return self.device_for(study.spec.device)
+        return self.device_for(study.spec.workload.device)
 
     def next(self, exclude: Iterable[str] = ()) -> StudyRecord | None:
         """The oldest open study this worker can take (None when there is none)."""
         left_out = set(exclude)
-        for study in self.store.studies():
+        for study in studies(self.store):
             if study.name in left_out or study.name in self.skipped:
                 continue
             try:
@@ -103,7 +103,7 @@ class Queue:
                 device = self.device(study)
                 assert device is not None
                 keys = self._space(study, device)
-                budget = study.spec.trials or 0
+                budget = study.spec.trials
             except AutotuneError as exc:  # a spec this autotune cannot read: say so once
                 self.skipped[study.name] = str(exc)
                 continue
@@ -112,7 +112,7 @@ class Queue:
         return None
 
     def _space(self, study: StudyRecord, device: str) -> set[str]:
-        cached = (study.name, repr(study.spec.space_table))
+        cached = (study.name, repr(study.spec.space))
         if cached not in self._keys:
             self._keys[cached] = space_keys(study.spec, device)
         return self._keys[cached]

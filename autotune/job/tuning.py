@@ -156,8 +156,6 @@ def served_as_measured(
 
     trials = {r.key: Measurement.from_dict(r.payload)
               for r in search.store.measurements(search.name)}  # fmt: skip
-    stored = search.store.study(search.name)
-    assert stored is not None
     judged_by = reference(search, listener or Lines())
     work = tempfile.mkdtemp(prefix="autotune-served-")
 
@@ -165,7 +163,7 @@ def served_as_measured(
         if listener is not None:
             listener.now(f"serving the traffic through {key}'s export in a plain loop")
         strategy = trials[key].strategy
-        path = served_file(strategy, stored.spec, os.path.join(work, "best.json"))
+        path = served_file(strategy, spec.workload, os.path.join(work, "best.json"))
         return parent.serve(spec.model, spec.workload, strategy, str(path), spec.settings,
                             parent.cache_folder(search.keep, key), judged_by)  # fmt: skip
 

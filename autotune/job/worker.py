@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 from autotune import usercode
 from autotune.errors import AutotuneError
 from autotune.job.queue import Queue
-from autotune.storage import Store, StoredSpec
+from autotune.search import studies
+from autotune.search.spec import StudySpec
+from autotune.storage import Store
 
 if TYPE_CHECKING:
     from autotune.job.tuning import Tuning
@@ -59,13 +61,12 @@ def device_for(given: str | None) -> Callable[[str], str | None]:
     return choose
 
 
-def allowed_by(allow: Iterable[str]) -> Callable[[StoredSpec], str | None]:
+def allowed_by(allow: Iterable[str]) -> Callable[[StudySpec], str | None]:
     """Whether the code a stored spec names was allowed on this worker's command line."""
     names = list(allow)
 
-    def check(spec: StoredSpec) -> str | None:
-        given = [spec.model_name or "", *spec.backends]
-        refused = [n for n in given if usercode.is_code(n) and not usercode.allowed(n, names)]
+    def check(spec: StudySpec) -> str | None:
+        refused = [n for _, n in usercode.named(spec) if not usercode.allowed(n, names)]
         return f"it names code this worker may not run ({', '.join(refused)})" if refused else None
 
     return check
@@ -127,9 +128,9 @@ def _work(
     when the study was refused (then this worker skips it from now on, and says why once)."""
     from autotune.job.tuning import Tuning
 
-    record = store.study(name)
-    device = queue.device(record) if record is not None else None
     try:
+        record = studies.study(store, name)
+        device = queue.device(record) if record is not None else None
         tuning = Tuning.join(name, store.url, device=device, allow=allow)
         search = tuning.search
     except AutotuneError as exc:

@@ -1,6 +1,7 @@
 """Stage 5, the search: one process's part in an Optuna study of compile strategies.
 
 - :mod:`.spec`: the study's spec (:class:`~autotune.search.spec.StudySpec`), from TOML and flags;
+- :mod:`.studies`: a store's studies, each spec read back typed (:class:`~.studies.StudyRecord`);
 - :mod:`.state`: what one process's search holds (:class:`Search`), and its :class:`Listener`;
 - :mod:`.open`: set-up and resume (:func:`open_search`), :func:`submit` and :func:`join`;
 - :mod:`.step`: one trial's protocol, ask → de-duplicate → claim → measure → store → tell;

@@ -18,7 +18,7 @@ from autotune.choice import objectives
 from autotune.coordination import Coordinator, check_environment
 from autotune.environment import fingerprint
 from autotune.errors import ConfigError
-from autotune.search import stops
+from autotune.search import stops, studies
 from autotune.search.deduction import Tactics
 from autotune.search.plan import Plan
 from autotune.search.sampler import Steered, base_sampler, quiet_optuna
@@ -76,10 +76,8 @@ def open_search(
     name = name or spec.study_name(environment)
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     store = Store(storage)
-    row = store.study(name)
-    stored = None
-    if row is not None and not row.spec.empty:
-        stored = StudySpec.from_dict(row.spec.to_dict())
+    row = studies.study(store, name)
+    stored = None if row is None else row.spec.check()  # every value read, none defaulted
     if row is not None and row.environment:
         check_environment(row.environment, environment, force)
     saved = resumable(stored, spec, name)
@@ -134,10 +132,10 @@ def join(
     from autotune.workload import Workload
 
     store = Store(storage, create=False)
-    row = store.study(name)
+    row = studies.study(store, name)
     if row is None:
         raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
-    spec = StudySpec.from_dict(row.spec.to_dict())
+    spec = row.spec.check()
     usercode.check_allowed(spec, allow or [], f"study {name!r}")
     if device is not None:
         workload = Workload.create(**{**spec.workload.to_dict(), "device": device})

@@ -1,18 +1,21 @@
-"""StudySpec: everything a study needs (model, workload, space, budget), from TOML and flags.
+"""StudySpec: everything a study needs (model, workload, space, budget), from TOML and flags,
+or as a study stored it: the one spec type, and the one reader of a spec's tables.
 
 A spec file (``studies/*.toml``) has the tables ``[model]``, ``[workload]``, ``[space]`` and
 ``[search]``; command-line flags override it. Unknown keys are errors, never ignored; every
 value's type is checked (:mod:`autotune.fields`), so ``trials = 2.7`` is refused, not rounded.
-Each setting's default and help text live on its dataclass field, nowhere else.
+Each setting's default and help text live on its dataclass field, nowhere else. A stored spec
+(:meth:`StudySpec.to_dict`'s JSON, maybe another autotune version's) is read back leniently by
+:meth:`StudySpec.from_dict`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import tomllib
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,54 +24,16 @@ from autotune import fields
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
 from autotune.choice.objectives import DEFAULT_LIFETIME
-from autotune.errors import AutotuneWarning, ConfigError
-from autotune.fields import boolean, option, text, whole
+from autotune.errors import AutotuneError, AutotuneWarning, ConfigError
+from autotune.fields import boolean, option, parse_duration, parse_memory, text, whole
 from autotune.start_kinds import parse
 from autotune.strategy.space import KEYS, Space
 from autotune.trial.rungs import RUNGS
 from autotune.workload import Settings, Workload, default_objectives
 
 SAMPLERS = ("surrogate", "tpe", "gp", "nsga2", "random", "grid")
-_UNITS = {"s": 1, "m": 60, "h": 3600}
-_SIZES = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 NAME_CHARS = 128
-
-
-def parse_duration(text: Any, key: str = "time_budget") -> float | None:
-    """``90``, ``90s``, ``30m``, ``2h`` or ``1h30m`` as seconds; ``none`` for no limit."""
-    if text is None or (isinstance(text, str) and text.strip().lower() == "none"):
-        return None
-    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
-        raise ConfigError(f"{key} = {text!r}: expected a duration such as 90s, 30m or 2h")
-    if isinstance(text, (int, float)) or re.fullmatch(r"\d+(\.\d+)?", text.strip()):
-        seconds = float(text)
-    elif re.fullmatch(r"((\d+(\.\d+)?)\s*([smh])\s*)+", text.strip().lower()):
-        found = re.findall(r"(\d+(\.\d+)?)\s*([smh])", text.lower())
-        seconds = sum(float(n) * _UNITS[u] for n, _, u in found)
-    else:
-        raise ConfigError(f"bad duration {text!r}: write e.g. 90s, 30m, 2h or 1h30m")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"bad duration {text!r}: it must be above 0")
-    return seconds
-
-
-def parse_memory(text: Any, key: str = "max_memory") -> float | None:
-    """``8GiB``, ``512MiB`` or a number of MiB, as MiB."""
-    if text is None:
-        return None
-    if isinstance(text, bool) or not isinstance(text, (int, float, str)):
-        raise ConfigError(f"{key} = {text!r}: expected a size such as 8GiB or 512MiB")
-    if isinstance(text, (int, float)):
-        mib = float(text)
-    else:
-        match = re.fullmatch(r"(\d+(\.\d+)?)\s*([a-z]*)", text.strip().lower())
-        if not match or match.group(3) not in _SIZES:
-            raise ConfigError(f"bad memory size {text!r}: write e.g. 8GiB or 512MiB")
-        mib = float(match.group(1)) * _SIZES[match.group(3)]
-    if not math.isfinite(mib) or mib <= 0:
-        raise ConfigError(f"bad memory size {text!r}: it must be above 0")
-    return mib
 
 
 def check_name(name: Any, key: str = "study") -> str:
@@ -170,6 +135,8 @@ class StudySpec:
     rungs: str = option("cheap", "cheap: a compiled trial stops after a few rounds where it "
                         "cannot reach the front (docs/search.md); full: every trial times all "
                         "its rounds", read=text(RUNGS))  # fmt: skip
+    # what of a stored spec this autotune could not read, as an error says it (:meth:`from_dict`)
+    unread: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         fields.validate(self)
@@ -238,19 +205,40 @@ class StudySpec:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        del data["unread"]
         data.update(model=self.model.to_dict(), space=self.space.to_dict())
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StudySpec:
-        data = dict(data)
-        data.update(
-            model=ModelRef.from_dict(data["model"]),
-            workload=Workload.from_dict(data["workload"]),
-            space=Space.from_dict(data["space"]),
-            settings=Settings(**data["settings"]),
-        )
-        return cls(**data)
+    def from_dict(cls, data: Any, study: str = "") -> StudySpec:
+        """A spec as :meth:`to_dict` stored it, by this autotune version or another, read
+        leniently, never changed: a key it lacks takes its default (policy ``knee``: a study
+        stored before it kept one), one it does not know is left alone. A value of
+        :data:`JUDGED` that cannot be read is a ``ConfigError`` naming ``study`` and the key;
+        any other is left out (its default), named in ``unread``: the study still shows and
+        exports, and no search runs on it (:meth:`check`)."""
+        read = _Stored(study, data)
+        model = read("model", lambda t: ModelRef(**_known(ModelRef, t)))
+        workload = read("workload", _workload)
+        settings = read("settings", lambda t: Settings(**_known(Settings, t)))
+        space = read("space", _space) or Space()
+        values: dict[str, Any] = {"policy": "knee"}
+        for f in fields.fields(cls):
+            if data.get(f.name) not in (None, []):  # [] objectives: the kind's
+                value = read(f.name, lambda v, f=f: f.metadata["read"](v, f.name))
+                values.update({f.name: value} if value is not None else {})
+        try:
+            return cls(model=model, workload=workload, space=space, settings=settings,
+                       unread=read.left_out(), **values)  # fmt: skip
+        except (AutotuneError, TypeError, ValueError) as exc:
+            raise read.error(str(exc)) from None
+
+    def check(self) -> StudySpec:
+        """This spec, every value read: ``ConfigError`` where a stored one could not be (it
+        names them): no search runs on a default that stands in for a stored value."""
+        if self.unread:
+            raise ConfigError(self.unread)
+        return self
 
     def study_name(self, environment: dict[str, Any]) -> str:
         """The study's name: given, or a readable slug of model, workload, hardware and torch."""
@@ -260,6 +248,67 @@ class StudySpec:
         torch_version = str(environment.get("torch", "")).replace("+", "-")
         name = f"{self.model.slug()}-{self.workload.slug()}-{hardware[:24].strip('-')}"
         return check_name(f"{name}-torch{torch_version}"[:NAME_CHARS])
+
+
+# What a study's answer depends on (what was measured, and how a pick is judged): a stored value
+# of these that cannot be read is an error wherever the spec is read, never a default.
+JUDGED = ("model", "workload", "settings", "objectives", "policy", "max_memory_mb")
+
+
+@dataclass
+class _Stored:
+    """A stored spec being read (:meth:`StudySpec.from_dict`), and what of it could not be."""
+
+    study: str
+    data: Any
+    unread: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, dict):
+            raise self.error(f"it is {type(self.data).__name__}, not a table of settings")
+
+    def __call__(self, key: str, read: Callable[[Any], Any]) -> Any:
+        """``key``'s stored value through ``read`` (None: unreadable, and not :data:`JUDGED`)."""
+        try:
+            return read(self.data.get(key))
+        except (AutotuneError, TypeError, ValueError) as exc:
+            what = str(exc) if str(exc).startswith(key) else f"{key}: {exc}"
+            if key in JUDGED:
+                raise self.error(what) from None
+            self.unread.append(what)
+            return None
+
+    def left_out(self) -> str:
+        return str(self.error("; ".join(self.unread))) if self.unread else ""
+
+    def error(self, what: str) -> ConfigError:
+        study = f"study {self.study!r}" if self.study else "a study"
+        return ConfigError(f"{study}: its stored spec cannot be read: {what} (stored by another "
+                           "autotune version, or changed by hand?)")  # fmt: skip
+
+
+def _known(cls: type, table: Any) -> dict[str, Any]:
+    """A stored table's keys that ``cls`` takes (another version's are left alone)."""
+    if not isinstance(table, (dict, type(None))):
+        raise ConfigError(f"{table!r}: expected a table")
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    return {k: v for k, v in (table or {}).items() if k in names}
+
+
+def _workload(table: Any) -> Workload:
+    known = _known(Workload, table)
+    if not isinstance(known.get("traffic", ()), (list, tuple)):  # requests, never a file
+        raise ConfigError(f"traffic = {known['traffic']!r}: expected a list of requests")
+    for key in ("batch_size", "seq_len"):  # one shape, never a spread to draw
+        whole(1)(known.get(key, 1), key)
+    return Workload(**known)
+
+
+def _space(table: Any) -> Space:
+    known = _known(Space, table)
+    for name in set(KEYS) - {"dynamic", "fullgraph"}:  # lists of names (those two: parsed)
+        fields.texts(known.get(name, []), name)
+    return Space.from_dict(known)
 
 
 def _keys(cls: type) -> tuple[str, ...]:

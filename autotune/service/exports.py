@@ -10,7 +10,8 @@ from pathlib import Path
 
 from autotune.choice import objectives
 from autotune.errors import AutotuneError, ConfigError, StorageError
-from autotune.search.spec import parse_memory
+from autotune.fields import parse_memory
+from autotune.search import studies
 from autotune.service.problems import Refused
 from autotune.ship import export
 from autotune.ship.study import StudyView
@@ -22,7 +23,7 @@ MEDIA = {"accelerate-yaml": "application/yaml"}
 
 
 def _policy(store: Store, study: str, policy: str | None) -> str:
-    row = store.study(study)
+    row = studies.study(store, study)
     if row is None:
         raise Refused(404, f"no study named {study!r}")
     chosen = policy or row.spec.policy

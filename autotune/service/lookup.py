@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.storage import Store, StudyRecord
+from autotune.search import studies
+from autotune.search.studies import StudyRecord
+from autotune.storage import Store
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ def torch_matches(have: Any, want: str) -> bool:
 def matches(study: StudyRecord, q: Query) -> bool:
     """Whether a study measured what ``q`` asks about."""
     spec, env = study.spec, study.environment or {}
-    if (spec.model_name, spec.layers) != (q.model, q.layers):
+    if (spec.model.name, spec.model.layers) != (q.model, q.layers):
         return False
     w = spec.workload
     if (w.kind, w.batch_size, w.seq_len, w.dtype) != (q.kind, q.batch_size, q.seq_len, q.dtype):
@@ -67,7 +69,7 @@ def matches(study: StudyRecord, q: Query) -> bool:
 
 def lookup(store: Store, q: Query) -> dict[str, Any] | None:
     """The best known config for ``q`` (see the module's docstring), or None."""
-    found = [s for s in store.studies() if matches(s, q)]
+    found = [s for s in studies.studies(store) if matches(s, q)]
     exported = [(e, s) for s in found if (e := store.latest_export(s.name)) is not None]
     if exported:
         record, study = max(exported, key=lambda pair: (pair[0].exported_at is not None,

@@ -10,10 +10,12 @@ from typing import Any
 from autotune.choice.verdict import Answer
 from autotune.coordination import grace_s
 from autotune.errors import AutotuneError, shorten
+from autotune.search import studies
 from autotune.search.overview import counts
+from autotune.search.studies import StudyRecord
 from autotune.service.problems import Refused
 from autotune.ship.study import StudyView
-from autotune.storage import Store, Stored, StudyRecord
+from autotune.storage import Store, Stored
 from autotune.workload import describe
 
 
@@ -59,15 +61,15 @@ def summary(store: Store, study: StudyRecord) -> dict[str, Any]:
     runs = store.runs(study.name)
     times = [r.created_at for r in rows] + [r.started_at for r in runs] + [study.created_at]
     last = max((t for t in times if t is not None), default=None)
-    tally = counts(study, rows)
+    tally = counts(spec, rows)
     budget = spec.trials
     exported = store.latest_export(study.name) is not None
     return {
         "study": study.name,
-        "model": spec.model_name,
-        "layers": spec.layers,
+        "model": spec.model.name,
+        "layers": spec.model.layers,
         "workload": describe(spec.workload),
-        "device": str(env.get("device") or spec.device),
+        "device": str(env.get("device") or spec.workload.device),
         "device_name": env.get("device_name"),
         "torch": env.get("torch"),
         **tally,
@@ -83,7 +85,7 @@ def summary(store: Store, study: StudyRecord) -> dict[str, Any]:
 
 def summaries(store: Store) -> list[dict[str, Any]]:
     """Every study in the storage, oldest first."""
-    return [summary(store, s) for s in store.studies()]
+    return [summary(store, s) for s in studies.studies(store)]
 
 
 def with_live(rows: list[dict[str, Any]], store: Store) -> list[dict[str, Any]]:
@@ -105,7 +107,7 @@ def trial_row(row: Stored) -> dict[str, Any]:
 
 def detail(store: Store, name: str) -> dict[str, Any]:
     """One study: its summary, spec, environment, every stored strategy and the front."""
-    study = store.study(name)
+    study = studies.study(store, name)
     if study is None:
         raise Refused(404, f"no study named {name!r}")
     rows = store.measurements(name)

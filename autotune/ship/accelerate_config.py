@@ -18,6 +18,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.ship.formats import dynamo_section
 from autotune.strategy import Strategy
+from autotune.workload import Workload
 
 SINGLE_MACHINE = {"compute_environment": "LOCAL_MACHINE", "debug": False,
                   "distributed_type": "NO", "mixed_precision": "no", "num_machines": 1,
@@ -53,14 +54,13 @@ def base_config(merge: str | bool) -> tuple[dict[str, Any] | None, str]:
     return data, str(path)
 
 
-def config_file(strategy: Strategy, notes: list[str], study: str,
-                workload: dict[str, Any] | None, merge: str | bool = True) -> str:  # fmt: skip
+def config_file(strategy: Strategy, notes: list[str], study: str, workload: Workload,
+                merge: str | bool = True) -> str:  # fmt: skip
     """The whole config file (see the module's text), ``notes`` and what the merge changed as
     comments at its top."""
     import yaml
 
-    workload = workload or {}
-    where, dtype = str(workload.get("device") or "cpu"), str(workload.get("dtype") or "float32")
+    where, dtype = workload.device, workload.dtype
     base, source = base_config(merge)
     config = dict(base) if base is not None else {**SINGLE_MACHINE, "use_cpu": where == "cpu"}
     config["dynamo_config"] = dynamo_section(strategy)

@@ -22,6 +22,7 @@ from autotune.starts import artifact
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy, kv_cache, shapes
 from autotune.trial.measurement import Measurement
+from autotune.workload import Workload
 
 
 def document(
@@ -60,47 +61,47 @@ def document(
         "study": study,
         "storage": mask(store.url),
         "environment": row.environment,
-        "model": spec.model_table,
-        **served_fields(strategy, spec),
+        "model": spec.model.to_dict(),
+        **served_fields(strategy, spec.workload),
         "objectives": list(spec.objectives),
         "pareto_front": [dataclasses.asdict(p) for p in front],
         **told.block(),
         "caveats": notes,
     }
     if picked is not None and picked.ok:
-        block["gate"] = gate.record(picked, spec.settings_table, runner)
-    if fmt == "transformers" and spec.kind != "generate":
+        block["gate"] = gate.record(picked, spec.settings, runner)
+    if fmt == "transformers" and spec.workload.kind != "generate":
         notes.append("the study measured one forward pass, not generation (prefill and "
                      "decode): search with --workload generate")  # fmt: skip
     if fmt == "accelerate-yaml" and strategy.options:
         notes.append(f"closest expressible config: {closest_numbers(store, study, strategy)}")
     if fmt == "accelerate-yaml":
-        text = accelerate_config.config_file(strategy, notes, study, spec.workload_table, merge)
+        text = accelerate_config.config_file(strategy, notes, study, spec.workload, merge)
     else:
         text = formats.render(strategy, fmt, block, notes, study)
     return text + "\n", chosen, notes
 
 
-def served_fields(strategy: Strategy, spec: Any) -> dict[str, Any]:
-    """What of an export :func:`autotune.apply` serves by, beside the strategy: the workload
-    (its traffic sets quantile buckets), the buckets' ``recompile_limit``, and for a generate
-    workload the KV cache it was measured with (:func:`autotune.apply_generation` sizes its
-    static cache so)."""
-    fields = {"workload": spec.workload_table, **bucket_limit(strategy, spec.traffic)}
-    if spec.kind == "generate":
-        w = spec.workload  # the compiled side's caches, as its trial sized them
+def served_fields(strategy: Strategy, workload: Workload) -> dict[str, Any]:
+    """What of an export :func:`autotune.apply` serves by, beside the strategy: the study's
+    workload (its traffic sets quantile buckets), the buckets' ``recompile_limit``, and for a
+    generate workload the KV cache its trial sized (:func:`autotune.apply_generation` sizes
+    its static caches so)."""
+    w = workload
+    fields = {"workload": w.to_dict(), **bucket_limit(strategy, w.traffic)}
+    if w.kind == "generate":
         totals = kv_cache.footprints(strategy, w.traffic, w.answers) or [w.cache_len]
         edges = kv_cache.edges_of(strategy.kv_cache, totals)
         fields["generation"] = formats.cache_fields(max(totals), edges)
     return fields
 
 
-def served_file(strategy: Strategy, spec: Any, path: str | Path) -> Path:
+def served_file(strategy: Strategy, workload: Workload, path: str | Path) -> Path:
     """``strategy`` exported to ``path`` as a confirmation's server loop loads it
     (:mod:`autotune.trial.server_loop`): in the ``torch`` format (which every strategy fits),
     with what :func:`autotune.apply` serves by (:func:`served_fields`), as a study's export of
     any format has it."""
-    block = {"strategy": strategy.to_dict(), **served_fields(strategy, spec)}
+    block = {"strategy": strategy.to_dict(), **served_fields(strategy, workload)}
     Path(path).write_text(formats.render(strategy, "torch", block, [], "") + "\n")
     return Path(path)
 

@@ -24,13 +24,16 @@ is said first, as context, never a failure by itself.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import ConfigError
 from autotune.starts.later import hit_note
 from autotune.trial.measurement import Measurement
 from autotune.trial.metrics import LOADED
 from autotune.trial.timing import ALPHA, sign_test
+
+if TYPE_CHECKING:
+    from autotune.workload import Settings
 
 VERSION = 1
 TOLERANCE = 0.5  # of a recorded compile time or time to ready (docs/ci.md: the noise seen)
@@ -66,18 +69,17 @@ def figures(m: Measurement) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v is not None}
 
 
-def record(m: Measurement, settings: dict[str, Any] | None,
+def record(m: Measurement, settings: Settings,
            runner_up: Measurement | None = None) -> dict[str, Any]:  # fmt: skip
     """The ``gate`` block of an export whose pick ``m`` measured (and, for an eager pick, its
     ``runner_up``), with the rounds and seed from the study's ``settings``."""
-    settings = settings or {}
     block: dict[str, Any] = {
         "version": VERSION,
         "model": m.model.to_dict() if m.model else None,
         "workload": m.workload.to_dict() if m.workload else None,
-        "iters": int(settings.get("iters") or m.timings.get("rounds") or 10),
-        "warmup": int(settings.get("warmup") or 1),
-        "seed": int(settings.get("seed") or 0),
+        "iters": settings.iters,
+        "warmup": settings.warmup,
+        "seed": settings.seed,
         "strategy": m.strategy.to_dict(),
         "figures": figures(m),
     }

@@ -19,8 +19,9 @@ from autotune.choice.verdict import Answer, answer
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
-    from autotune.storage import Store, Stored, StudyRecord
-    from autotune.storage.records import StoredSpec
+    from autotune.search.spec import StudySpec
+    from autotune.search.studies import StudyRecord
+    from autotune.storage import Store, Stored
     from autotune.trial.measurement import Measurement
 
 
@@ -37,9 +38,10 @@ class StudyView:
     @classmethod
     def of(cls, store: Store, name: str) -> StudyView:
         """Study ``name`` of ``store``; ``ConfigError`` where there is none."""
+        from autotune.search.studies import study
         from autotune.storage import mask
 
-        record = store.study(name)
+        record = study(store, name)
         if record is None:
             raise ConfigError(f"no study named {name!r} in {mask(store.url)}")
         return cls(store, record, store.measurements(record.name))
@@ -49,7 +51,7 @@ class StudyView:
         return self.record.name
 
     @property
-    def spec(self) -> StoredSpec:
+    def spec(self) -> StudySpec:
         return self.record.spec
 
     def measurements(self) -> list[Measurement]:
@@ -79,7 +81,7 @@ class StudyView:
         """Strategies measured and deduced, and of the measured ones how many ran ``ok``."""
         from autotune.search.overview import counts
 
-        return counts(self.record, self.rows)
+        return counts(self.spec, self.rows)
 
     def front(self, policy: str | None = None) -> list[Any]:
         """The Pareto front the answer under ``policy`` chose from."""

@@ -4,7 +4,7 @@
 - :mod:`.retry`: what a running search waits out (a lost connection) and what it does not;
 - :mod:`.schema`: autotune's tables and their migrations;
 - :mod:`.records`: the plain records the store hands out (no ORM row leaves this package),
-  a study's spec among them typed (:class:`StoredSpec`, the one reader of a stored spec);
+  a study's spec among them as stored (:class:`StoredStudy`: the search reads it typed);
 - :mod:`.store`: the data access; :mod:`.ledger`: one transaction on a study's claims and
   measurements, for :mod:`autotune.coordination`.
 
@@ -19,8 +19,7 @@ from autotune.storage.records import (
     ExportRecord,
     RunRecord,
     Stored,
-    StoredSpec,
-    StudyRecord,
+    StoredStudy,
 )
 from autotune.storage.retry import resilient, retrying, transient
 from autotune.storage.schema import SCHEMA_VERSION
@@ -35,8 +34,7 @@ __all__ = [
     "RunRecord",
     "Store",
     "Stored",
-    "StoredSpec",
-    "StudyRecord",
+    "StoredStudy",
     "mask",
     "optuna_storage",
     "resilient",

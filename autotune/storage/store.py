@@ -23,7 +23,7 @@ from autotune.errors import StorageError
 from autotune.storage import records, schema
 from autotune.storage.engine import connect, line
 from autotune.storage.ledger import Ledger
-from autotune.storage.records import ExportRecord, RunRecord, Stored, StoredSpec, StudyRecord
+from autotune.storage.records import ExportRecord, RunRecord, Stored, StoredStudy
 from autotune.storage.retry import final_reason, resilient, transient
 from autotune.storage.schema import (
     ConfirmationRow,
@@ -108,7 +108,7 @@ class Store:
 
     # studies and runs
     @resilient
-    def study(self, name: str) -> StudyRecord | None:
+    def study(self, name: str) -> StoredStudy | None:
         if not self._has_tables():
             return None
         with self.session() as s:
@@ -116,7 +116,7 @@ class Store:
             return None if row is None else _study(row)
 
     @resilient
-    def studies(self) -> list[StudyRecord]:
+    def studies(self) -> list[StoredStudy]:
         if not self._has_tables():
             return []
         with self.session() as s:
@@ -292,5 +292,5 @@ class Store:
                     for r in s.scalars(query)]  # fmt: skip
 
 
-def _study(row: StudyRow) -> StudyRecord:
-    return StudyRecord(row.name, StoredSpec(row.spec, row.name), row.environment, row.created_at)
+def _study(row: StudyRow) -> StoredStudy:
+    return StoredStudy(row.name, row.spec, row.environment, row.created_at)

@@ -192,7 +192,9 @@ def test_a_traffic_studys_dashboard_draws_the_first_pass(dynamic_trials: dict,
 
     store = Store(f"sqlite:///{tmp_path}/t.db")
     w = dynamic_trials["false"].workload
-    store.add_study("t", {"workload": w.to_dict(), "policy": "amortized:1000"}, {})
+    store.add_study(
+        "t", {"model": {"name": "toy-64"}, "workload": w.to_dict(), "policy": "amortized:1000"}, {}
+    )
     for n, m in enumerate((dynamic_trials["false"], dynamic_trials["none"])):
         store.add_measurement("t", m.strategy.key, n, m.to_dict())
     eager = point(Strategy.create("none"), 0.0, 1.0)
@@ -202,7 +204,7 @@ def test_a_traffic_studys_dashboard_draws_the_first_pass(dynamic_trials: dict,
     assert "First pass over the traffic" in text and "Steady latency per shape" in text
     assert "recompiled: " in text and "ran eager" in text  # the hover of dynamic=False's spikes
     one = Store(f"sqlite:///{tmp_path}/o.db")
-    one.add_study("o", {}, {})
+    one.add_study("o", {"model": {"name": "toy-64"}}, {})
     one.add_measurement("o", "none", 0, point(Strategy.create("none"), 0.0, 1.0))
     assert "First pass" not in dashboard.write(one, "o", str(tmp_path / "o.html")).read_text()
 
@@ -227,7 +229,7 @@ def test_apply_of_a_bucketed_export_pads_and_compiles_nothing_new_in_a_bucket(
     tmp_path: Path,
 ) -> None:
     store = Store(f"sqlite:///{tmp_path}/b.db")
-    store.add_study("b", {}, {})
+    store.add_study("b", {"model": {"name": "toy-64"}}, {})
     s = Strategy.create("full", "aot_eager", buckets="pow2")
     store.add_measurement("b", s.key, 0, point(s, 0.0, 1.0))
     path, _, notes = export(store, "b", "fastest", "accelerate", str(tmp_path / "b.json"))
@@ -252,7 +254,7 @@ def test_apply_of_a_bucketed_export_pads_and_compiles_nothing_new_in_a_bucket(
 def test_quantile_buckets_take_their_edges_from_the_exported_traffic(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/q.db")
     w = Workload(seq_len="10,20,30,40", requests=12)  # quartile edges 10, 20, 30, 40
-    store.add_study("q", {"workload": w.to_dict()}, {})
+    store.add_study("q", {"model": {"name": "toy-64"}, "workload": w.to_dict()}, {})
     s = Strategy.create("full", "aot_eager", buckets="quantiles")
     store.add_measurement("q", s.key, 0, point(s, 0.0, 1.0))
     path, _, _ = export(store, "q", "fastest", "accelerate", str(tmp_path / "q.json"))

@@ -57,11 +57,6 @@ def measured() -> Iterator[dict[str, Measurement]]:
            for s in (Strategy.create("none"), QUICKER)}  # fmt: skip
 
 
-class Spec:
-    workload_table = TRAFFIC.to_dict()
-    traffic = REQUESTS
-
-
 def proved(trials: dict[str, Measurement], folder: Path, left: float | None = None) -> tuple:
     """The check on a confirmation that confirmed the quicker strategy 8x eager, the loop
     run for real; what it says, and how many loops it ran."""
@@ -75,7 +70,7 @@ def proved(trials: dict[str, Measurement], folder: Path, left: float | None = No
 
     def serve(key: str) -> Measurement:
         ran.append(key)
-        path = export.served_file(trials[key].strategy, Spec, folder / "best.json")
+        path = export.served_file(trials[key].strategy, TRAFFIC, folder / "best.json")
         return parent.serve(MATMULS, TRAFFIC, trials[key].strategy, str(path), QUICK)
 
     done = as_served().prove(shown, points, trials, "fastest", ("compile", "latency"), serve,

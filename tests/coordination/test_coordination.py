@@ -11,9 +11,9 @@ import optuna
 import pytest
 
 from autotune.coordination import Coordinator
+from autotune.search import studies
 from autotune.storage import Store, optuna_storage
 from autotune.strategy import Strategy
-from autotune.strategy.space import Space
 from autotune.trial.measurement import Measurement
 
 KEYS = {"a", "b", "c"}
@@ -142,11 +142,9 @@ def test_resuming_with_another_space_is_refused_and_a_narrower_one_kept(in_tmp: 
         open_search(fast_spec(trials=2, backend="eager,inductor"), None)
     narrow = open_search(fast_spec(trials=2, backend="eager"), None)
     assert {s.backend for s in narrow.members} <= {"eager", "none"}
-    stored = first.store.study(first.name).spec.backends
-    assert stored == ("eager", "aot_eager")  # the study's space, which its trials' use
-    assert Space.from_dict(narrow.store.study(narrow.name).spec.space_table).contains(
-        narrow.spec.space
-    )
+    stored = studies.study(first.store, first.name).spec.space  # type: ignore[union-attr]
+    assert stored.backend == ("eager", "aot_eager")  # the study's space, which its trials' use
+    assert stored.contains(narrow.spec.space)
 
 
 def test_failing_a_trial_its_worker_ends_at_that_moment_never_raises(store: Store) -> None:

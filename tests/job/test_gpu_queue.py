@@ -11,7 +11,8 @@ import torch
 from autotune.environment import fingerprint
 from autotune.job.queue import Queue
 from autotune.job.worker import allowed_by, device_for
-from autotune.storage import Store, StoredSpec, StudyRecord
+from autotune.search.studies import StudyRecord
+from autotune.storage import Store
 
 
 def queue_worker(tmp_path: Path) -> Queue:
@@ -22,7 +23,7 @@ def queue_worker(tmp_path: Path) -> Queue:
 
 def study(name: str, dtype: str, environment: dict) -> StudyRecord:
     spec = {"model": {"name": "toy-64"}, "workload": {"device": "cuda:0", "dtype": dtype}}
-    return StudyRecord(name, StoredSpec(spec), environment, None)
+    return StudyRecord(name, spec, environment, None)
 
 
 def test_a_queue_worker_takes_a_float32_gpu_study(tmp_path: Path) -> None:

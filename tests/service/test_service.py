@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from autotune.environment import cpu_model
-from autotune.search import open_search, run
+from autotune.search import open_search, run, studies
 from autotune.service.cache import FRESH_S
 from autotune.ship import export
 from autotune.storage import Store
@@ -242,9 +242,10 @@ def test_every_refusal_is_4xx_one_line_and_changes_nothing(site: Site) -> None:
         served = spec(model={"name": "tiny-gpt2"}, workload={"traffic": [[1, 8], [2, 16]]},
                       search={"study": "served"})  # fmt: skip
         assert http.post("/api/studies", json=served, headers=AUTH).status_code == 201
-    assert Store(site.url).study("served").spec.traffic == ((1, 8), (2, 16))
-    stored = Store(site.url).study("local")
-    assert stored is not None and stored.spec.model_name == str(root / "tiny-gpt2")
+    served = studies.study(Store(site.url), "served")
+    assert served is not None and served.spec.workload.traffic == ((1, 8), (2, 16))
+    stored = studies.study(Store(site.url), "local")
+    assert stored is not None and stored.spec.model.name == str(root / "tiny-gpt2")
     assert {"accepted", "local"} <= set(optuna.get_all_study_names(site.url))
     assert "tests.models" not in site.server.output()
 
@@ -445,17 +446,18 @@ def test_queue_standing_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     import sqlalchemy
 
     from autotune.coordination import Coordinator
+    from autotune.errors import ConfigError
     from autotune.job.queue import Queue, space_keys, standing
     from autotune.job.worker import allowed_by, device_for
     from autotune.search import submit
     from autotune.search.spec import StudySpec
-    from autotune.storage import StoredSpec, StudyRecord
+    from autotune.search.studies import StudyRecord
 
     url = f"sqlite:///{in_tmp}/q.db"
     spec = StudySpec.from_tables(SPEC, study="q")
     submit(spec, url)
     store = Store(url)
-    keys = space_keys(StoredSpec(spec.to_dict()), "cpu")
+    keys = space_keys(spec, "cpu")
     assert len(keys) == 5 and standing(store, "q", keys, 3).open
     store.add_measurement("q", "none", 0, point(S["none"], 0.0, 10.0))
     full = next(k for k in keys if k.startswith("full/eager"))
@@ -477,12 +479,16 @@ def test_queue_standing_counts_a_silent_claim_as_free(in_tmp: Path) -> None:
     other = Store(url)
     other.set_environment("q", {**here, "torch": "2.0.0"})  # measured with another torch
     assert queue.next() is None
-    assert "differs" in (queue.why_not(other.study("q")) or "")  # type: ignore[arg-type]
-    gpu = StudyRecord("g", StoredSpec({"workload": {"device": "cuda"}}), {}, None)
+    assert "differs" in (queue.why_not(studies.study(other, "q")) or "")  # type: ignore[arg-type]
+    toy = {"model": {"name": "toy-64"}}
+    gpu = StudyRecord("g", {**toy, "workload": {"device": "cuda"}}, {}, None)
     assert "not on this machine" in (queue.why_not(gpu) or "")  # a CPU machine's worker
-    code = StoredSpec({"model": {"name": "pkg.mod:fn"}})
+    worn = StudyRecord("w", {**toy, "trials": "all"}, {}, None)
+    with pytest.raises(ConfigError, match="trials = 'all'"):  # as its worker would refuse it
+        queue.why_not(worn)
+    code = StudySpec.from_dict({"model": {"name": "pkg.mod:fn"}})
     assert allowed_by([])(code) is not None and allowed_by(["pkg.mod"])(code) is None
-    backend = StoredSpec({"model": {"name": "toy-64"}, "space": {"backend": ["pkg.mod:be"]}})
+    backend = StudySpec.from_dict({**toy, "space": {"backend": ["pkg.mod:be"]}})
     assert "pkg.mod:be" in (allowed_by(["pkg.mod:fn"])(backend) or "")
 
 

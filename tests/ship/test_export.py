@@ -99,7 +99,7 @@ def test_yaml_and_torch_formats(tmp_path: Path) -> None:
 @pytest.mark.parametrize("granularity", ["none", "full", "regional", "nested"])
 def test_autotune_apply_honours_every_granularity(tmp_path: Path, granularity: str) -> None:
     store = Store(f"sqlite:///{tmp_path}/g.db")
-    store.add_study("g", {}, {})
+    store.add_study("g", {"model": {"name": "toy-64"}}, {})
     s = Strategy.create(granularity, "aot_eager")
     store.add_measurement("g", s.key, 0, point(s, 0.0, 1.0))
     path, _, _ = export(store, "g", "fastest", "accelerate", str(tmp_path / "g.json"))

@@ -14,6 +14,7 @@ from transformers import CompileConfig
 from autotune.errors import NotApplicable
 from autotune.ship import accelerate_config, exported, formats
 from autotune.strategy import Strategy
+from autotune.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +69,7 @@ def test_the_yaml_section_is_the_closest_strategy_without_options() -> None:
     s = Strategy.create("regional", "inductor", "default", True, False, ["freezing"])
     closest = formats.yaml_closest(s)
     assert closest.options == () and closest.granularity == "regional"
-    text = accelerate_config.config_file(s, ["a note"], "hand", {"device": "cpu"}, merge=False)
+    text = accelerate_config.config_file(s, ["a note"], "hand", Workload(), merge=False)
     assert "# NOTE: a note" in text and "dynamo_use_regional_compilation: true" in text
     assert "dynamo_use_dynamic: true" in text and "freezing" not in text.split("\n", 1)[1]
     assert any("no key for Inductor options" in n for n in formats.caveats(s, "accelerate-yaml"))

@@ -20,7 +20,11 @@ ROWS = {"none": (0.0, 10.0), "A": (1.0, 5.0), "B": (10.0, 2.0)}
 def study(tmp_path: Path, policy: str = "fastest") -> str:
     url = f"sqlite:///{tmp_path}/s.db"
     store = Store(url)
-    store.add_study("s", {"policy": policy, "objectives": ["compile", "latency"]}, {})
+    store.add_study(
+        "s",
+        {"model": {"name": "toy-64"}, "policy": policy, "objectives": ["compile", "latency"]},
+        {},
+    )
     for n, (name, (c, ms)) in enumerate(ROWS.items()):
         store.add_measurement("s", S[name].key, n, point(S[name], c, ms))
     store.engine.dispose()

@@ -132,7 +132,7 @@ def test_a_length_past_the_largest_quantile_pads_to_its_power_of_two() -> None:
 def test_an_export_carries_the_limit_and_apply_sets_it(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path}/l.db")
     w = Workload(batch_size="1..8", seq_len="16..512", requests=16)
-    store.add_study("l", {"workload": w.to_dict()}, {})
+    store.add_study("l", {"model": {"name": "toy-64"}, "workload": w.to_dict()}, {})
     store.add_measurement("l", BUCKETED.key, 0, point(BUCKETED, 0.0, 1.0))
     path, _, _ = export(store, "l", "fastest", "accelerate", str(tmp_path / "l.json"))
     data = json.loads(path.read_text())

@@ -6,7 +6,8 @@ import optuna
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.search.spec import StudySpec, parse_duration, parse_memory
+from autotune.fields import parse_duration, parse_memory
+from autotune.search.spec import StudySpec
 from autotune.strategy import Strategy
 from autotune.strategy.space import Space
 

@@ -20,13 +20,6 @@ QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
 TRAFFIC = Workload(seq_len="8..72", requests=30)
 
 
-class Spec:
-    """What an export reads of a study's spec: its workload and traffic."""
-
-    workload_table = TRAFFIC.to_dict()
-    traffic = TRAFFIC.traffic
-
-
 def test_a_strategy_carries_its_edges_through_a_dict_and_refuses_bad_ones() -> None:
     s = Strategy.create("full", "aot_eager", buckets="auto:3", edges=[[1], [16, 40, 72]])
     again = Strategy.from_dict(s.to_dict())
@@ -69,7 +62,7 @@ def test_an_auto_trial_measures_the_edges_its_pilot_priced_and_a_loop_serves_the
     assert auto["predicted"]["total_s"] <= auto["pow2"]["total_s"] + 1e-9
     assert auto["measured"]["stalls_s"] == pytest.approx(m.compile_s)
     # a plain loop through the export pads to the same edges: the same graphs, eager's outputs
-    path = export.served_file(m.strategy, Spec, tmp_path / "best.json")
+    path = export.served_file(m.strategy, TRAFFIC, tmp_path / "best.json")
     loop = parent.serve(LLAMA, TRAFFIC, m.strategy, str(path), QUICK, None, None)
     assert loop.ok and loop.traffic is not None, loop.reason
     assert loop.traffic["compiles"] == m.traffic["compiles"] and loop.traffic["wrong"] == []
@@ -91,7 +84,9 @@ def test_show_and_the_dashboard_list_an_auto_trial_s_buckets(auto_trial: object,
     shown = [line for line in lines if line.startswith("  bucket   ")]
     assert [int(x.split(" seq ")[1].split(":")[0]) for x in shown] == list(found)
     store = Store(f"sqlite:///{tmp_path}/t.db")
-    store.add_study("t", {"workload": TRAFFIC.to_dict(), "policy": "fastest"}, {})
+    store.add_study(
+        "t", {"model": {"name": "toy-64"}, "workload": TRAFFIC.to_dict(), "policy": "fastest"}, {}
+    )
     store.add_measurement("t", m.strategy.key, 0, m.to_dict())
     eager = point(Strategy.create("none"), 0.0, 1.0)
     store.add_measurement("t", "none", 1, {**eager, "workload": TRAFFIC.to_dict(),

@@ -26,13 +26,6 @@ KINDS = {"plain": {}, "marks": {"marks": "seq"}, "buckets": {"buckets": "pow2"}}
 STANCES = ("default", "eager_on_recompile", "eager_then_compile")
 
 
-class Spec:
-    """What an export reads of a study's spec: its workload and traffic."""
-
-    workload_table = TRAFFIC.to_dict()
-    traffic = FIRST_REPEATS
-
-
 @pytest.fixture(scope="module")
 def reference() -> object:
     """The study's reference, computed once for every trial here."""
@@ -42,7 +35,7 @@ def reference() -> object:
 def trial_and_loop(strategy: Strategy, reference: object, folder: Path) -> tuple:
     """The strategy's trial over the traffic, and the plain loop through its export."""
     m = parent.run_trial(LLAMA, TRAFFIC, strategy, QUICK, reference)  # type: ignore[arg-type]
-    path = export.served_file(strategy, Spec, folder / "best.json")
+    path = export.served_file(strategy, TRAFFIC, folder / "best.json")
     loop = parent.serve(LLAMA, TRAFFIC, strategy, str(path), QUICK, None, reference)  # type: ignore[arg-type]
     assert m.ok and m.traffic is not None and m.accuracy is not None, m.reason
     assert loop.ok and loop.traffic is not None, loop.reason
@@ -98,15 +91,6 @@ def test_an_off_by_one_backend_fails_the_gate_and_the_loop_under_every_stance(
 GENERATIONS = Workload(kind="generate", seq_len="8..48", new_tokens="4..16", requests=12)
 
 
-class GenerateSpec:
-    """What an export reads of a generate traffic's study spec."""
-
-    workload_table = GENERATIONS.to_dict()
-    traffic = GENERATIONS.traffic
-    kind = "generate"
-    workload = GENERATIONS
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("prefill", "kv_cache", "buckets"),
@@ -127,7 +111,7 @@ def test_a_plain_generate_loop_serves_a_generate_traffic_as_its_trial_measured(
     strategy = Strategy.create("full", "aot_eager", dynamic=dynamic, prefill=prefill,
                                kv_cache=kv_cache, buckets=buckets)  # fmt: skip
     m = parent.run_trial(LLAMA, GENERATIONS, strategy, QUICK)
-    path = export.served_file(strategy, GenerateSpec, tmp_path / "best.json")
+    path = export.served_file(strategy, GENERATIONS, tmp_path / "best.json")
     generation = json.loads(path.read_text())["autotune"]["generation"]
     served = parent.serve(LLAMA, GENERATIONS, strategy, str(path), QUICK)
     assert m.ok and m.traffic is not None and served.ok and served.traffic is not None
@@ -154,7 +138,7 @@ def test_a_plain_generate_loop_serves_a_generate_traffic_as_its_trial_measured(
 @pytest.mark.slow
 def test_a_decode_perturbing_backend_is_caught_by_the_plain_generate_loop(tmp_path: Path) -> None:
     wrong = Strategy.create("full", "tests.models:decode_perturbing_backend")
-    path = export.served_file(wrong, GenerateSpec, tmp_path / "best.json")
+    path = export.served_file(wrong, GENERATIONS, tmp_path / "best.json")
     loop = parent.serve(LLAMA, GENERATIONS, wrong, str(path), QUICK).traffic
     assert loop is not None and {n for n, _ in loop["wrong"]} == set(range(1, 13)), loop
     assert "differs from eager" in loop["wrong"][0][1]
