@@ -141,10 +141,12 @@ def test_a_generate_workload_opens_the_prefill_and_inference_does_not() -> None:
         generate.narrow(prefill="later")
 
 
-def test_a_generate_traffic_opens_a_cache_a_bucket() -> None:
+def test_a_generate_traffic_opens_a_cache_a_bucket_and_prefill_buckets() -> None:
     requests = ((1, 8), (1, 16), (1, 8))
     generate = Space.default("cpu", "generate").for_traffic(requests, "generate")
-    assert generate.kv_cache == ("single", "pow2", "quantiles") and generate.buckets == ("none",)
+    assert generate.kv_cache == ("single", "pow2", "quantiles")
+    assert generate.buckets == ("none", "pow2", "quantiles")  # its prefill's: no auto, no marks
+    assert generate.marks == ("none",) and generate.stance == ("default",)
     assert Space.default("cpu").for_traffic(requests).kv_cache == ("single",)
     assert Space.default("cpu", "generate").for_traffic(((1, 8),), "generate").kv_cache == (
         "single",)  # fmt: skip
