@@ -1,9 +1,11 @@
 """Helpers the tests share (import them from here; conftest.py holds only fixtures and hooks):
-a fast study spec, hand-made measurements and stored rows, and a small hand-built store."""
+a fast study spec, hand-made measurements and stored rows, a small hand-built store, and a tiny
+llama's generations counted."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -70,3 +72,23 @@ def hand_built(tmp_path: Path, with_nested: bool = False, feasible: bool = True)
     for row in hand_rows(with_nested, feasible):
         store.add_measurement("hand", row.key, row.trial_number, row.payload)
     return store
+
+
+def generated_graphs(gen: Any, model: Any, requests: list[tuple[int, int]]) -> list[int]:
+    """Each (prompt length, new tokens) request generated greedily on ``gen`` (a tiny llama's
+    ``apply_generation``), its tokens asserted ``model``'s own; the graphs each compiled, by
+    Dynamo's counter."""
+    from autotune.trial import metrics
+    from tests import models
+
+    graphs = []
+    for seq, n in requests:
+        ids = models.tiny_llama.make_inputs(1, seq)[0]
+        before = metrics.compile_counts()[0]
+        with torch.no_grad():
+            out = gen.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        graphs.append(metrics.compile_counts()[0] - before)
+        with torch.no_grad():
+            expected = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        assert torch.equal(out, expected), (seq, n)
+    return graphs

@@ -11,20 +11,8 @@ import torch
 import autotune
 from autotune.ship import formats
 from autotune.strategy import Strategy
-from autotune.trial import metrics
 from tests import models
-
-PROMPTS = {seq: models.tiny_llama.make_inputs(1, seq)[0] for seq in (8, 10, 12, 20)}
-
-
-def generated(gen: torch.nn.Module, seq: int, n: int) -> tuple[torch.Tensor, int]:
-    """One greedy generation of ``n`` tokens after the prompt of ``seq``, and the graphs it
-    compiled (Dynamo's counter)."""
-    ids = PROMPTS[seq]
-    before = metrics.compile_counts()[0]
-    with torch.no_grad():
-        out = gen.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-    return out, metrics.compile_counts()[0] - before
+from tests.helpers import generated_graphs
 
 
 def test_an_eager_prefill_compiles_the_decode_alone_over_prompt_lengths() -> None:
@@ -35,12 +23,7 @@ def test_an_eager_prefill_compiles_the_decode_alone_over_prompt_lengths() -> Non
         gen = autotune.apply_generation(model, Strategy.create("full", "aot_eager",
                                                                prefill=prefill))  # fmt: skip
         gen.generation_config.max_cache_len = 40
-        found = []
-        for seq in (8, 12, 20):
-            out, graphs = generated(gen, seq, 5)
-            assert torch.equal(out, generated(model, seq, 5)[0])
-            found.append(graphs)
-        counts[prefill] = found
+        counts[prefill] = generated_graphs(gen, model, [(8, 5), (12, 5), (20, 5)])
     assert counts["eager"] == [1, 0, 0]  # one decode graph for the one cache
     assert counts["compiled"][0] == 2 and sum(counts["compiled"]) > 2  # prefills recompile
 
@@ -57,9 +40,6 @@ def test_a_request_longer_than_the_exported_cache_gets_a_longer_one(tmp_path: Pa
     path.write_text(formats.render(s, "torch", block, [], "hand") + "\n")
     gen = autotune.apply_generation(model, path)
     assert gen.generation_config.max_cache_len == 24
-    graphs = []
-    for seq, n in ((8, 6), (12, 12), (20, 16), (10, 4)):  # the third needs 36 > 24
-        out, compiled = generated(gen, seq, n)
-        assert torch.equal(out, generated(model, seq, n)[0]), (seq, n)
-        graphs.append(compiled)
+    # the third needs 36 positions, more than 24
+    graphs = generated_graphs(gen, model, [(8, 6), (12, 12), (20, 16), (10, 4)])
     assert graphs[0] == 1 and graphs[1] == 0 and graphs[2] >= 1 and graphs[3] == 0, graphs

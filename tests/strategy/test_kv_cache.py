@@ -10,8 +10,8 @@ import torch
 
 import autotune
 from autotune.strategy import Strategy
-from autotune.trial import metrics
 from tests import models
+from tests.helpers import generated_graphs
 
 TOTALS = [20, 40, 70, 130, 30, 31]
 
@@ -36,14 +36,6 @@ def test_generate_with_a_cache_a_bucket_compiles_one_decode_graph_a_cache_length
     model, _ = models.tiny_llama()
     s = Strategy.create("full", "aot_eager", dynamic=False, prefill="eager", kv_cache="pow2")
     gen = autotune.apply_generation(model, s)
-    graphs = []
-    for seq, n in ((8, 6), (20, 8), (10, 4), (40, 20), (24, 6)):  # caches 16, 32, 16, 64, 32
-        ids = models.tiny_llama.make_inputs(1, seq)[0]
-        before = metrics.compile_counts()[0]
-        with torch.no_grad():
-            out = gen.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        graphs.append(metrics.compile_counts()[0] - before)
-        with torch.no_grad():
-            expected = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert torch.equal(out, expected), (seq, n)
+    # caches 16, 32, 16, 64, 32
+    graphs = generated_graphs(gen, model, [(8, 6), (20, 8), (10, 4), (40, 20), (24, 6)])
     assert graphs == [1, 1, 0, 1, 0], graphs

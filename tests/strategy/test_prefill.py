@@ -12,8 +12,8 @@ import torch
 import autotune
 from autotune.errors import ConfigError
 from autotune.strategy import Strategy
-from autotune.trial import metrics
 from tests import models
+from tests.helpers import generated_graphs
 
 
 def test_a_prompt_s_bucket_by_kind() -> None:
@@ -42,14 +42,6 @@ def test_a_padded_prefill_compiles_one_graph_a_bucket_and_answers_eager_s_tokens
     model, _ = models.tiny_llama()
     gen = autotune.apply_generation(model, Strategy.create("full", "aot_eager", buckets="pow2"))
     gen.generation_config.max_cache_len = 80
-    graphs = []
-    for seq, n in ((9, 6), (12, 8), (20, 4), (40, 20), (30, 6)):  # buckets 16, 16, 32, 64, 32
-        ids = models.tiny_llama.make_inputs(1, seq)[0]
-        before = metrics.compile_counts()[0]
-        with torch.no_grad():
-            out = gen.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        graphs.append(metrics.compile_counts()[0] - before)
-        with torch.no_grad():
-            expected = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
-        assert torch.equal(out, expected), (seq, n)
+    # buckets 16, 16, 32, 64, 32
+    graphs = generated_graphs(gen, model, [(9, 6), (12, 8), (20, 4), (40, 20), (30, 6)])
     assert graphs == [2, 0, 1, 1, 0], graphs  # the first with the decode graph
