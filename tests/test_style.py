@@ -259,12 +259,14 @@ def test_the_raw_read_rule_catches_a_spec_file_read_by_hand() -> None:
 def test_test_folders_mirror_the_packages() -> None:
     """A package's tests are in the folder named after it (``tests/search/`` for
     ``autotune/search/``); the basics' in ``tests/basics/``, the bench's in ``tests/bench/``;
-    only the project-wide tests (style, docs, README, the public API) stay at the top."""
+    only the project-wide tests (style, docs, README, the public API, the walk of the code by
+    tools/walk.py) stay at the top."""
     packages = {p.parent.name for p in (ROOT / "autotune").glob("*/__init__.py")}
     folders = {p.parent.name for p in (ROOT / "tests").glob("*/__init__.py")}
     assert folders == packages | {"basics", "bench"}
     top = {p.name for p in (ROOT / "tests").glob("test_*.py")}
-    assert top == {"test_api.py", "test_docs.py", "test_readme.py", "test_style.py"}
+    project_wide = ("test_api.py", "test_docs.py", "test_readme.py", "test_style.py")
+    assert top == {*project_wide, "test_walk.py"}
     assert all(list((ROOT / "tests" / f).glob("test_*.py")) for f in folders)
 
 
