@@ -182,6 +182,9 @@ def _verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy
     if not compiled and (cheap := summary["by_reason"].get(CHEAP)):  # dominated by eager
         return (f"don't compile: {cheap} compiled strategies passed, none ran faster than eager "
                 f"in any of its cheap rounds (left out: {excluded_line(summary)})")  # fmt: skip
+    if not compiled and not summary["count"]:  # none was measured at all
+        return ("don't compile: no compiled strategy was measured (the time budget fit none, "
+                "or the space holds eager alone)")  # fmt: skip
     if not compiled:
         left = excluded_line(summary)
         return f"don't compile: no compiled strategy passed ({left})"

@@ -42,6 +42,10 @@ def test_eager_because_nothing_passed_is_not_eager_because_compiling_did_not_pay
     summary = excluded_summary(exclusions(nothing))
     said = verdict(pick(points, "knee"), points, summary, "knee")
     assert said.startswith("don't compile: no compiled strategy passed (5 wrong answers")
+    alone = [stored("none", 0, point(S["none"], 0, 10))]  # a budget that fit no trial
+    said = verdict(pick(candidates(alone), "knee"), candidates(alone),
+                   excluded_summary(exclusions(alone)), "knee")  # fmt: skip
+    assert said.startswith("don't compile: no compiled strategy was measured (the time budget")
     rows = hand_rows()
     points = candidates(rows)
     said = verdict(pick(points, "amortized:100"), points, excluded_summary(exclusions(rows)),
