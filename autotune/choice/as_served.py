@@ -1,4 +1,4 @@
-"""TrafficTrial as measured: a traffic confirmation's self-check.
+"""Served as measured: a traffic confirmation's self-check.
 
 For each compiled strategy the rounds confirmed, a fresh process serves the traffic through the
 strategy's export in a plain loop (:mod:`autotune.trial.server_loop`: ``autotune.apply``, every

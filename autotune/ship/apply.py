@@ -130,7 +130,7 @@ def _generator(
     if length is not None:  # one cache for every request, as measured (never a shorter one)
         config.max_cache_len = max(length, getattr(config, "max_cache_len", None) or 0)
     if strategy.kv_cache != "single":  # a cache a bucket of prompt-plus-answer lengths
-        gen.generate = kv_cache.serving(gen, strategy.kv_cache, length or 0, found)
+        gen.generate = kv_cache.serving(gen, strategy, length or 0, found, traffic)
     gen.generation_config = config
     return artifact.isolate(gen, "generate") if loaded is None else gen
 

@@ -177,21 +177,26 @@ def cache_fields(length: int | None, edges: Sequence[int] | None = None) -> dict
             **({"cache_edges": list(edges)} if edges else {})}  # fmt: skip
 
 
+def _generation(block: dict[str, Any], key: str) -> Any:
+    found = block.get("generation")
+    return found.get(key) if isinstance(found, dict) else None
+
+
+def _whole(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+
 def cache_edges(block: dict[str, Any]) -> tuple[int, ...] | None:
     """A quantiles kv_cache's lengths an export's autotune block carries, if any."""
-    found = block.get("generation") if isinstance(block.get("generation"), dict) else {}
-    edges = found.get("cache_edges")
-    ok = isinstance(edges, list) and edges and all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in edges)  # fmt: skip
+    edges = _generation(block, "cache_edges")
+    ok = isinstance(edges, list) and edges and all(_whole(n) for n in edges)
     return tuple(sorted(edges)) if ok else None
 
 
 def cache_length(block: dict[str, Any]) -> int | None:
     """The static cache's length an export's autotune block carries, if any."""
-    found = block.get("generation") if isinstance(block.get("generation"), dict) else {}
-    length = found.get("max_cache_len")
-    ok = isinstance(length, int) and not isinstance(length, bool) and length >= 1
-    return length if ok else None
+    length = _generation(block, "max_cache_len")
+    return length if _whole(length) else None
 
 
 def transformers_fields(strategy: Strategy, cache_len: int | None = None) -> dict[str, Any]:

@@ -26,16 +26,24 @@ from autotune.traffic import bucket, edges, up_to
 KV_CACHES = ("single", "pow2", "quantiles")
 
 
+def footprint(buckets: str, seq: int, new: int, prompts: tuple[int, ...] | None) -> int:
+    """What one request (a prompt of ``seq`` tokens, ``new`` tokens to generate) needs of a
+    cache: its prompt plus answer, or its prompt's bucket where the prefill pads it further
+    (:mod:`.prefill`; ``prompts``: a quantiles prefill's edges)."""
+    from autotune.strategy import prefill
+
+    return max(seq + new, prefill.padded(buckets, seq, prompts))
+
+
 def footprints(strategy: Any, traffic: Sequence[Sequence[int]],
                answers: Sequence[int]) -> list[int]:  # fmt: skip
     """What each request of a generate traffic (``(batch, prompt)`` and its answer's tokens)
-    needs of a cache under ``strategy``: its prompt plus answer, or its prompt's bucket where
-    the prefill pads it further (:mod:`.prefill`)."""
+    needs of a cache under ``strategy`` (:func:`footprint`)."""
     from autotune.strategy import prefill
 
     prompts = [s for _, s in traffic]
     found = prefill.edges_of(strategy.buckets, prompts)
-    return [max(s + n, prefill.padded(strategy.buckets, s, found))
+    return [footprint(strategy.buckets, s, n, found)
             for s, n in zip(prompts, answers, strict=True)]  # fmt: skip
 
 
@@ -69,15 +77,21 @@ def cache_keyword(forward: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
-def serving(gen: Any, kind: str, single: int,
-            found: tuple[int, ...] | None) -> Callable[..., Any]:  # fmt: skip
+def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
+            traffic: Sequence[Sequence[int]] = ()) -> Callable[..., Any]:  # fmt: skip
     """``gen.generate`` that hands each call the static cache of its bucket (made once a batch
-    size and length, reset in place before each use): a call that says ``max_new_tokens`` and
-    brings no cache of its own; any other call is ``gen.generate`` as it was."""
+    size and length, reset in place before each use), sized as the trial sized it
+    (:func:`footprint`; a quantiles prefill's edges from ``traffic``): a call that says
+    ``max_new_tokens`` and brings no cache of its own; any other call is ``gen.generate`` as
+    it was."""
     from transformers import StaticCache
+
+    from autotune.strategy import prefill
 
     original, kept = gen.generate, {}
     keyword = cache_keyword(gen.forward)
+    kind, buckets = strategy.kv_cache, strategy.buckets
+    prompts = prefill.edges_of(buckets, [s for _, s in traffic])
 
     @functools.wraps(original)
     def generate(inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -86,7 +100,8 @@ def serving(gen: Any, kind: str, single: int,
         mine = "cache" in kwargs or "past_key_values" in kwargs
         if ids is None or not isinstance(new, int) or mine or ids.dim() != 2:
             return original(inputs, *args, **kwargs)
-        size = (ids.shape[0], length(kind, ids.shape[1] + new, single, found))
+        need = footprint(buckets, ids.shape[1], new, prompts)
+        size = (ids.shape[0], length(kind, need, single, found))
         cache = kept.get(size)
         if cache is None:
             cache = kept[size] = StaticCache(config=gen.config, max_cache_len=size[1])

@@ -1,4 +1,5 @@
-"""Traffic: many shapes, measured as a server meets them (autotune/traffic.py, served.py)."""
+"""Traffic: many shapes, measured as a server meets them (autotune/traffic.py,
+trial/scenarios/traffic_trial.py)."""
 
 from __future__ import annotations
 

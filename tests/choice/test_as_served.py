@@ -1,4 +1,4 @@
-"""TrafficTrial as measured (autotune/choice/as_served.py): a traffic confirmation's self-check, a
+"""Served as measured (autotune/choice/as_served.py): a traffic confirmation's self-check, a
 plain server loop against the strategy's trial; a strategy whose loop differs, or does not fit
 the budget, is not confirmed."""
 

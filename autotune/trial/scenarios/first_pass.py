@@ -1,4 +1,4 @@
-"""A traffic's first pass (step 1 of :mod:`.served`): each distinct shape's first arrival in
+"""A traffic's first pass (step 1 of :mod:`.traffic_trial`): each distinct shape's first arrival in
 arrival order, eager's call then the compiled model's, then an untimed probe; a stance that
 counts calls played in a server's order first. Every compiled call it makes is counted by
 Dynamo's own counters, the repeat and the probe included: a compile in either is the
@@ -20,7 +20,7 @@ Shape = tuple[int, int]
 
 
 class Played(Protocol):
-    """What a first pass plays on and fills (a :class:`~.served.TrafficTrial` scenario): its
+    """What a first pass plays on and fills (a :class:`~.traffic_trial.TrafficTrial` scenario): its
     context, each side's call per shape, the units a probe watches, whether it records CUDA
     graphs, and the shapes that compiled (graphs per shape) or were served eager."""
 

@@ -70,7 +70,7 @@ class Generations(Generate):
         w, found = self.ctx.workload, self.caches[side]
         size = (batch, length if side == "compiled" else w.cache_len)
         if size not in found:
-            like = next(iter(c for (b, _), c in self.caches["eager"].items() if b == batch),
+            like = next((c for (b, _), c in self.caches["eager"].items() if b == batch),
                         None) if side == "compiled" else None  # fmt: skip
             found[size] = new_cache(self.model, w.at((batch, w.seq_len)), like, size[1])
         return found[size]
