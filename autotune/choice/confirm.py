@@ -64,11 +64,22 @@ class Confirmable(Protocol):
     def objectives(self) -> tuple[str, ...]: ...
 
 
+def needs_confirming(m: Any) -> bool:
+    """Whether a compiled trial's measurement ``m`` leaves a candidate to confirm: it passed the
+    gate and its rounds put it faster than eager (shown by the sign test, or not yet decided).
+    A trial whose rounds show it no faster needs no confirmation: eager beats or ties it."""
+    if m.strategy.granularity == "none" or not m.feasible or m.speedup is None:
+        return False
+    return bool(m.speedup > 1.0)
+
+
 def contenders(points: list[Point], front: list[Point]) -> list[Point]:
     """The points a confirmation may time: the front, and the fastest compiled points by their
-    measured speedup (a noisy trial may have hidden a real one), at most :data:`RIVALS` more."""
+    measured speedup (a noisy trial may have hidden a real one), at most :data:`RIVALS` more;
+    never one whose trial measured it no faster than eager (it needs no confirmation)."""
     on = {p.key for p in front}
-    fastest = sorted((p for p in points if p.key != "none" and p.key not in on),
+    fastest = sorted((p for p in points if p.key != "none" and p.key not in on
+                      and p.speedup > 1.0),
                      key=lambda p: -p.speedup)[:RIVALS]  # fmt: skip
     return [*front, *fastest]
 
@@ -176,6 +187,27 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
         lines.append(f"the order did not hold: by the policy's tie rule the pick is {after.key}")
     return Confirmation(chosen.key, after.key, len(eager), 0.0, lines, latency_ms=confirmed,
                         speedup=speedups)  # fmt: skip
+
+
+def rests_on(trial: Any) -> str:
+    """What an unconfirmed compiled pick rests on: its trial's interleaved rounds against
+    eager, how many, the sign test's p and the speedup ("" where its trial timed none)."""
+    if trial is None or not (trial.latency and trial.eager_latency):
+        return ""
+    eager, ms = trial.eager_latency.samples_ms, trial.latency.samples_ms
+    won, n = _wins(ms, eager)
+    return (f"the pick rests on its trial's {len(ms)} rounds: it beat eager in {won} of {n} "
+            f"(p = {sign_test(eager, ms):.2g}, {trial.speedup or 1.0:.2f}x)")  # fmt: skip
+
+
+def unconfirmed(chosen: str, trial: Any, why: str) -> Confirmation:
+    """A pick left unconfirmed (``why``: the budget ended first), saying what it rests on
+    (:func:`rests_on`). It stays the pick: an unconfirmed candidate is named as such, never
+    dropped."""
+    lines = [f"not confirmed: {why}"]
+    if chosen != "none" and (line := rests_on(trial)):
+        lines.append(line)
+    return Confirmation(chosen, chosen, 0, 0.0, lines, status="unconfirmed", reason=why)
 
 
 def passes(points: list[Point], chosen: Point, front: list[Point], policy: str,

@@ -15,6 +15,7 @@ from autotune.cli import report
 if TYPE_CHECKING:
     from autotune.job.tuning import Tuned
     from autotune.search import Outcome, Search, StudySpec
+    from autotune.search.plan import Plan
 
 
 def heading(search: Search, asked: str | None) -> list[str]:
@@ -25,6 +26,25 @@ def heading(search: Search, asked: str | None) -> list[str]:
     workload = search.spec.workload
     line = dtype_line(asked, workload.dtype, workload.device)
     return [f"study {search.name} in {search.storage_shown}", *([line] if line else [])]
+
+
+SPENT = 0.8  # of the budget: a search that ends sooner says why its answer is decided
+
+
+def ending(plan: Plan, stopped: str, total_s: float, trials: int) -> str:
+    """Whether a search under a budget spent it or ended decided, in one line ("" without a
+    budget): before :data:`SPENT` of it only where every strategy that could change the pick
+    was measured or ruled out (the space, the trials asked for, or the cost of the next trial
+    that could decide against what was left: ``Plan.held``)."""
+    if plan.budget_s is None:
+        return ""
+    used = f"{total_s / plan.budget_s:.0%} of the {plan.budget_s / 60:.3g} min budget"
+    if total_s >= SPENT * plan.budget_s:
+        return f"budget: spent, {used}"
+    why = {"exhausted": "every strategy of the space was measured or ruled out",
+           "budget": f"the {trials} trials asked for were measured",
+           "time": plan.held}.get(stopped, f"stopped ({stopped})")  # fmt: skip
+    return f"budget: decided at {used}: {why}"
 
 
 @dataclass
@@ -47,6 +67,8 @@ class Finished:
         self.rows, self.tally = view.rows, view.tally()
         self.split = self.search.plan.split(time.time() - self.began)
         self.cut = stops.stopped_trials(self.search)
+        self.ending = ending(self.search.plan, self.outcome.stopped, self.split["total"],
+                             self.spec.trials)  # fmt: skip
 
     def document(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -59,7 +81,7 @@ class Finished:
             "chosen": t.chosen.key, "export": str(t.path), "caveats": t.notes,
             "dashboard": str(self.page) if self.page else None,
             "pareto_front": [dataclasses.asdict(p) for p in self.told.front], **self.told.block(),
-            "budget_s": s.time_budget_s, "seconds": self.split,
+            "budget_s": s.time_budget_s, "seconds": self.split, "ending": self.ending,
             "stopped_at_budget": [{"strategy": c.key, "seconds": round(c.seconds, 1),
                                    "why": c.why} for c in self.cut],
         }  # fmt: skip
@@ -96,6 +118,8 @@ class Finished:
                        "study with a larger --time-budget measures it")  # fmt: skip
         if self.split:
             out.append(report.time_split(self.split))
+        if self.ending:
+            out.append(self.ending)
         out += ["\nPareto front (cold compile vs median latency, feasible trials and eager):",
                 report.front_table(self.told.front, t.chosen.key, s.settings.starts),
                 f"\nchosen ({s.policy}): {t.chosen.key}", *self.served(t.chosen.key),

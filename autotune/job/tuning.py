@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from autotune.choice.confirm import Confirmation
     from autotune.choice.selection import Point
     from autotune.search import Listener, Outcome, Search, StudySpec
+    from autotune.search.plan import Plan
     from autotune.ship.study import StudyView
 
 
@@ -119,8 +120,9 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     """Time the pick against its nearest rivals and eager; store what the rounds showed; drop
     the compile caches kept for it. ``listener`` hears of it only when a compiled strategy
     passed (else there is nothing to time, and the confirmation says so)."""
-    from autotune.choice.confirm import confirm
+    from autotune.choice.confirm import confirm, rests_on, unconfirmed
     from autotune.choice.selection import choose
+    from autotune.trial.measurement import Measurement
 
     spec, plan = search.spec, search.plan
     rows = search.store.measurements(search.name)
@@ -128,13 +130,34 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     if listener is not None and any(p.key != "none" for p in points):
         listener.now("confirming the pick against its nearest rivals")
     began = time.time()  # its rounds end with the budget, never below its own least
-    spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
-    result = confirm(spec, chosen, points, front, search.keep)
-    if spec.workload.traffic and result.latency_ms:
-        result = served_as_measured(search, spec, result, points, listener)
-    plan.spent["confirmation"] = time.time() - began
+    row = next((r for r in rows if r.key == chosen.key), None)
+    trial = Measurement.from_dict(row.payload) if row is not None else None
+    short = short_to_confirm(plan, search.backends, search.traffic)
+    if short and any(p.key != "none" for p in points):  # the pick stands on its trial's rounds
+        result = unconfirmed(chosen.key, trial, short)
+    else:
+        spec = dataclasses.replace(spec, settings=plan.for_confirmation(spec.settings))
+        result = confirm(spec, chosen, points, front, search.keep)
+        if spec.workload.traffic and result.latency_ms:
+            result = served_as_measured(search, spec, result, points, listener)
+        plan.spent["confirmation"] = time.time() - began
+        if result.status != "ok" and result.pick == chosen.key != "none":  # stopped, say on what
+            result.lines += [line] if (line := rests_on(trial)) else []
     search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
     shutil.rmtree(search.keep, ignore_errors=True)
+
+
+def short_to_confirm(plan: Plan, backends: list[str], traffic: bool) -> str:
+    """Why no confirmation fits what is left of the budget ("" where one does, or there is no
+    budget): the least one, of the pick alone, costs more than is left."""
+    left = plan.left_s()
+    if left is None or plan.round_s is None:
+        return ""
+    least = dataclasses.replace(plan, candidates=1).confirmation_s(backends, traffic)
+    if left >= least:
+        return ""
+    return (f"the budget ended first ({max(left, 0):.0f} s left, a confirmation of the pick "
+            f"alone needs about {least:.0f} s)")  # fmt: skip
 
 
 def served_as_measured(

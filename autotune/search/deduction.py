@@ -38,6 +38,15 @@ ANCHORS = (
 )
 _BACKEND_COST = {"none": 0, "eager": 1, "aot_eager": 2, "inductor": 4}
 _MODE_COST = {"lite": 0, "default": 1}
+# Backends that replay the graph Dynamo captured, in Python (``eager``) or through AOTAutograd
+# (``aot_eager``): they cost a trace and can never beat eager, so they never change the pick.
+REPLAY = frozenset({"eager", "aot_eager"})
+
+
+def pays(s: Strategy) -> bool:
+    """Whether ``s`` compiles with a backend that can beat eager (not :data:`REPLAY`): under a
+    time budget such a trial goes first (:meth:`autotune.search.plan.Plan.fitting`)."""
+    return s.granularity != "none" and s.backend not in REPLAY
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass
 
 from autotune.coordination import Tally, reap_s
-from autotune.search import step
+from autotune.search import plan_line, step
 from autotune.search.baseline import baseline
+from autotune.search.plan import Plan
 from autotune.search.state import Lines, Listener, Search
 
 
@@ -36,7 +37,8 @@ def run(
     listener = listener or Lines()
     baseline(search, listener)
     if search.plan.round_s is not None:
-        listener.note(search.plan.line(search.target, search.backends, search.traffic))
+        listener.note(plan_line.line(search.plan, search.target, search.backends,
+                                     search.traffic))  # fmt: skip
     measured = repeats = 0
     stopped = "budget"
     reaped = 0.0
@@ -92,4 +94,17 @@ def stop_reason(search: Search, tally: Tally, measured: int, limit: int | None) 
         return "budget"
     if limit is not None and measured >= limit:
         return "worker limit"
-    return None if search.plan.may_start(search.backends, search.traffic) else "time"
+    if search.plan.may_start(search.backends, search.traffic):
+        return None
+    hold(search.plan, search.backends, search.traffic)
+    return "time"
+
+
+def hold(plan: Plan, backends: list[str], traffic: bool) -> str:
+    """Why no more trials start, said as the search stops for time (kept in ``plan.held`` for
+    the summary's budget line)."""
+    end = plan.trials_end(backends, traffic)
+    room = 0.0 if end is None else max(0.0, end - time.time())
+    plan.held = (f"a trial of {plan.promising(backends)} that could change the pick needs about "
+                 f"{plan.least_s(backends):.0f} s, {room:.0f} s were left for trials")  # fmt: skip
+    return plan.held

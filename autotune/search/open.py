@@ -26,6 +26,7 @@ from autotune.search.spec import StudySpec
 from autotune.search.state import Search
 from autotune.storage import Store, mask, optuna_storage
 from autotune.strategy.space import KEYS
+from autotune.trial.measurement import Measurement
 from autotune.trial.rungs import wanted
 
 
@@ -103,7 +104,9 @@ def open_search(
         environment, plan, Tactics(equivalence=spec.equivalence,
                                    model=saved.sampler == "surrogate"),
     )  # fmt: skip
-    plan.floors = stops.stopped_before(search)  # what an earlier run's budget stopped
+    earlier = [Measurement.from_dict(r.payload) for r in store.measurements(name)
+               if r.measured and r.key != "none"]  # fmt: skip
+    plan.learn_stored(earlier, stops.stopped_before(search))  # what earlier runs leave it
     return search
 
 

@@ -1,35 +1,18 @@
 """The plan: what a search can afford in its time budget, learned from what it has paid here.
 
 A time budget (``--time-budget``) bounds a whole search: the eager baseline, the trials and the
-confirmation. Every search has a plan, built as it opens (:func:`autotune.search.open_search`),
-a lone search's and a worker's alike; its clock starts then (a worker's as it joins). What a
-call costs differs 15-20x between machines (a dtype without native instructions, fewer cores),
-so the plan reads it here:
-
-- the eager baseline's timed rounds end at :data:`BASELINE_SHARE` of the budget, but never
-  before :data:`BASELINE_ROUNDS` (eager against itself has nothing to decide);
-- from the baseline come a round's cost (its timed rounds over their number, scaled to its
-  median round, so that a burst of load in a few rounds does not inflate it) and what a trial
-  costs besides its compile and its rounds (the process, the build, the first pass, the gate;
-  over a traffic, a compiled trial's first pass at :data:`FIRST_PASS_CALLS` times the
-  baseline's);
-- a compile's cost per backend is a prior (:data:`COMPILE_PRIOR_S`) until a trial of that
-  backend is measured, then the mean of what its trials took beyond the rest;
-- the confirmation is kept its share first: its processes (the pick and its rivals, no more
-  than the compiled strategies measured once the next trial is), each with a warm compile and the
-  confirmation's own least rounds (:data:`autotune.choice.confirm.MIN_ROUNDS`); over a
-  traffic, where those rounds would take more than :data:`CONFIRM_SHARE` of the budget, each
-  round times fewer of its steady shapes (evenly spaced quantiles that keep its mix), and
-  each strategy it confirms is served in a plain loop over every request, with a warm compile
-  of its own (:mod:`autotune.choice.as_served`);
-- each trial's rounds end at its share of the time left for trials, never before
-  :func:`deciding_rounds`; a trial that cannot fit them is not started, and one whose compile
-  runs past the time left for trials is stopped there (``Settings.stop_at``): the search goes
-  on to its answer, and its backend's compile estimate counts at least that long at once;
-- over a traffic, a trial's cheap rung (:mod:`autotune.trial.rungs`) times its own rounds over
-  a sample of the steady shapes before the full ones: a trial's cost counts them
-  (:meth:`Plan.rung_s`), so that a trial is started only where they fit too.
-
+confirmation. Every search has a plan, built as it opens (:func:`autotune.search.open_search`);
+its clock starts then (a worker's as it joins). What a call costs differs 15-20x between
+machines, so the plan reads it here: a round's cost and the rest of a trial from the eager
+baseline (whose rounds end at :data:`BASELINE_SHARE`), a compile's per backend from a prior
+(:data:`COMPILE_PRIOR_S`) until a trial of it is measured. What can pay goes first
+(:meth:`Plan.fitting`): the backends that replay the captured graph
+(:data:`autotune.search.deduction.REPLAY`) wait until a trial that can beat eager has run. The
+confirmation is kept a share only for the candidates that need it
+(:func:`autotune.choice.confirm.needs_confirming`). Each trial's rounds end at its share of the
+time left, never before :func:`deciding_rounds`; a compile that runs past the time left is
+stopped there. "Cannot decide anything" means no trial of the promising backend fits, and names
+the budget that would (:meth:`Plan.decides_at`). docs/search.md#the-time-budget tells the whole.
 A search without a budget has a plan too: it only estimates, and cuts nothing.
 """
 
@@ -42,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from autotune.choice.confirm import MIN_ROUNDS, RIVALS
+from autotune.choice.confirm import MIN_ROUNDS, RIVALS, needs_confirming
+from autotune.search.deduction import REPLAY, pays
 from autotune.trial.rungs import SHAPES
 from autotune.trial.timing import ALPHA, sign_test
 
@@ -102,12 +86,14 @@ class Plan:
     requests: int = 0  # a traffic's requests: a confirmation's server loop serves them all
     shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
-    compiled: int = 0  # compiled strategies measured in this run (the confirmation's rivals)
+    candidates: int = 0  # ...in the study, that need confirming (:func:`needs_confirming`)
+    paid: bool = False  # a trial of a backend that can pay (:func:`pays`) measured or stopped
     rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
     # backend -> seconds a trial of it ran before an earlier run's budget stopped it: until
     # one of its trials is measured here, its compile costs at least that, less the fixed part
     floors: dict[str, float] = field(default_factory=dict)
+    held: str = ""  # why no trial could start when the search stopped for time
 
     @property
     def deadline(self) -> float | None:
@@ -142,6 +128,15 @@ class Plan:
             self.fixed_s += (FIRST_PASS_CALLS - 1) * t.get("first_s", 0.0)
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
         self.requests = int((m.traffic or {}).get("requests") or 0)
+
+    def learn_stored(self, measured: list[Measurement], stopped: dict[str, float]) -> None:
+        """What earlier runs of the study leave this one: the candidates their trials left to
+        confirm, whether a trial that can pay was measured (or ``stopped``, by backend), and
+        the floors of what the budget stopped."""
+        self.floors = stopped
+        self.candidates += sum(map(needs_confirming, measured))
+        self.paid |= any(map(pays, (m.strategy for m in measured)))
+        self.paid |= any(b not in REPLAY for b in stopped)
 
     def account(self, m: Measurement) -> None:
         """Count a measurement made in this run into :attr:`spent`: its compile, the rest of
@@ -185,11 +180,12 @@ class Plan:
         self.account(m)
         if strategy.granularity == "none" or self.round_s is None or self.fixed_s is None:
             return
+        self.paid |= pays(strategy)
         if m.status == "stopped":  # at least this long, to its backend's estimate at once
             self.spent["stopped"] = self.spent.get("stopped", 0.0) + wall_s
             self.compiles.setdefault(strategy.backend, []).append(max(0.0, wall_s - self.fixed_s))
             return
-        self.compiled += m.ok
+        self.candidates += needs_confirming(m)
         rounds = m.timings.get("rounds", float(self.iters))
         rung = self.rung_s() if m.rung else 0.0
         if m.rung == "cheap" and rung:  # it stopped there: its rounds were the rung's
@@ -214,15 +210,17 @@ class Plan:
         return self.fixed_s + self.compile_s(backend) + self.rung_s() + rounds * self.round_s
 
     def confirmation_s(self, backends: list[str], traffic: bool) -> float:
-        """The confirmation's share once one more trial is measured: the pick and up to
-        :data:`RIVALS` rivals (no more than the compiled strategies measured by then), each in
-        a process of its own over a traffic (else all in one), each compile warm; over a
-        traffic, each one's server loop too (:mod:`autotune.choice.as_served`: a process, a
-        warm compile and every request)."""
+        """The confirmation's share now: nothing while no candidate needs confirming, else the
+        candidates, at most the pick and :data:`RIVALS` rivals, each in a process of its own
+        over a traffic (else all in one), each compile warm; over a traffic, each one's server
+        loop too (:mod:`autotune.choice.as_served`: a process, a warm compile and every
+        request)."""
         if self.round_s is None or self.fixed_s is None:
             return 0.0
         rounds = MIN_ROUNDS  # its least: past them, its rounds take what is left
-        timed = min(1 + RIVALS, self.compiled + 1)  # strategies it may time besides eager
+        timed = min(1 + RIVALS, self.candidates)  # strategies it times besides eager
+        if timed == 0:
+            return 0.0
         compiles = WARM * timed * max(self.compile_s(b) for b in backends)
         if traffic:
             loop = self.fixed_s + self.requests * self.eager_ms / 1e3
@@ -230,41 +228,63 @@ class Plan:
         sides = 1 + timed  # eager, the pick and its rivals, one call each a round
         return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
 
-    def kept_to_confirm(self, backends: list[str], traffic: bool) -> str:
-        """The confirmation's share now, and what it grows to once the rivals it times are
-        measured (each one more process over a traffic): the plan line says both."""
-        now = self.confirmation_s(backends, traffic) / 60
-        most = dataclasses.replace(self, compiled=max(self.compiled, RIVALS))
-        grown = most.confirmation_s(backends, traffic) / 60
-        later = f", up to {grown:.1f} min once its rivals are measured"
-        return f"{now:.1f} min kept to confirm" + (later if f"{grown:.1f}" != f"{now:.1f}" else "")
-
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
         """When the last trial must have ended for the confirmation to fit."""
         if self.deadline is None:
             return None
         return self.deadline - self.confirmation_s(backends, traffic)
 
+    def promising(self, backends: list[str]) -> str:
+        """The backend whose trial may change the pick most cheaply: the quickest to compile of
+        those that can pay (:func:`pays`), else the quickest of all."""
+        paying = [b for b in backends if b not in REPLAY] or backends
+        return min(paying, key=self.compile_s)
+
+    def least_s(self, backends: list[str]) -> float:
+        """The least a trial that can decide costs here: the promising backend's deciding
+        rounds until a trial that can pay has been measured, then any backend's."""
+        held = not self.paid and self.budget_s is not None
+        return min(self.trial_s(b, deciding_rounds())
+                   for b in ([self.promising(backends)] if held else backends))  # fmt: skip
+
+    def decides_at(self, backends: list[str]) -> float:
+        """The smallest budget (seconds) that decides something here: what this run has spent
+        so far (the baseline), the promising backend's trial at its deciding rounds, the tail."""
+        return time.time() - self.started + self.least_s(backends) + TAIL_S
+
     def may_start(self, backends: list[str], traffic: bool) -> bool:
-        """Whether one more trial fits (its deciding rounds, the cheapest backend's compile)
-        before the confirmation's share begins."""
+        """Whether one more trial that can decide fits (:meth:`least_s`) before the
+        confirmation's share begins."""
         end = self.trials_end(backends, traffic)
         if end is None or self.round_s is None:
             return True
-        least = min(self.trial_s(b, deciding_rounds()) for b in backends)
-        return time.time() + least <= end
+        return time.time() + self.least_s(backends) <= end
+
+    def probe_fits(self, dear: str, backends: list[str], traffic: bool) -> bool:
+        """Whether an eager-backend probe of a dear cell is worth its cost: the budget has room
+        for the cell's ``dear`` trial after it (always, without a budget)."""
+        end = self.trials_end(backends, traffic)
+        if end is None or self.round_s is None:
+            return True
+        least = deciding_rounds()
+        return time.time() + self.trial_s("eager", least) + self.trial_s(dear, least) <= end
 
     def fitting(self, strategies: list[Strategy], backends: list[str],
                 traffic: bool) -> list[Strategy]:  # fmt: skip
         """Those of ``strategies`` whose trial fits before the confirmation's share at its
         backend's compile estimate (a stopped trial's included): what the sampler and the
-        surrogate may propose. All of them without a budget."""
+        surrogate may propose; while no trial that can pay has been measured and one of them
+        fits, not those that replay the captured graph (:data:`REPLAY`). All of them without
+        a budget."""
         end = self.trials_end(backends, traffic)
         if end is None or self.round_s is None:
             return strategies
         left, least = end - time.time(), deciding_rounds()
-        return [s for s in strategies
-                if s.granularity == "none" or self.trial_s(s.backend, least) <= left]  # fmt: skip
+        fit = [s for s in strategies
+               if s.granularity == "none" or self.trial_s(s.backend, least) <= left]  # fmt: skip
+        if not self.paid and any(pays(s) for s in fit):
+            return [s for s in fit if s.granularity == "none" or pays(s)]
+        return fit
 
     def for_trial(self, settings: Settings, backends: list[str], traffic: bool,
                   trials_left: int) -> Settings:  # fmt: skip
@@ -284,37 +304,6 @@ class Plan:
         return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,
                                    stop_at=self.deadline - TAIL_S, least=MIN_ROUNDS,
                                    steady=self.steady)  # fmt: skip
-
-    def line(self, trials: int, backends: list[str], traffic: bool) -> str:
-        """The plan in one line: what a call and a trial cost here, and what fits."""
-        assert self.round_s is not None and self.fixed_s is not None
-        slowest = max(backends, key=self.compile_s)
-        trial = self.trial_s(slowest, self.iters)
-        ms = self.eager_ms
-        call = f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
-        head = (
-            f"plan: eager {call} per call here; a trial of {self.iters} "
-            f"rounds ≈ {trial:.0f} s ({self.compile_s(slowest):.0f} s of it compiling)"
-        )
-        if self.steady and self.steady < self.shapes:
-            head += f"; each round times {self.steady} of the traffic's {self.shapes} shapes"
-        if self.deadline is None:
-            return f"{head}; {trials} trials ≈ {trials * trial / 60:.1f} min (no time budget)"
-        end = self.trials_end(backends, traffic)
-        assert end is not None and self.budget_s is not None
-        room = end - time.time()
-        budget, kept = f"{self.budget_s / 60:.3g} min", self.kept_to_confirm(backends, traffic)
-        if room >= trials * trial:
-            every = "the 1 trial fits" if trials == 1 else f"{trials} trials fit"
-            return f"{head}: {every} in {budget} ({kept})"
-        least = min(self.trial_s(b, deciding_rounds()) for b in backends)  # as may_start
-        if room < least:
-            return (f"{head}: the budget of {budget} cannot decide anything here (a trial "
-                    f"needs {least:.0f} s for {deciding_rounds()} rounds, {max(room, 0):.0f} s "
-                    "are left before the confirmation); raise --time-budget")  # fmt: skip
-        return (f"{head}: {max(int(room // trial), 1)} of {trials} trials fit in {budget} at "
-                f"{self.iters} rounds, up to {min(int(room // least), trials)} at "
-                f"{deciding_rounds()} ({kept})")  # fmt: skip
 
 
 def backends_of(members: list[Strategy]) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -62,7 +63,8 @@ class Steered(optuna.samplers.BaseSampler):
     kept if its strategy is free, else moved to the free strategy that agrees with it in the most
     fields. With ``cheap_first``, ties go to the quickest to compile, and a dear backend's cell
     (granularity, ``dynamic``, ``fullgraph``) is tried with the eager backend first, whose trial
-    shows Dynamo's verdict on that cell for every backend.
+    shows Dynamo's verdict on that cell for every backend, where the budget has room for the
+    dear trial after it (:attr:`probe_fits`).
     ``grid`` (no wrapped sampler) takes the free strategies in the space's order.
     """
 
@@ -72,6 +74,8 @@ class Steered(optuna.samplers.BaseSampler):
         self.free: list[Strategy] = []
         self.forced: Strategy | None = None
         self.cheap_first = True  # ties go to the strategy quickest to compile
+        # whether the budget has room for a dear backend's trial after an eager probe of its cell
+        self.probe_fits: Callable[[str], bool] = lambda backend: True
 
     def plan(self, free: list[Strategy], forced: Strategy | None = None) -> None:
         """The strategies the next trial may be, or the one it must be (to adopt a stored one)."""
@@ -121,7 +125,9 @@ class Steered(optuna.samplers.BaseSampler):
         # which shows Dynamo's verdict on it (failures, graph breaks) for every backend
         g, d, f = chosen.granularity, chosen.dynamic, chosen.fullgraph
         probe, free = Strategy.create(g, "eager", None, d, f), {s.key for s in self.free}
-        return probe if cost(chosen)[0] >= 3 and probe.key in free else chosen
+        if cost(chosen)[0] >= 3 and probe.key in free and self.probe_fits(chosen.backend):
+            return probe
+        return chosen
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str,

@@ -115,6 +115,8 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
     free = search.plan.fitting(free, search.backends, search.traffic) or free
     forced = next((s for s in search.members if s.key in tally.unadopted), None)
     search.sampler.cheap_first = search.tactics.cheap_first
+    search.sampler.probe_fits = lambda dear: search.plan.probe_fits(dear, search.backends,
+                                                                    search.traffic)  # fmt: skip
     search.sampler.plan(free, forced or steer(search, tally, free))
     trial = db(search, search.optuna.ask, "ask")
     search.current = trial.number

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.environment import SLOW, auto_dtype, matmul_ratio, slow_dtype
+from autotune.environment import BF16_FLAGS, SLOW, auto_dtype, cpu_flags, matmul_ratio, slow_dtype
 from autotune.workload import Workload
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -68,7 +68,13 @@ def test_auto_serves_float32_where_bfloat16_is_slow_and_bfloat16_where_it_is_nat
     monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)  # restored after the test
     dtype, line, _ = astuple(auto_dtype("cpu"))
     assert dtype == "float32", line
-    assert line.startswith("dtype auto: float32: ") and "but oneDNN is switched off" in line
+    # the first check that fails here says why: no flag, torch's capability below AVX-512
+    # (an AVX2 CPU, or ATEN_CPU_CAPABILITY=avx2), or else oneDNN switched off
+    capability = torch.backends.cpu.get_cpu_capability()
+    why = ("no amx_bf16 or avx512_bf16 flag" if not set(BF16_FLAGS) & cpu_flags()
+           else f"but torch's CPU capability is {capability}"
+           if not capability.startswith("AVX512") else "but oneDNN is switched off")  # fmt: skip
+    assert line.startswith("dtype auto: float32: ") and why in line, line
     assert "CPU capability" in line and float(line.split(" run ")[1].split("x")[0]) >= SLOW
     assert Workload.create(device="cpu", dtype="auto").dtype == "float32"
     assert Workload.create(device="cpu", dtype="bfloat16").dtype == "bfloat16"  # asked: kept

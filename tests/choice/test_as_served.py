@@ -107,10 +107,12 @@ def test_a_pick_whose_trial_counted_otherwise_is_not_confirmed(
 
 
 @pytest.mark.slow
-def test_a_loop_that_does_not_fit_the_budget_is_not_run_and_confirms_nothing(
+def test_a_loop_that_does_not_fit_the_budget_is_not_run_and_its_rounds_stand(
     measured: dict, tmp_path: Path
 ) -> None:
+    """The budget ended before the self-check: the candidate the rounds confirmed stays the
+    pick, unchecked as served (before, it was dropped for eager)."""
     done, ran, base = proved(measured, tmp_path, left=0.0)
-    assert ran == [] and done.pick == "none" and done.latency_ms[QUICKER.key] == base
-    assert f"not served as measured: {QUICKER.key}: its plain loop needs about" in done.lines[0]
-    assert "0 s of the budget are left; not confirmed" in done.lines[0]
+    assert ran == [] and done.pick == QUICKER.key and done.latency_ms[QUICKER.key] < base
+    assert f"not served yet: {QUICKER.key}: its plain loop needs about" in done.lines[0]
+    assert "0 s of the budget are left; its rounds stand, unchecked as served" in done.lines[0]

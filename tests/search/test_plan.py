@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.search.plan import Plan, deciding_rounds
+from autotune.search.plan_line import line as plan_line
 from autotune.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
@@ -66,18 +67,18 @@ def test_a_burst_of_load_in_one_baseline_round_does_not_inflate_a_round_s_cost()
 def test_the_plan_says_what_fits_and_when_nothing_can_be_decided() -> None:
     roomy = Plan(3600.0, iters=20)
     roomy.learn_baseline(baseline(50.0, 20, child_s=5.0))
-    line = roomy.line(8, ["inductor"], traffic=False)
+    line = plan_line(roomy, 8, ["inductor"], traffic=False)
     assert line.startswith("plan: eager 50 ms per call here; a trial of 20 rounds")
     assert "8 trials fit in 60 min" in line
     tight = Plan(60.0, iters=20)
     tight.learn_baseline(baseline(2000.0, 20, child_s=90.0))  # 2 s a call: 6 rounds take 24 s
-    line = tight.line(8, ["inductor"], traffic=True)
+    line = plan_line(tight, 8, ["inductor"], traffic=True)
     assert "cannot decide anything here" in line and "raise --time-budget" in line
     assert not tight.may_start(["inductor"], traffic=True)
     assert roomy.may_start(["inductor"], traffic=True)
     free = Plan(None, iters=20)
     free.learn_baseline(baseline(50.0, 20, child_s=5.0))
-    assert free.line(8, ["eager"], traffic=False).endswith("(no time budget)")
+    assert plan_line(free, 8, ["eager"], traffic=False).endswith("(no time budget)")
     settings = Settings(iters=20)
     assert free.for_trial(settings, ["eager"], False, 3) == settings  # no budget: nothing cut
     cut = roomy.for_trial(settings, ["eager"], False, 3)
@@ -151,15 +152,21 @@ def test_a_compiled_trial_s_first_pass_over_a_traffic_is_counted_as_its_calls() 
     pass of 103 s, 3 rounds of one shape in 25 s. Its one compiled trial then took 404 s
     (first pass 351 s: each shape called by eager, the compiled model and the probe), and
     with the confirmation the run ended at 813 s of 600. Counted as its calls, the trial is
-    estimated near what it took, and none starts in what is left of 10 minutes."""
+    estimated near what it took: with nothing kept to confirm before a trial is faster than
+    eager, it starts 150 s into 10 minutes (and ends by 600 s), not 200 s in."""
     m = baseline(3900.0, 3, child_s=140.5)
     m.timings.update(startup_s=3.3, first_s=102.9, timing_s=25.0)
     m.traffic = {"steady": [{"seq_len": 32, "weight": 1.0}]}
-    plan = Plan(600.0, time.time() - 150.0, iters=6)
-    plan.learn_baseline(m)
-    assert 0.8 * 404.5 < plan.trial_s("eager", deciding_rounds()) < 1.2 * 404.5
-    assert not plan.may_start(["eager", "aot_eager", "inductor"], traffic=True)
-    assert "cannot decide anything here" in plan.line(8, ["eager", "inductor"], traffic=True)
+    backends = ["eager", "aot_eager", "inductor"]
+    for spent_s, fits in ((150.0, True), (200.0, False)):
+        plan = Plan(600.0, time.time() - spent_s, iters=6)
+        plan.learn_baseline(m)
+        assert 0.8 * 404.5 < plan.trial_s("eager", deciding_rounds()) < 1.2 * 404.5
+        assert time.time() + plan.trial_s("inductor", deciding_rounds()) < plan.started + 600.0 \
+            or not fits  # fmt: skip
+        assert plan.may_start(backends, traffic=True) is fits
+        said = plan_line(plan, 8, ["eager", "inductor"], traffic=True)
+        assert ("cannot decide anything here" in said) is not fits, said
 
 
 def test_dear_rounds_over_a_traffic_time_fewer_steady_shapes() -> None:
@@ -171,15 +178,15 @@ def test_dear_rounds_over_a_traffic_time_fewer_steady_shapes() -> None:
     dear = Plan(600.0, iters=6)
     dear.learn_baseline(traffic_baseline(32.0, 8))
     assert 1 <= dear.steady < 8 and dear.round_s == pytest.approx(4.0 * dear.steady)
-    assert f"each round times {dear.steady} of the traffic's 8 shapes" in dear.line(
-        8, ["inductor"], traffic=True
+    assert f"each round times {dear.steady} of the traffic's 8 shapes" in plan_line(
+        dear, 8, ["inductor"], traffic=True
     )
     settings = Settings(iters=6)
     assert dear.for_trial(settings, ["inductor"], True, 4).steady == dear.steady
     assert dear.for_confirmation(settings).steady == dear.steady
     cheap = Plan(600.0, iters=6)
     cheap.learn_baseline(traffic_baseline(0.8, 8))
-    assert cheap.steady == 8 and "each round times" not in cheap.line(8, ["eager"], True)
+    assert cheap.steady == 8 and "each round times" not in plan_line(cheap, 8, ["eager"], True)
     requests = tuple((1, n) for n in range(16, 144, 8))  # 16 distinct shapes
     assert len(traffic.steady(requests, most=dear.steady)) == dear.steady
     assert len(traffic.steady(requests)) == traffic.STEADY_SHAPES
@@ -205,23 +212,24 @@ def test_a_trial_s_rounds_time_the_steady_shapes_its_plan_allows() -> None:
 
 
 def test_the_confirmation_s_share_grows_with_the_rivals_measured() -> None:
-    """Before any compiled trial, a confirmation would time one strategy beside eager: keeping
-    three processes' time for it left a 10-minute main job no room for its first trial."""
+    """Nothing is kept before a trial is faster than eager (keeping three processes' time for
+    it left a 10-minute main job no room for its first trial); then a process for each
+    candidate, the pick and its rivals at most."""
     plan = Plan(600.0, iters=6)
     plan.learn_baseline(traffic_baseline(5.0, 8))
     first = plan.confirmation_s(["inductor"], traffic=True)
-    before = plan.line(8, ["inductor"], traffic=True)
-    plan.compiled = 1
+    before = plan_line(plan, 8, ["inductor"], traffic=True)
+    plan.candidates = 1
     second = plan.confirmation_s(["inductor"], traffic=True)
-    plan.compiled = 5
+    plan.candidates = 5
     most = plan.confirmation_s(["inductor"], traffic=True)
-    assert first < second < most
+    assert first == 0.0 < second < most
     # the plan line, printed before any trial, says what the share grows to (the main job's
     # said 1.5 min, and its confirmation of two rivals took 3.2 to 4.2)
-    assert f"({first / 60:.1f} min kept to confirm, up to {most / 60:.1f} min once its rivals" \
-        in before  # fmt: skip
-    assert f"({most / 60:.1f} min kept to confirm)" in plan.line(8, ["inductor"], traffic=True)
-    plan.compiled = 9
+    assert f"(nothing kept to confirm until a trial is faster than eager, up to " \
+        f"{most / 60:.1f} min then)" in before  # fmt: skip
+    assert f"({most / 60:.1f} min kept to confirm)" in plan_line(plan, 8, ["inductor"], True)
+    plan.candidates = 9
     assert plan.confirmation_s(["inductor"], traffic=True) == most  # the pick and 2 rivals
 
 
