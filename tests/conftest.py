@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,13 @@ from tests.helpers import fast_spec
 # the CPU's flags instead, as a user may with the same variable; the product and the benchmarks run
 # with torch's default. This takes the suite from 6 min 50 s to 5 min 13 s on 2 cores.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+# Inductor's cache keys leave out torch's CPU capability: a kernel cached under
+# ATEN_CPU_CAPABILITY=avx2 (.ci/run's AVX2 line, or a developer emulating an AVX2 CPU) aborted
+# the next process that loaded it at AVX-512 ("Fatal Python error: Aborted", the xdist worker
+# lost). The in-process tests keep a cache of their own per capability (trials have their own).
+CAPABILITY = os.environ.get("ATEN_CPU_CAPABILITY") or "default"
+INDUCTOR_CACHE = os.path.join(tempfile.gettempdir(), f"torchinductor-tests-{CAPABILITY}")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE)
 # Bytecode is written (beside the sources, in __pycache__, which git ignores) even where the
 # environment says not to (PYTHONDONTWRITEBYTECODE, as on the CI machines): the suite starts
 # some 150 Python processes (commands, fork servers, scripts), and each would compile autotune's

@@ -231,8 +231,8 @@ class Plan:
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
         """When the last trial must have ended for the confirmation to fit."""
         if self.deadline is None:
-            return None
-        return self.deadline - self.confirmation_s(backends, traffic)
+            return None  # the answer's tail at least, where nothing needs confirming yet
+        return self.deadline - max(TAIL_S, self.confirmation_s(backends, traffic))
 
     def promising(self, backends: list[str]) -> str:
         """The backend whose trial may change the pick most cheaply: the quickest to compile of

@@ -1,9 +1,9 @@
 """Forty pointwise steps over a (batch, seq, 1024) activation: eager runs forty kernels and
 writes forty intermediates; Inductor fuses them into one loop. The issue's model "where Inductor
-doubles the speed" (about 2x eager here, a 10-25 s compile), for bench/budget.py:
+doubles the speed" (about 2x eager here, a 10-25 s compile):
 
-    autotune search --model bench.models.pointwise:model --allow-code bench.models.pointwise:model \\
-        --seq-len 32..128 --requests 6 --starts cold --time-budget 2m
+    autotune search --model bench.models.pointwise:model --seq-len 32..128 --requests 6 \\
+        --starts cold --time-budget 2m
 """
 
 from __future__ import annotations

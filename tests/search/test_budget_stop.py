@@ -50,8 +50,12 @@ def test_a_trial_stops_where_the_confirmation_s_share_begins_and_counts_at_once(
     plan.learn_baseline(baseline(5.0, 20, child_s=3.0))
     cut = plan.for_trial(Settings(iters=20), ["inductor"], False, 1)
     assert cut.stop_at == pytest.approx(plan.trials_end(["inductor"], False), abs=1.0)
-    assert cut.deadline <= cut.stop_at + 0.01 and cut.stop_at < plan.deadline  # the confirmation
-    # keeps its share
+    assert cut.deadline <= cut.stop_at + 0.01 and cut.stop_at < plan.deadline  # the answer
+    # keeps its tail; a candidate to confirm, its share
+    plan.candidates = 1
+    kept = plan.for_trial(Settings(iters=20), ["inductor"], False, 1)
+    assert kept.stop_at < cut.stop_at - 1.0
+    plan.candidates = 0
     assert plan.for_confirmation(Settings()).stop_at < plan.deadline  # so does the answer
     before = plan.compile_s("inductor")
     from autotune.trial.measurement import Measurement
@@ -60,15 +64,15 @@ def test_a_trial_stops_where_the_confirmation_s_share_begins_and_counts_at_once(
     plan.learn_trial(Strategy.create("full", "inductor"), stopped, 300.0)
     assert plan.compile_s("inductor") > 2 * before  # the overrun, at once, not the prior
     assert plan.split(400.0)["stopped at the budget"] == 300.0  # where its time went
-    assert plan.compiled == 0  # nothing measured to confirm
+    assert plan.candidates == 0 and plan.paid  # nothing measured to confirm; Inductor tried
     # the sampler and the surrogate choose among what fits: the stopped backend no longer
     roomy = Plan(1200.0, iters=20)
     roomy.learn_baseline(baseline(5.0, 20, child_s=3.0))
     full, quick = Strategy.create("full", "inductor"), Strategy.create("full", "eager")
     both = ["inductor", "eager"]
-    assert roomy.fitting([full, quick], both, False) == [full, quick]
+    assert roomy.fitting([full, quick], both, False) == [full]  # what can pay first
     roomy.learn_trial(full, stopped, 900.0)
-    assert roomy.fitting([full, quick], both, False) == [quick]
+    assert roomy.fitting([full, quick], both, False) == [quick]  # tried: the rest may follow
     later = Plan(600.0, iters=20, floors={"inductor": 300.0})  # a later run of the study
     later.learn_baseline(baseline(5.0, 20, child_s=3.0))
     assert later.compile_s("inductor") > 250  # not the 40 s prior: it ran 300 s and was cut

@@ -1,10 +1,16 @@
-"""The budget buys the answer (autotune/search/plan.py): what can pay goes first, the
+"""The budget buys the answer, as the plan and its line say it (autotune/search/plan.py,
+plan_line.py): what can pay goes first, the
 confirmation's share follows what needs confirming, "cannot decide anything" only below the
 least budget that decides, and a search ends early only when its answer is decided."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +35,7 @@ FULL_INDUCTOR = Strategy.create("full", "inductor")
 REGIONAL_INDUCTOR = Strategy.create("regional", "inductor")
 SPACE = [Strategy.create("none"), FULL_EAGER, FULL_AOT, FULL_INDUCTOR, REGIONAL_INDUCTOR]
 BACKENDS = ["aot_eager", "eager", "inductor"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def avx2_main_job(budget_s: float, spent_s: float = 97.0) -> Plan:
@@ -151,3 +158,35 @@ def test_a_search_says_whether_it_spent_its_budget_or_ended_decided() -> None:
 def test_only_backends_that_can_pay_are_counted_as_paying() -> None:
     assert pays(FULL_INDUCTOR) and not pays(FULL_EAGER) and not pays(FULL_AOT)
     assert not pays(Strategy.create("none")) and deciding_rounds() == 6
+
+
+@pytest.mark.slow
+def test_a_short_budget_measures_inductor_first_and_picks_it(tmp_path: Path) -> None:
+    """200 elementwise steps, which Inductor fuses into one loop (it wins every round), under
+    75 s: the first compiled trial is Inductor's, it is picked, and the replaying backends
+    come after it if at all. Before, the cheapest went first (full/eager), and the kept
+    confirmation's share left no room for Inductor."""
+    from autotune.storage import Store
+
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:chain",
+            "--backend", "eager,aot_eager,inductor", "--granularity", "full", "--mode",
+            "default", "--dynamic", "none", "--fullgraph", "false", "--trials", "3", "--iters",
+            "10", "--warmup", "1", "--starts", "cold", "--time-budget", "75s", "--study", "pays",
+            "--no-progress", "--json"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    began = time.monotonic()
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    wall = time.monotonic() - began
+    assert done.returncode == 0, done.stderr[-3000:]
+    store = Store(f"sqlite:///{tmp_path}/studies/autotune.db")
+    try:
+        order = [r.key for r in sorted(store.measurements("pays"), key=lambda r: r.id)
+                 if r.measured and r.key != "none"]  # fmt: skip
+    finally:
+        store.engine.dispose()
+    assert order and order[0].startswith("full/inductor/"), (order, done.stderr[-2000:])
+    answer = json.loads(done.stdout)
+    assert answer["chosen"].startswith("full/inductor/"), (answer["chosen"], done.stderr)
+    assert answer["ending"].startswith("budget: "), answer["ending"]
+    assert wall <= 1.1 * 75 + 5, wall  # +5: python's start and torch's import
