@@ -71,6 +71,7 @@ def test_a_trial_stops_where_the_confirmation_s_share_begins_and_counts_at_once(
     full, quick = Strategy.create("full", "inductor"), Strategy.create("full", "eager")
     both = ["inductor", "eager"]
     assert roomy.fitting([full, quick], both, False) == [full]  # what can pay first
+    roomy.started -= 900.0  # the stopped trial ran 900 s of the 1200
     roomy.learn_trial(full, stopped, 900.0)
     assert roomy.fitting([full, quick], both, False) == [quick]  # tried: the rest may follow
     later = Plan(600.0, iters=20, floors={"inductor": 300.0})  # a later run of the study
