@@ -219,11 +219,13 @@ class Settings:
     # ``deadline`` (time.time(); 0: none), but not before ``least`` rounds, each over at most
     # ``steady`` of a traffic's shapes (0: autotune.traffic.STEADY_SHAPES); a start's process is
     # stopped at ``stop_at`` (time.time(); 0: only its timeout), where going on would break
-    # the search's time budget.
+    # the search's time budget; an eager baseline's first pass over a traffic plays a sample of
+    # its shapes where playing them all would run past ``first_by`` (0: every shape).
     stop_at: float = 0.0
     deadline: float = 0.0
     least: int = 0
     steady: int = 0
+    first_by: float = 0.0
 
     def __post_init__(self) -> None:
         fields.validate(self)

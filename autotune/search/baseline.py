@@ -67,11 +67,21 @@ def ready(search: Search, m: Measurement, listener: Listener) -> None:
     plan = search.plan
     if plan.round_s is None:
         plan.learn_baseline(m)
+        if sampled := (m.traffic or {}).get("sampled"):
+            listener.note(sampled_line(sampled))
     if search.reference is not None or not plan.may_start(search.backends, search.traffic):
         return
     began = time.time()
     reference(search, listener)
     plan.spent.setdefault("reference", time.time() - began)
+
+
+def sampled_line(sampled: dict) -> str:
+    """What a baseline that sampled its traffic's first pass says."""
+    return (f"the eager baseline's first pass played {sampled['timed']} of the traffic's "
+            f"{sampled['shapes']} shapes (evenly spaced by size, keeping its mix; the others "
+            f"estimated at their size): all of them would take about "
+            f"{sampled['projected_s']:.0f} s, past its share of the time budget")  # fmt: skip
 
 
 def reference(search: Search, listener: Listener) -> Reference:

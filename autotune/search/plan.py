@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from autotune.workload import Settings
 
 BASELINE_SHARE = 0.15  # of the budget, for the eager baseline's timed rounds
+# Over a traffic, the baseline's first pass ends by this share of the budget: where playing every
+# shape would run past it, it plays a sample that keeps the traffic's mix (first_pass.py).
+FIRST_SHARE = 0.25
 BASELINE_ROUNDS = 3  # ...at least: eager against itself decides nothing; its median needs some
 # A cold compile before any of its backend is measured: gemma-2b at 2 layers over a traffic
 # took 25-60 s with Inductor on a 2-core CPU; the others trace or replay Python only.
@@ -107,8 +110,13 @@ class Plan:
         """The baseline's settings: its rounds end at its share of the budget."""
         if self.budget_s is None:
             return settings
-        return dataclasses.replace(settings, deadline=self.started + BASELINE_SHARE
-                                   * self.budget_s, least=BASELINE_ROUNDS)  # fmt: skip
+        start, budget = self.started, self.budget_s
+        return dataclasses.replace(
+            settings,
+            deadline=start + BASELINE_SHARE * budget,
+            least=BASELINE_ROUNDS,
+            first_by=start + FIRST_SHARE * budget,
+        )
 
     def learn_baseline(self, m: Measurement) -> None:
         """What the baseline showed of a call, of a round and of the rest of a trial (its
@@ -125,7 +133,9 @@ class Plan:
         self.fixed_s = max(0.0, t.get("startup_s", 0.0) + t.get("child_s", 0.0)
                            - t.get("timing_s", 0.0))  # fmt: skip
         if self.shapes:  # a compiled trial's first pass, and a confirmation's, call more
-            self.fixed_s += (FIRST_PASS_CALLS - 1) * t.get("first_s", 0.0)
+            sampled = (m.traffic or {}).get("sampled") or {}  # every shape's, where it sampled
+            first = t.get("first_s", 0.0)
+            self.fixed_s += sampled.get("projected_s", first) * FIRST_PASS_CALLS - first
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
         self.requests = int((m.traffic or {}).get("requests") or 0)
 

@@ -47,6 +47,7 @@ class Request:
     deadline: float = 0.0  # the timed rounds end by then (time.time(); 0: none), see timing
     least: int = 0  # ...but not before this many rounds
     steady: int = 0  # a traffic's steady shapes a round times, at most (0: traffic's default)
+    first_by: float = 0.0  # a baseline's first pass: past this, a sample of its shapes (0: all)
     rung: int = 0  # a cheap rung's rounds, then a check against ``front`` (0: none; trial.rungs)
     front: tuple[tuple[float, float, float | None], ...] = ()  # the study's, as rungs.handed
     exported: str | None = None  # a serve request's file, loaded through autotune.apply
@@ -71,7 +72,7 @@ class Request:
         return cls("trial", strategy, model, workload, settings.iters, settings.warmup,
                    settings.seed, settings.tolerance, **judged_by(reference),
                    deadline=settings.deadline, least=settings.least,
-                   steady=settings.steady)  # fmt: skip
+                   steady=settings.steady, first_by=settings.first_by)  # fmt: skip
 
     def but(self, **changes: Any) -> Request:
         """This request with ``changes`` (another start of the same trial, say)."""

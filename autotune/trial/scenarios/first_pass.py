@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, Protocol
 
-from autotune import device
+from autotune import device, traffic
 from autotune.trial import metrics, recompiles
 
 Shape = tuple[int, int]
@@ -56,6 +56,11 @@ class FirstPass:
         # recording: a shape that arrives once has no later arrival to stand for
         arrivals = collections.Counter(self.requests)
         self.repeated = {s for s, n in arrivals.items() if n > 1 or scenario.graphs}
+        # an eager baseline under a budget: past first_by, a sample of the shapes (sample())
+        sampling = not self.compiled_side and not self.confirming
+        self.first_by = ctx.request.first_by if sampling else 0.0
+        self.kept: set[Shape] | None = None  # the shapes it plays, where it samples
+        self.sampled: dict[str, Any] = {}
 
     def ms(self, side: str, shape: Shape) -> float:
         """One call of ``side`` at ``shape``, in milliseconds (eager untimed in a
@@ -179,6 +184,50 @@ class FirstPass:
         found["recorded"].append(self.recordings() - recorded)  # the repeat's recording too
         found["stall_ms"].append(stall)
 
+    def calls(self, shape: Shape) -> int:
+        """Eager's calls of a new shape in the first pass: its first, and a repeat where the
+        shape arrives again."""
+        return 2 if shape in self.repeated else 1
+
+    def sample(self) -> set[Shape] | None:
+        """An eager baseline's shapes to play, chosen once its first request has played: all
+        of them (None) where they fit before ``first_by`` at that request's rate per token,
+        else as many as fit at evenly spaced quantiles by size that keep the traffic's mix
+        (:func:`autotune.traffic.steady`); the others are estimated at their size."""
+        (played, ms), = self.first.items()  # fmt: skip
+        per_token = ms / 1e3 / (played[0] * played[1])
+        rest = tuple(r for r in self.requests if r not in self.first)
+
+        def cost(shapes: Any) -> float:
+            return sum(per_token * b * n * self.calls((b, n)) for b, n in shapes)
+
+        left = self.first_by - time.time()
+        distinct = set(rest)
+        if cost(distinct) <= left:
+            return None
+        kept: set[Shape] = set()
+        for most in range(len(distinct) - 1, 0, -1):
+            kept = set(traffic.steady(rest, most=most))
+            if cost(kept) <= left:
+                break
+        else:
+            kept = set()
+        self.sampled = {"timed": 1 + len(kept), "shapes": 1 + len(distinct)}
+        return kept
+
+    def estimate(self, n: int, shape: Shape) -> None:
+        """Request ``n``, a shape the baseline's sample left out: eager's milliseconds at the
+        rate per token of the nearest played shape by size, counted as played nowhere."""
+        played = [s for s in self.first if s not in self.sampled.setdefault("estimated", [])]
+        near = min(played, key=lambda s: abs(s[0] * s[1] - shape[0] * shape[1]))
+        ms = self.first[near] * (shape[0] * shape[1]) / (near[0] * near[1])
+        self.sampled["estimated"].append(shape)
+        self.first[shape] = self.repeat["eager"][shape] = self.repeat["compiled"][shape] = ms
+        for side in self.timed:
+            self.timed[side].append(ms)
+        for key, value in (("compiles", 0), ("recorded", 0), ("stall_ms", 0.0)):
+            self.found[key].append(value)
+
     def run(self) -> dict[str, Any]:
         """Per request, eager's and the compiled model's milliseconds (one not played at its
         shape's repeat latency), the graphs each compiled and why, the CUDA graphs it
@@ -186,8 +235,13 @@ class FirstPass:
         found, requests = self.found, self.requests
         start = self.server_order() if self.until_compiled and self.compiled_side else 0
         for n, shape in enumerate(requests[start:], start + 1):
+            if shape not in self.first and self.kept is not None and shape not in self.kept:
+                self.estimate(n, shape)
+                continue
             if shape not in self.first:
                 self.first_arrival(n, shape)
+                if self.first_by and len(self.first) == 1:
+                    self.kept = self.sample()
                 continue
             for side in self.timed:  # a repeat changes nothing a first pass measures
                 self.timed[side].append(None)
@@ -200,4 +254,11 @@ class FirstPass:
         eager = self.scenario.eager_shapes
         found["ran_eager"] = [n for n, s in enumerate(requests, 1)
                               if n in self.by_stance or s in eager]  # fmt: skip
+        if self.sampled:  # what the whole first pass would have taken, at the played rates
+            estimated = set(self.sampled.pop("estimated", []))
+            self.sampled["projected_s"] = (
+                sum(self.first[s] * self.calls(s) for s in dict.fromkeys(requests)) / 1e3
+            )
+            self.sampled["estimated"] = len(estimated)
+            found["sampled"] = self.sampled
         return found

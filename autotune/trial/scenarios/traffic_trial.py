@@ -136,6 +136,7 @@ class TrafficTrial(Inference):
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
             **prewarmed(ctx.strategy.buckets, requests, m.compile_s, ctx.strategy.edges),
+            **({"sampled": found["sampled"]} if "sampled" in found else {}),
         }  # fmt: skip
         most = ctx.request.steady or fitting_shapes(ctx.request, found["eager_ms"])
         self.weights = traffic.steady(requests, self.eager_shapes, most)
