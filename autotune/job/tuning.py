@@ -153,7 +153,7 @@ def short_to_confirm(plan: Plan, backends: list[str], traffic: bool) -> str:
     left = plan.left_s()
     if left is None or plan.round_s is None:
         return ""
-    least = dataclasses.replace(plan, candidates=1).confirmation_s(backends, traffic)
+    least = plan.confirmation_s(backends, traffic, timed=1)
     if left >= least:
         return ""
     return (f"the budget ended first ({max(left, 0):.0f} s left, a confirmation of the pick "

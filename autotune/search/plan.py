@@ -90,7 +90,7 @@ class Plan:
     shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     candidates: int = 0  # ...in the study, that need confirming (:func:`needs_confirming`)
-    paid: bool = False  # a trial of a backend that can pay (:func:`pays`) measured or stopped
+    paid: bool = False  # a trial of a backend that can pay (:func:`pays`) has run in the study
     rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
     # backend -> seconds a trial of it ran before an earlier run's budget stopped it: until
@@ -219,18 +219,20 @@ class Plan:
         assert self.round_s is not None and self.fixed_s is not None
         return self.fixed_s + self.compile_s(backend) + self.rung_s() + rounds * self.round_s
 
-    def confirmation_s(self, backends: list[str], traffic: bool) -> float:
+    def confirmation_s(self, backends: list[str], traffic: bool, timed: int = 0) -> float:
         """The confirmation's share now: nothing while no candidate needs confirming, else the
-        candidates, at most the pick and :data:`RIVALS` rivals, each in a process of its own
+        candidates and the next trial's (undecided until it has run), at most the pick and
+        :data:`RIVALS` rivals, each in a process of its own
         over a traffic (else all in one), each compile warm; over a traffic, each one's server
         loop too (:mod:`autotune.choice.as_served`: a process, a warm compile and every
-        request)."""
+        request); ``timed``: that many strategies instead."""
         if self.round_s is None or self.fixed_s is None:
             return 0.0
         rounds = MIN_ROUNDS  # its least: past them, its rounds take what is left
-        timed = min(1 + RIVALS, self.candidates)  # strategies it times besides eager
-        if timed == 0:
+        if self.candidates == 0 and not timed:
             return 0.0
+        # the candidates, and the next trial's strategy, undecided until it has run
+        timed = timed or min(1 + RIVALS, self.candidates + 1)  # strategies besides eager
         compiles = WARM * timed * max(self.compile_s(b) for b in backends)
         if traffic:
             loop = self.fixed_s + self.requests * self.eager_ms / 1e3
