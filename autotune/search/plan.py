@@ -12,8 +12,8 @@ confirmation is kept a share only for the candidates that need it
 (:func:`autotune.choice.confirm.needs_confirming`). Each trial's rounds end at its share of the
 time left, never before :func:`deciding_rounds`; a compile that runs past the time left is
 stopped there. "Cannot decide anything" means no trial of the promising backend fits, and names
-the budget that would (:meth:`Plan.decides_at`). docs/search.md#the-time-budget tells the whole.
-A search without a budget has a plan too: it only estimates, and cuts nothing.
+the budget that would (:meth:`Plan.decides_at`). A search without a budget has a plan too: it
+only estimates, and cuts nothing (docs/search.md#the-time-budget).
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ if TYPE_CHECKING:
     from autotune.workload import Settings
 
 BASELINE_SHARE = 0.15  # of the budget, for the eager baseline's timed rounds
-# Over a traffic, the baseline's first pass ends by this share of the budget: where playing every
-# shape would run past it, it plays a sample that keeps the traffic's mix (first_pass.py).
-FIRST_SHARE = 0.25
 BASELINE_ROUNDS = 3  # ...at least: eager against itself decides nothing; its median needs some
+FIRST_SHARE = 0.25  # of the budget, for its first pass over a traffic (past it, a sample)
 # A cold compile before any of its backend is measured: gemma-2b at 2 layers over a traffic
 # took 25-60 s with Inductor on a 2-core CPU; the others trace or replay Python only.
 COMPILE_PRIOR_S = {"inductor": 40.0, "aot_eager": 4.0, "eager": 1.0}
@@ -90,6 +88,7 @@ class Plan:
     shapes: int = 0  # a traffic's steady shapes the baseline timed in a round
     steady: int = 0  # ...and those a trial's round times within the budget (0: as many)
     candidates: int = 0  # ...in the study, that need confirming (:func:`needs_confirming`)
+    dearest: float = 0.0  # the dearest cold compile of those candidates (seconds)
     paid: bool = False  # a trial of a backend that can pay (:func:`pays`) has run in the study
     rungs: bool = False  # a compiled trial may stop after a cheap rung (autotune.trial.rungs)
     spent: dict[str, float] = field(default_factory=dict)  # where this run's time went
@@ -140,11 +139,12 @@ class Plan:
         self.requests = int((m.traffic or {}).get("requests") or 0)
 
     def learn_stored(self, measured: list[Measurement], stopped: dict[str, float]) -> None:
-        """What earlier runs of the study leave this one: the candidates their trials left to
-        confirm, whether a trial that can pay was measured (or ``stopped``, by backend), and
-        the floors of what the budget stopped."""
+        """What earlier runs leave this one: candidates to confirm, whether a trial that can pay
+        ran (or was ``stopped``, by backend: the floors of what the budget stopped)."""
         self.floors = stopped
-        self.candidates += sum(map(needs_confirming, measured))
+        candidates = [m for m in measured if needs_confirming(m)]
+        self.candidates += len(candidates)
+        self.dearest = max([self.dearest, *(m.compile_s or 0.0 for m in candidates)])
         self.paid |= any(map(pays, (m.strategy for m in measured)))
         self.paid |= any(b not in REPLAY for b in stopped)
 
@@ -195,13 +195,17 @@ class Plan:
             self.spent["stopped"] = self.spent.get("stopped", 0.0) + wall_s
             self.compiles.setdefault(strategy.backend, []).append(max(0.0, wall_s - self.fixed_s))
             return
-        self.candidates += needs_confirming(m)
+        if not m.ok:  # it failed before its compile ended (or never compiled): no cost learned
+            return
         rounds = m.timings.get("rounds", float(self.iters))
         rung = self.rung_s() if m.rung else 0.0
         if m.rung == "cheap" and rung:  # it stopped there: its rounds were the rung's
             rounds = 0.0
         extra = max(0.0, wall_s - self.fixed_s - rung - rounds * self.round_s)
         self.compiles.setdefault(strategy.backend, []).append(extra)
+        if needs_confirming(m):  # a confirmation compiles it again, warm
+            self.candidates += 1
+            self.dearest = max(self.dearest, extra)
 
     def rung_s(self) -> float:
         """What a trial's cheap rung adds over a traffic: its deciding rounds over a sample of
@@ -233,7 +237,8 @@ class Plan:
             return 0.0
         # the candidates, and the next trial's strategy, undecided until it has run
         timed = timed or min(1 + RIVALS, self.candidates + 1)  # strategies besides eager
-        compiles = WARM * timed * max(self.compile_s(b) for b in backends)
+        dearest = max(self.dearest, *(self.compile_s(b) for b in backends))
+        compiles = WARM * timed * dearest
         if traffic:
             loop = self.fixed_s + self.requests * self.eager_ms / 1e3
             return timed * (self.fixed_s + rounds * self.round_s + loop) + 2 * compiles + TAIL_S
