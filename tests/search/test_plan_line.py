@@ -42,8 +42,8 @@ def added(where: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def plan_line(*args: Any) -> str:
-    return added("autotune.search.plan_line:line")(*args)
+def plan_line(*args: Any, **kwargs: Any) -> str:
+    return added("autotune.search.plan_line:line")(*args, **kwargs)
 
 
 def needs_confirming(m: Measurement) -> bool:
@@ -54,20 +54,20 @@ def pays(s: Strategy) -> bool:
     return added("autotune.search.deduction:pays")(s)
 
 
-def ending(*args: Any) -> str:
-    return added("autotune.cli.summary:ending")(*args)
+def ending(*args: Any, **kwargs: Any) -> str:
+    return added("autotune.cli.summary:ending")(*args, **kwargs)
 
 
-def short_to_confirm(*args: Any) -> str:
-    return added("autotune.job.tuning:short_to_confirm")(*args)
+def short_to_confirm(*args: Any, **kwargs: Any) -> str:
+    return added("autotune.job.tuning:short_to_confirm")(*args, **kwargs)
 
 
-def hold(*args: Any) -> str:
-    return added("autotune.search.loop:hold")(*args)
+def hold(*args: Any, **kwargs: Any) -> str:
+    return added("autotune.search.loop:hold")(*args, **kwargs)
 
 
-def unconfirmed(*args: Any) -> Any:
-    return added("autotune.choice.confirm:unconfirmed")(*args)
+def unconfirmed(*args: Any, **kwargs: Any) -> Any:
+    return added("autotune.choice.confirm:unconfirmed")(*args, **kwargs)
 
 
 def avx2_main_job(budget_s: float, spent_s: float = 97.0) -> Plan:
