@@ -37,6 +37,7 @@ from autotune.trial.timing import ALPHA, sign_test
 
 if TYPE_CHECKING:
     from autotune.catalog import ModelRef
+    from autotune.trial.measurement import Measurement
     from autotune.workload import Settings, Workload
 
 RIVALS = 2
@@ -64,13 +65,13 @@ class Confirmable(Protocol):
     def objectives(self) -> tuple[str, ...]: ...
 
 
-def needs_confirming(m: Any) -> bool:
+def needs_confirming(m: Measurement) -> bool:
     """Whether a compiled trial's measurement ``m`` leaves a candidate to confirm: it passed the
     gate and its rounds put it faster than eager (shown by the sign test, or not yet decided).
     A trial whose rounds show it no faster needs no confirmation: eager beats or ties it."""
     if m.strategy.granularity == "none" or not m.feasible or m.speedup is None:
         return False
-    return bool(m.speedup > 1.0)
+    return m.speedup > 1.0
 
 
 def contenders(points: list[Point], front: list[Point]) -> list[Point]:
@@ -189,7 +190,7 @@ def settle(points: list[Point], chosen: Point, rounds_ms: dict[str, list[float]]
                         speedup=speedups)  # fmt: skip
 
 
-def rests_on(trial: Any) -> str:
+def rests_on(trial: Measurement | None) -> str:
     """What an unconfirmed compiled pick rests on: its trial's interleaved rounds against
     eager, how many, the sign test's p and the speedup ("" where its trial timed none)."""
     if trial is None or not (trial.latency and trial.eager_latency):
@@ -200,7 +201,7 @@ def rests_on(trial: Any) -> str:
             f"(p = {sign_test(eager, ms):.2g}, {trial.speedup or 1.0:.2f}x)")  # fmt: skip
 
 
-def unconfirmed(chosen: str, trial: Any, why: str) -> Confirmation:
+def unconfirmed(chosen: str, trial: Measurement | None, why: str) -> Confirmation:
     """A pick left unconfirmed (``why``: the budget ended first), saying what it rests on
     (:func:`rests_on`). It stays the pick: an unconfirmed candidate is named as such, never
     dropped."""

@@ -226,16 +226,12 @@ class Plan:
     def confirmation_s(self, backends: list[str], traffic: bool, timed: int = 0) -> float:
         """The confirmation's share now: nothing while no candidate needs confirming, else the
         candidates and the next trial's (undecided until it has run), at most the pick and
-        :data:`RIVALS` rivals, each in a process of its own
-        over a traffic (else all in one), each compile warm; over a traffic, each one's server
-        loop too (:mod:`autotune.choice.as_served`: a process, a warm compile and every
-        request); ``timed``: that many strategies instead."""
-        if self.round_s is None or self.fixed_s is None:
+        :data:`RIVALS` rivals (``timed``: that many instead), each in a process of its own over
+        a traffic (else all in one), each compile warm; over a traffic, each one's server loop
+        too (:mod:`autotune.choice.as_served`: a process, a warm compile and every request)."""
+        if self.round_s is None or self.fixed_s is None or not (self.candidates or timed):
             return 0.0
         rounds = MIN_ROUNDS  # its least: past them, its rounds take what is left
-        if self.candidates == 0 and not timed:
-            return 0.0
-        # the candidates, and the next trial's strategy, undecided until it has run
         timed = timed or min(1 + RIVALS, self.candidates + 1)  # strategies besides eager
         dearest = max(self.dearest, *(self.compile_s(b) for b in backends))
         compiles = WARM * timed * dearest
@@ -246,9 +242,10 @@ class Plan:
         return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
 
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
-        """When the last trial must have ended for the confirmation to fit."""
+        """When the last trial must have ended for the confirmation to fit (the answer's tail
+        at least, where nothing needs confirming yet)."""
         if self.deadline is None:
-            return None  # the answer's tail at least, where nothing needs confirming yet
+            return None
         return self.deadline - max(TAIL_S, self.confirmation_s(backends, traffic))
 
     def promising(self, backends: list[str]) -> str:

@@ -60,6 +60,7 @@ class FirstPass:
         sampling = not self.compiled_side and not self.confirming
         self.first_by = ctx.request.first_by if sampling else 0.0
         self.kept: set[Shape] | None = None  # the shapes it plays, where it samples
+        self.estimated: list[Shape] = []  # ...and those it left out, estimated
         self.sampled: dict[str, Any] = {}
 
     def ms(self, side: str, shape: Shape) -> float:
@@ -205,7 +206,6 @@ class FirstPass:
         distinct = set(rest)
         if cost(distinct) <= left:
             return None
-        kept: set[Shape] = set()
         for most in range(len(distinct) - 1, 0, -1):
             kept = set(traffic.steady(rest, most=most))
             if cost(kept) <= left:
@@ -218,10 +218,10 @@ class FirstPass:
     def estimate(self, n: int, shape: Shape) -> None:
         """Request ``n``, a shape the baseline's sample left out: eager's milliseconds at the
         rate per token of the nearest played shape by size, counted as played nowhere."""
-        played = [s for s in self.first if s not in self.sampled.setdefault("estimated", [])]
+        played = [s for s in self.first if s not in self.estimated]
         near = min(played, key=lambda s: abs(s[0] * s[1] - shape[0] * shape[1]))
         ms = self.first[near] * (shape[0] * shape[1]) / (near[0] * near[1])
-        self.sampled["estimated"].append(shape)
+        self.estimated.append(shape)
         self.first[shape] = self.repeat["eager"][shape] = self.repeat["compiled"][shape] = ms
         for side in self.timed:
             self.timed[side].append(ms)
@@ -255,10 +255,7 @@ class FirstPass:
         found["ran_eager"] = [n for n, s in enumerate(requests, 1)
                               if n in self.by_stance or s in eager]  # fmt: skip
         if self.sampled:  # what the whole first pass would have taken, at the played rates
-            estimated = set(self.sampled.pop("estimated", []))
-            self.sampled["projected_s"] = (
-                sum(self.first[s] * self.calls(s) for s in dict.fromkeys(requests)) / 1e3
-            )
-            self.sampled["estimated"] = len(estimated)
-            found["sampled"] = self.sampled
+            whole = sum(self.first[s] * self.calls(s) for s in dict.fromkeys(requests))
+            found["sampled"] = {**self.sampled, "projected_s": whole / 1e3,
+                                "estimated": len(self.estimated)}  # fmt: skip
         return found
