@@ -132,9 +132,9 @@ class Plan:
         self.fixed_s = max(0.0, t.get("startup_s", 0.0) + t.get("child_s", 0.0)
                            - t.get("timing_s", 0.0))  # fmt: skip
         if self.shapes:  # a compiled trial's first pass, and a confirmation's, call more
-            sampled = (m.traffic or {}).get("sampled") or {}  # every shape's, where it sampled
+            sampled = (m.traffic or {}).get("sampled") or {}  # the shapes it left out, too
             first = t.get("first_s", 0.0)
-            self.fixed_s += sampled.get("projected_s", first) * FIRST_PASS_CALLS - first
+            self.fixed_s += (first + sampled.get("estimated_s", 0.0)) * FIRST_PASS_CALLS - first
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
         self.requests = int((m.traffic or {}).get("requests") or 0)
 

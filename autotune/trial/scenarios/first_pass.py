@@ -255,7 +255,8 @@ class FirstPass:
         found["ran_eager"] = [n for n, s in enumerate(requests, 1)
                               if n in self.by_stance or s in eager]  # fmt: skip
         if self.sampled:  # what the whole first pass would have taken, at the played rates
-            whole = sum(self.first[s] * self.calls(s) for s in dict.fromkeys(requests))
-            found["sampled"] = {**self.sampled, "projected_s": whole / 1e3,
+            left_out = sum(self.first[s] * self.calls(s) for s in self.estimated) / 1e3
+            whole = sum(self.first[s] * self.calls(s) for s in dict.fromkeys(requests)) / 1e3
+            found["sampled"] = {**self.sampled, "projected_s": whole, "estimated_s": left_out,
                                 "estimated": len(self.estimated)}  # fmt: skip
         return found
