@@ -25,6 +25,10 @@ COLUMNS = ("batch_size", "seq_len")
 # A log's spellings of a request's prompt length, and of its answer's (a generate traffic's)
 PROMPT = ("seq_len", "prompt_tokens", "prompt_len", "input_len")
 ANSWER = ("new_tokens", "completion_tokens", "output_len", "output_tokens")
+# The one rule for an answer's length, wherever it is given (a flag, a file, a stored study)
+LEAST_ANSWER = 2
+ANSWER_RULE = (f"at least {LEAST_ANSWER}: the prefill gives the first token, decode steps the "
+               "rest")  # fmt: skip
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
 # A file's requests, at most, unless --requests takes its first N: the study stores the traffic
 # with every measurement. Past it the file is refused, never cut without a word.
@@ -157,6 +161,10 @@ def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
 def _shape(where: str, row: dict[str, Any]) -> tuple[int, ...]:
     """One request's ``(batch_size, seq_len[, new_tokens])`` from a row of a log; ``where``
     names the row in an error."""
+    for spellings in (PROMPT, ANSWER):
+        if len(given := [k for k in spellings if k in row]) > 1:
+            raise ConfigError(f"{where}: both {' and '.join(given)}, two spellings of one "
+                              "length: give one")  # fmt: skip
     prompt = next((k for k in PROMPT if k in row), None)
     if prompt is None:
         raise ConfigError(f"{where}: no seq_len (or {', '.join(PROMPT[1:])})")
@@ -166,9 +174,14 @@ def _shape(where: str, row: dict[str, Any]) -> tuple[int, ...]:
         value = row.get(key, 1)
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{where}: {key} = {value!r}, expected a whole number of at "
-                              "least 1")  # fmt: skip
+        least = LEAST_ANSWER if key == answer else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            rule = (
+                f"a whole number of {ANSWER_RULE}"
+                if key == answer
+                else "a whole number of at least 1"
+            )
+            raise ConfigError(f"{where}: {key} = {value!r}, expected {rule}")
         values.append(value)
     return tuple(values)
 

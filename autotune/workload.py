@@ -14,6 +14,7 @@ from autotune import fields
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
 from autotune.start_kinds import DEFAULT, parse
+from autotune.traffic import ANSWER_RULE, LEAST_ANSWER
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")
@@ -69,9 +70,8 @@ class Workload:
             raise ConfigError(f"bad workload {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.batch_size < 1 or self.seq_len < 1:
             raise ConfigError("--batch-size and --seq-len must be at least 1")
-        if self.kind == "generate" and min(self.answers or (self.new_tokens,)) < 2:
-            raise ConfigError("--new-tokens must be at least 2: the prefill gives the first, "
-                              "decode steps the rest")  # fmt: skip
+        if self.kind == "generate" and min(self.answers or (self.new_tokens,)) < LEAST_ANSWER:
+            raise ConfigError(f"--new-tokens must be {ANSWER_RULE}")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"bad device {self.device!r}: use auto, cpu, cuda or cuda:N")
 
@@ -117,10 +117,9 @@ class Workload:
         if None in given:
             raise ConfigError(f"traffic request {given.index(None) + 1}: no new_tokens, where "
                               "other requests give theirs")  # fmt: skip
-        if min(given) < 2:  # type: ignore[type-var]
-            n = next(i for i, g in enumerate(given, 1) if g is not None and g < 2)
-            raise ConfigError(f"traffic request {n}: new_tokens must be at least 2 (the "
-                              "prefill gives the first token, decode steps the rest)")  # fmt: skip
+        if min(given) < LEAST_ANSWER:  # type: ignore[type-var]
+            n = next(i for i, g in enumerate(given, 1) if g is not None and g < LEAST_ANSWER)
+            raise ConfigError(f"traffic request {n}: new_tokens must be {ANSWER_RULE}")
         return tuple(given)  # type: ignore[arg-type]
 
     @property

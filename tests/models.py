@@ -134,6 +134,32 @@ tiny_llama.make_inputs = lambda batch, seq: (  # type: ignore[attr-defined]  # f
 )
 
 
+def _sliding(kind: str) -> torch.nn.Module:
+    """A 2-layer model of transformers' ``kind`` with the tiny Llama's sizes and a sliding
+    window of 8 tokens (Gemma-2's on every other layer, with its soft-capping)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{kind}Config")(**TINY_LLAMA, sliding_window=8, head_dim=16)
+    config._attn_implementation = "eager" if kind == "Gemma2" else "sdpa"  # Gemma-2: no sdpa
+    return getattr(transformers, f"{kind}ForCausalLM")(config).eval()
+
+
+def tiny_gemma2() -> tuple[torch.nn.Module, tuple]:
+    """A 2-layer Gemma-2 (a sliding window of 8 on one layer, soft-capped logits)."""
+    return _sliding("Gemma2"), (torch.randint(0, TINY_LLAMA["vocab_size"], (2, 8)),)
+
+
+def tiny_mistral() -> tuple[torch.nn.Module, tuple]:
+    """A 2-layer Mistral (a sliding window of 8 on every layer)."""
+    return _sliding("Mistral"), (torch.randint(0, TINY_LLAMA["vocab_size"], (2, 8)),)
+
+
+for _tiny in (tiny_gemma2, tiny_mistral):
+    _tiny.supports_generate = True  # type: ignore[attr-defined]
+    _tiny.make_inputs = tiny_llama.make_inputs  # type: ignore[attr-defined]
+
+
 def decode_perturbing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
     """A backend right for the prefill and wrong for decode: it negates a decode step's logits."""
     decode = any(

@@ -81,6 +81,8 @@ def check(ref: ModelRef, workload: Workload | None = None) -> None:
         check_generate(ref)
     if workload is not None and workload.traffic:
         check_traffic(ref, workload)
+    elif workload is not None and workload.kind == "generate":
+        check_positions(ref, workload, [(workload.seq_len, int(workload.new_tokens))])
 
 
 SHAPED = "make_inputs"  # a function model's maker of inputs at a shape, for a traffic
@@ -90,7 +92,7 @@ def check_traffic(ref: ModelRef, workload: Workload) -> None:
     """Raise ConfigError unless ``ref`` takes inputs of every shape of the traffic: a
     transformers model (token ids, within its positions), or a function model with a
     ``make_inputs(batch_size, seq_len)`` attribute."""
-    from autotune.catalog import hf, user
+    from autotune.catalog import user
 
     found = kind(ref.name)
     if found == "function":
@@ -101,13 +103,32 @@ def check_traffic(ref: ModelRef, workload: Workload) -> None:
     if found == "preset" and PRESETS[ref.name]["kind"] == "toy":
         raise ConfigError(f"{ref.name}'s input is always one 10x10 tensor: a traffic of shapes "
                           "does not apply")  # fmt: skip
+    answers = workload.answers or (0,) * len(workload.traffic)
+    check_positions(ref, workload, [(seq, new) for (_, seq), new in
+                                    zip(workload.traffic, answers, strict=False)])  # fmt: skip
+
+
+def check_positions(ref: ModelRef, workload: Workload, requests: list[tuple[int, int]]) -> None:
+    """Raise ConfigError where a request's prompt, and for a generate workload its answer too,
+    runs past the positions the config of ``ref`` (a preset or a directory) gives its model:
+    its embedding would fail there, after the trials before it had run."""
+    from autotune.catalog import hf
+
+    found = kind(ref.name)
+    if found == "function":
+        return
     config = hf.make_config(PRESETS[ref.name], None) if found == "preset" else (
         hf.load_config(ref.name))  # fmt: skip
     limit = hf.positions(config)
-    for n, (_, seq) in enumerate(workload.traffic, 1):
-        if limit is not None and seq > limit:
-            raise ConfigError(f"traffic request {n}: seq_len {seq} exceeds {ref.name}'s "
-                              f"{limit} positions")  # fmt: skip
+    generate = workload.kind == "generate"
+    for n, (seq, new) in enumerate(requests, 1):
+        if limit is None or seq + (new if generate else 0) <= limit:
+            continue
+        where = f"traffic request {n}" if workload.traffic else "the request"
+        if generate and seq <= limit:
+            raise ConfigError(f"{where}: seq_len {seq} and new_tokens {new} make {seq + new} "
+                              f"positions, past {ref.name}'s {limit}")  # fmt: skip
+        raise ConfigError(f"{where}: seq_len {seq} exceeds {ref.name}'s {limit} positions")
 
 
 def inputs_at(ref: ModelRef, model: Any, workload: Workload, shape: tuple[int, int]) -> tuple:

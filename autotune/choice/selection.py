@@ -59,6 +59,20 @@ def ttft_on_baseline(m: Measurement, baseline_ms: float | None) -> float | None:
     return baseline_ms / (speedup if shown else 1.0)
 
 
+def tokens_per_s_on_baseline(m: Measurement, baseline: float | None) -> float | None:
+    """A generate trial's tokens a second on the common scale: the baseline's, times the
+    trial's own ratio against its interleaved eager where its rounds showed a speedup (else
+    the baseline's); None where either side's figure is missing (never a figure of another
+    process beside the baseline's scale)."""
+    if m.tokens_per_s is None or baseline is None:
+        return None
+    if m.strategy.granularity == "none":
+        return baseline
+    if not m.eager_tokens_per_s:
+        return None
+    return baseline * (m.tokens_per_s / m.eager_tokens_per_s if gain(m) != 1.0 else 1.0)
+
+
 def latency_on_baseline(m: Measurement, baseline_ms: float | None) -> float:
     """A trial's latency on the study's common scale: the eager baseline over its gain.
 
@@ -105,7 +119,7 @@ class Point:
     significant: bool = False
     later_s: dict[str, float] = field(default_factory=dict)  # a later start's cost, by kind
     ttft_ms: float | None = None  # generate: the prefill, on the common scale
-    tokens_per_s: float | None = None  # generate: the whole generation, as measured
+    tokens_per_s: float | None = None  # generate: the whole generation, on the common scale
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
     no_graphs: str = ""  # where a CUDA-graph strategy ran without them: all, or K of N graphs
 
@@ -121,7 +135,8 @@ class Point:
             key, m.strategy.to_dict(), m.compile_s, latency_on_baseline(m, base_ms), memory,
             speedup, trial_number, m.latency.median_ms, key != "none" and gain(m) != 1.0,
             later_s=measured_starts(m),
-            ttft_ms=ttft_on_baseline(m, base_ttft), tokens_per_s=m.tokens_per_s,
+            ttft_ms=ttft_on_baseline(m, base_ttft),
+            tokens_per_s=tokens_per_s_on_baseline(m, baseline.tokens_per_s if baseline else None),
             limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
         )  # fmt: skip
 

@@ -6,114 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotune.choice.verdict import noise_floor
+from autotune.cli.text import seconds, table
+from autotune.cli.traffic_lines import static_line, traffic_lines
 from autotune.errors import shorten
 from autotune.start_kinds import BY_NAME, CACHED, LATER
-from autotune.strategy import shapes
 from autotune.trial.measurement import Measurement
 from autotune.trial.metrics import LOADED
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.1f} s"
-
-
-def time_split(split: dict[str, float]) -> str:
-    """One line of where a search's seconds went (:meth:`autotune.search.plan.Plan.split`),
-    with the whole against the compiles it measured: what the harness adds to them."""
-    parts = ", ".join(f"{k} {v:.0f} s" for k, v in split.items() if k != "total")
-    total, compiles = split["total"], split.get("compile", 0.0)
-    times = f"{total / compiles:.1f}x the compiles measured" if compiles > 0 else "no compile"
-    return f"time: {total:.0f} s in all ({times}): {parts}"
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A left-aligned plain-text table."""
-    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def recordings(t: dict) -> str:
-    """The CUDA graphs a first pass recorded, where it recorded any (a stall each)."""
-    n = sum(t.get("recorded", []))
-    return f", {n} CUDA graphs recorded" if n else ""
-
-
-def bucket_lines(m: Measurement) -> list[str]:
-    """A bucketed strategy's buckets: each one's share of the traffic and its padding; for
-    ``auto``, how its edges were chosen and what they were predicted and measured to cost."""
-    s, t = m.strategy, m.traffic or {}
-    if s.buckets == "none":
-        return []
-    requests = list(m.workload.traffic) if m.workload else []
-    lines = []
-    if auto := t.get("auto"):
-        cost = f"predicted {auto['predicted']['total_s']:.0f} s"
-        if done := auto.get("measured"):
-            cost += f", measured {done['total_s']:.0f} s"
-        lines.append(f"  buckets  auto edges: batch {', '.join(map(str, auto['edges'][0]))}; seq "
-                     f"{', '.join(map(str, auto['edges'][1]))}, chosen by their cost over "
-                     f"{auto['lifetime_s'] / 3600:g} h of serving ({cost}; pow2's "
-                     f"{auto['pow2']['total_s']:.0f} s), from a pilot's compile price "
-                     f"{auto['stall_s']:.2f} s a bucket and latency "
-                     f"{auto['model']['base_ms']:.3f} ms + "
-                     f"{auto['model']['per_token_ms']:.2e} ms a token")  # fmt: skip
-        if auto.get("note"):
-            lines.append(f"           {auto['note']}")
-    for row in shapes.shares(s.buckets, requests, s.edges):
-        b, q = row["bucket"]
-        lines.append(f"  bucket   batch {b} seq {q}: {row['share']:.0%} of the requests, "
-                     f"{row['padding']:.0%} padding")  # fmt: skip
-    return lines
-
-
-def traffic_lines(m: Measurement) -> list[str]:
-    """A traffic's first pass and steady state in a few lines (none at one shape)."""
-    t = m.traffic
-    if not t:
-        return []
-    ready, eager = seconds(t["ready_s"]), seconds(t["eager_ready_s"])
-    warmed = "" if "prewarmed_s" not in t else f", pre-warmed {seconds(t['prewarmed_s'])}"
-    lines = [f"traffic    ready after {ready} (eager {eager}{warmed}); "
-             f"{t['stalls']} of {t['requests']} requests stalled, worst stall "
-             f"{t['worst_stall_ms'] / 1e3:.2f} s; {sum(t['compiles'])} graphs"
-             f"{recordings(t)}"]  # fmt: skip
-    if (buckets := t.get("buckets")) and buckets[0] < buckets[1]:
-        hit, every = buckets
-        lines.append(f"           pre-warmed: all {every} buckets compiled before the first "
-                     f"request; the {every - hit} the traffic did not hit priced at the mean "
-                     f"stall of the {hit} it did")  # fmt: skip
-    if t["ran_eager"]:
-        shown = ", ".join(map(str, t["ran_eager"][:8]))
-        more = "…" if len(t["ran_eager"]) > 8 else ""
-        lines.append(f"           requests {shown}{more} ran eager (a new shape past the "
-                     "recompile limit, or under eager_on_recompile)")  # fmt: skip
-    lines += bucket_lines(m)
-    if "answers" in t:  # a generate traffic
-        answers = t["answers"]
-        lens = t.get("cache_lens") or [t["cache_len"]]
-        caches = (f"one static KV cache of {lens[0]} positions" if len(lens) == 1 else
-                  f"static KV caches of {', '.join(map(str, lens))} positions (eager's "
-                  f"{t['cache_len']})")  # fmt: skip
-        lines.append(f"           answers {min(answers)}..{max(answers)} new tokens; {caches} "
-                     "a batch size; each request's TTFT, time per token and stall in "
-                     "--json")  # fmt: skip
-        lines += [f"  prompt   batch {r['batch_size']} seq {r['seq_len']}"
-                  + (f" cache {r['cache_len']}" if len(lens) > 1 else "")
-                  + f" ({r['weight']:.0%}): "
-                  f"decode {r['compiled_ms']:.3f} ms a token (eager {r['eager_ms']:.3f}), TTFT "
-                  f"{r['ttft_ms']:.3f} ms (eager {r['eager_ttft_ms']:.3f})"
-                  for r in t.get("steady", [])]  # fmt: skip
-        return lines
-    for row in t.get("steady", []):
-        lines.append(f"  shape    batch {row['batch_size']} seq {row['seq_len']} "
-                     f"({row['weight']:.0%}): {row['compiled_ms']:.3f} ms, eager "
-                     f"{row['eager_ms']:.3f} ms")  # fmt: skip
-    return lines
 
 
 def load_note(payloads: list[dict[str, Any]]) -> str:
@@ -174,6 +72,7 @@ def summary(m: Measurement) -> str:
             f"tokens/s   {m.tokens_per_s:.1f} for the whole generation (eager "
             f"{m.eager_tokens_per_s:.1f})"
         )
+        lines += static_line(m)
     elif m.latency and m.eager_latency:
         lat, eag = m.latency, m.eager_latency
         against = (f"eager again {eag.median_ms:.3f} ms -> {noise}" if (noise := noise_floor(m))
@@ -287,6 +186,9 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
         "in the trial's own process;\n(n.s.): the rounds did not show that speedup (sign test), "
         "so it counts as none"
     )
+    if generate:
+        note += (";\nTTFT and tokens/s: the eager baseline's, over each trial's own ratio to its "
+                 "interleaved eager, on the same scale")  # fmt: skip
     if any(p.no_graphs == "all" for p in front):
         note += ";\nNO GRAPHS: Inductor fell back from CUDA graphs, so it ran as plain Inductor"
     if any(p.no_graphs not in ("", "all") for p in front):

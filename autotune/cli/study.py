@@ -141,7 +141,7 @@ def measure_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_studies(args: argparse.Namespace) -> int:
-    from autotune.cli import report
+    from autotune.cli import text
     from autotune.search.overview import overview
     from autotune.storage import Store, mask
 
@@ -154,7 +154,7 @@ def cmd_studies(args: argparse.Namespace) -> int:
     if rows:
         keys = ("study", "model", "measured", "deduced", "budget", "ok", "failed", "runs",
                 "live workers", "last")  # fmt: skip
-        print(report.table(keys, [[r[k] for k in keys] for r in rows]))
+        print(text.table(keys, [[r[k] for k in keys] for r in rows]))
     return 0
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.cli import report
+from autotune.cli import report, text, traffic_lines
 
 if TYPE_CHECKING:
     from autotune.job.tuning import Tuned
@@ -97,7 +97,7 @@ class Finished:
         m = Measurement.from_dict(row.payload) if row is not None else None
         if m is None or not m.traffic or "ready_s" not in m.traffic:
             return []
-        out = report.traffic_lines(m)[:1]
+        out = traffic_lines.traffic_lines(m)[:1]
         if weighted := m.traffic.get("weighted"):
             w = {k: f"{v:.3g}" for k, v in weighted.items()}
             out.append(f"           over the traffic: TTFT {w['ttft_ms']} ms (eager "
@@ -117,7 +117,7 @@ class Finished:
             out.append(f"stopped at the time budget: {stop.key}, {after}; a later run of this "
                        "study with a larger --time-budget measures it")  # fmt: skip
         if self.split:
-            out.append(report.time_split(self.split))
+            out.append(text.time_split(self.split))
         if self.ending:
             out.append(self.ending)
         out += ["\nPareto front (cold compile vs median latency, feasible trials and eager):",

@@ -64,8 +64,8 @@ def hover(t: Trial | None) -> str:
                            if m.start_s(k) is not None)  # fmt: skip
         lines.append(f"later starts: {costs or 'not measured'}")
     if m.ttft and m.tokens_per_s:
-        lines.append(f"TTFT {m.ttft.median_ms:.1f} ms · {m.tokens_per_s:.1f} tokens/s "
-                     "(latency: per decoded token)")  # fmt: skip
+        lines.append(f"TTFT {m.ttft.median_ms:.1f} ms · {m.tokens_per_s:.1f} tokens/s in the "
+                     "trial's own process (latency: per decoded token)")  # fmt: skip
     if noise := noise_floor(m):  # the eager baseline: eager timed against itself
         lines.append(html.escape(noise))
     elif m.speedup:

@@ -115,6 +115,10 @@ class LocalTuning(Tuning):
         tuning.workers = workers
         return tuning
 
+    @property
+    def alone(self) -> bool:
+        return self.workers == 1
+
     def run(self, listener: Listener | None = None, *, max_measure: int | None = None,
             leave: bool = False) -> Outcome:  # fmt: skip
         """:meth:`Tuning.run` here, or (``workers`` > 1) :func:`run_workers`: the baseline

@@ -93,33 +93,67 @@ class Tuning:
         self, *, confirm: bool = True, fmt: str = "accelerate", out: str | None = None,
         listener: Listener | None = None,
     ) -> Tuned:  # fmt: skip
-        """Confirm the pick (within what is left of the time budget) and export it."""
-        path, chosen, notes = confirm_and_export(self.search, confirm=confirm, fmt=fmt, out=out,
-                                     listener=listener)  # fmt: skip
+        """Confirm the pick (within what is left of the time budget) and export it. Where the
+        budget stopped the trials and the confirmation ruled out every candidate with time to
+        spare, the search goes back to its trials, then confirms again (:meth:`back`)."""
+        from autotune.ship import export
+
+        search = self.search
+        if confirm:
+            confirmed = confirm_pick(search, listener)
+            for _ in range(RETURNS):
+                if not self.back(confirmed, listener):
+                    break
+                confirmed = confirm_pick(search, listener, before=confirmed)
+        spec = search.spec
+        path, chosen, notes = export.export(search.store, search.name, spec.policy, fmt, out,
+                                            spec.max_memory_mb)  # fmt: skip
         from autotune.ship.study import StudyView
 
         view = StudyView.of(self.search.store, self.name)
         return Tuned(self.name, self.outcome, chosen, path, notes, view)
 
+    def back(self, confirmed: Confirmation, listener: Listener | None) -> bool:
+        """Whether the search goes back to its trials after ``confirmed``: the time budget
+        stopped them, the confirmation showed none of the strategies it timed faster than
+        eager (no share is kept to confirm them again), and a trial that can decide fits in
+        what is left. Then it runs them (:func:`autotune.search.loop.trials`) and says so."""
+        from autotune.search.loop import Outcome, trials
+        from autotune.search.state import Lines
 
-def confirm_and_export(
-    search: Search, *, confirm: bool = True, fmt: str = "accelerate", out: str | None = None,
-    listener: Listener | None = None,
-) -> tuple[Path, Point, list[str]]:  # fmt: skip
-    """The end of a study's search: confirm the pick (timed again against its nearest rivals
-    and eager; stored), then export it."""
-    from autotune.ship import export
+        was, plan, search = self.outcome, self.search.plan, self.search
+        timed = [k for k in confirmed.latency_ms if k != "none"]
+        if (was is None or was.stopped != "time" or not self.alone or confirmed.status != "ok"
+                or confirmed.pick != "none" or not timed):  # fmt: skip
+            return False
+        plan.ruled_out(len(timed))
+        if not plan.may_start(search.backends, search.traffic):
+            return False
+        listener = listener or Lines()
+        left = plan.left_s() or 0.0
+        listener.note(f"the confirmation showed {len(timed)} candidate(s) no faster than eager "
+                      f"with {left:.0f} s of the budget left: back to the trials")  # fmt: skip
+        now = trials(search, listener)
+        self.outcome = Outcome(now.study, was.measured_here + now.measured_here, now.measured,
+                               now.deduced, was.repeats + now.repeats, now.stopped)  # fmt: skip
+        return True
 
-    if confirm:
-        confirm_pick(search, listener)
-    spec = search.spec
-    return export.export(search.store, search.name, spec.policy, fmt, out, spec.max_memory_mb)
+    @property
+    def alone(self) -> bool:
+        """Whether this process runs the study's trials itself (not ``--workers K``'s)."""
+        return True
 
 
-def confirm_pick(search: Search, listener: Listener | None = None) -> None:
+RETURNS = 3  # the most times a search goes back to its trials after a confirmation
+
+
+def confirm_pick(search: Search, listener: Listener | None = None,
+                 before: Confirmation | None = None) -> Confirmation:  # fmt: skip
     """Time the pick against its nearest rivals and eager; store what the rounds showed; drop
     the compile caches kept for it. ``listener`` hears of it only when a compiled strategy
-    passed (else there is nothing to time, and the confirmation says so)."""
+    passed (else there is nothing to time, and the confirmation says so). A confirmation
+    ``before`` this one (whose candidates it ruled out) stands: what it timed is not timed
+    again, and what it showed is stored with this one's (:func:`after`)."""
     from autotune.choice.confirm import confirm, rests_on, unconfirmed
     from autotune.choice.selection import choose
     from autotune.trial.measurement import Measurement
@@ -127,6 +161,9 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
     spec, plan = search.spec, search.plan
     rows = search.store.measurements(search.name)
     chosen, points, front = choose(rows, spec.policy, spec.objectives, spec.max_memory_mb)
+    first = chosen.key
+    if before is not None:
+        chosen, points, front = ruled_out(before, points, spec.policy, spec.objectives)
     if listener is not None and any(p.key != "none" for p in points):
         listener.now("confirming the pick against its nearest rivals")
     began = time.time()  # its rounds end with the budget, never below its own least
@@ -140,11 +177,47 @@ def confirm_pick(search: Search, listener: Listener | None = None) -> None:
         result = confirm(spec, chosen, points, front, search.keep)
         if spec.workload.traffic and result.latency_ms:
             result = served_as_measured(search, spec, result, points, listener)
-        plan.spent["confirmation"] = time.time() - began
+        plan.spent["confirmation"] = plan.spent.get("confirmation", 0.0) + time.time() - began
         if result.status != "ok" and result.pick == chosen.key != "none":  # stopped, say on what
             result.lines += [line] if (line := rests_on(trial)) else []
+    if before is not None:
+        result = after(before, result, first)
     search.store.add_confirmation(search.name, spec.policy, result.pick, result.to_dict())
     shutil.rmtree(search.keep, ignore_errors=True)
+    return result
+
+
+def ruled_out(before: Confirmation, points: list[Point], policy: str,
+              objectives: tuple[str, ...]) -> tuple[Point, list[Point], list[Point]]:  # fmt: skip
+    """The pick, the points and the front once the strategies a confirmation ``before`` timed
+    and did not show faster are as eager: never its rivals again."""
+    from autotune.choice.selection import pareto, pick
+
+    base = next(p.latency_ms for p in points if p.key == "none")
+    out = set(before.latency_ms) - {"none"}
+    points = [dataclasses.replace(p, latency_ms=base, speedup=min(p.speedup, 1.0),
+                                  significant=False) if p.key in out else p
+              for p in points]  # fmt: skip
+    return pick(points, policy, objectives), points, pareto(points, objectives)
+
+
+def after(before: Confirmation, now: Confirmation, chosen: str) -> Confirmation:
+    """One confirmation of the study's pick ``chosen`` (as its trials choose it) from one
+    ``before`` it and one ``now`` after the search went back to its trials: what both timed,
+    and said, in that order; the pick is now's."""
+    timed = bool(now.latency_ms) or now.status == "unconfirmed"
+    back = (
+        "back to the trials: the search measured more, then confirmed again"
+        if timed
+        else "back to the trials: the search measured more; none of it needs confirming"
+    )
+    return dataclasses.replace(
+        now, chosen=chosen, rounds=before.rounds + now.rounds, wall_s=before.wall_s + now.wall_s,
+        lines=[*before.lines, back, *(now.lines if timed else [])],
+        status=now.status if timed else before.status,
+        latency_ms={**before.latency_ms, **now.latency_ms},
+        speedup={**before.speedup, **now.speedup},
+    )  # fmt: skip
 
 
 def short_to_confirm(plan: Plan, backends: list[str], traffic: bool) -> str:

@@ -39,6 +39,15 @@ def run(
     if search.plan.round_s is not None:
         listener.note(plan_line.line(search.plan, search.target, search.backends,
                                      search.traffic))  # fmt: skip
+    return trials(search, listener, max_measure, leave)
+
+
+def trials(
+    search: Search, listener: Listener, max_measure: int | None = None, leave: bool = False
+) -> Outcome:
+    """The trials of :func:`run`, its baseline measured: steps until the study's budget, time
+    or space runs out (again after a confirmation that ruled its candidates out:
+    :meth:`autotune.job.tuning.Tuning.finish`)."""
     measured = repeats = 0
     stopped = "budget"
     reaped = 0.0

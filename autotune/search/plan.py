@@ -46,10 +46,8 @@ WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against th
 # confirmation's least rounds cost more than this share of the budget, fewer shapes are timed.
 CONFIRM_SHARE = 0.35
 TAIL_S = 5.0  # the export and the answer, after the confirmation
-# Over a traffic, a compiled trial's first pass calls each new shape three times (eager's call,
-# the compiled model's, and the probe that finds whether it ran eager); the baseline's, once.
-# A first pass of 100 s in the baseline took 350 s in a compiled trial (bf16 without native
-# instructions), 6.5 s took 20-24 s at 260 ms a call.
+# Over a traffic, a compiled trial's first pass calls each new shape three times (eager, the
+# compiled model, the probe whether it ran eager); the baseline's once: 100 s took 350 s there.
 FIRST_PASS_CALLS = 3
 
 
@@ -98,8 +96,7 @@ class Plan:
     held: str = ""  # why no trial could start when the search stopped for time
 
     @property
-    def deadline(self) -> float | None:
-        """When the whole search must have ended (``time.time()``), or None without a budget."""
+    def deadline(self) -> float | None:  # when the search must have ended (None: no budget)
         return None if self.budget_s is None else self.started + self.budget_s
 
     def left_s(self) -> float | None:
@@ -207,6 +204,12 @@ class Plan:
             self.candidates += 1
             self.dearest = max(self.dearest, extra)
 
+    def ruled_out(self, count: int) -> None:
+        """``count`` candidates that a confirmation showed no faster than eager: no share of the
+        budget is kept to confirm them again (:meth:`confirmation_s`)."""
+        self.candidates = max(0, self.candidates - count)
+        self.dearest = self.dearest if self.candidates else 0.0
+
     def rung_s(self) -> float:
         """What a trial's cheap rung adds over a traffic: its deciding rounds over a sample of
         :data:`autotune.trial.rungs.SHAPES` steady shapes, before the full rounds (at one
@@ -242,11 +245,13 @@ class Plan:
         return self.fixed_s + rounds * self.round_s * sides / 2 + compiles + TAIL_S
 
     def trials_end(self, backends: list[str], traffic: bool) -> float | None:
-        """When the last trial must have ended for the confirmation to fit (the answer's tail
-        at least, where nothing needs confirming yet)."""
+        """When the last trial must have ended for the confirmation to fit: the answer's tail
+        at least, where nothing needs confirming yet or no confirmation fits what is left (the
+        trials take it then; the pick rests on its trial's rounds)."""
         if self.deadline is None:
             return None
-        return self.deadline - max(TAIL_S, self.confirmation_s(backends, traffic))
+        keep = self.confirmation_s(backends, traffic)
+        return self.deadline - (keep if TAIL_S < keep <= self.deadline - time.time() else TAIL_S)
 
     def promising(self, backends: list[str]) -> str:
         """The backend whose trial may change the pick most cheaply: the quickest to compile of
@@ -311,8 +316,7 @@ class Plan:
                                    least=deciding_rounds(), steady=self.steady)  # fmt: skip
 
     def for_confirmation(self, settings: Settings) -> Settings:
-        """The confirmation's settings: its rounds end by the budget's end, less the tail,
-        but never before its own least rounds."""
+        """The confirmation's settings: its rounds end at the budget's end less the tail."""
         if self.deadline is None:
             return settings
         return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,

@@ -12,7 +12,12 @@ back to ``s`` (``Cache.crop``). The KV cache then holds the pads' keys and value
 ``s..S-1``: each decode step writes its own position before any step attends to it, and the
 causal mask hides the later ones. A cache that cannot be cut is not padded for; a bucket past
 the cache's length is cut to it, so a request longer than any measured still runs (a graph of
-its own).
+its own). A sliding-window layer can be cut only while it has never held more than its window
+(transformers' ``is_croppable``): where a cache says it cannot be cut, a prompt is padded only
+up to its smallest window, and a longer one is not padded (a graph of its own). The masks that
+``generate`` builds for a compileable cache (4-D, or one per attention kind in a dict, as for
+Gemma-2 and Mistral) are padded with the ids: a pad's row repeats the prompt's last, a pad's
+key column is masked for every row.
 """
 
 from __future__ import annotations
@@ -47,6 +52,43 @@ def _max_length(cache: Any) -> int | None:
     return length if isinstance(length, int) and length > 0 else None
 
 
+def _croppable_to(cache: Any) -> int | None:
+    """How far a prompt may be padded and the cache still cut back exactly: None where the
+    cache can always be cut; a sliding window's length where only sliding layers cannot
+    (they can while within it); 0 where another layer cannot."""
+    if getattr(cache, "is_croppable", True) is not False:
+        return None
+    windows = []
+    for layer in getattr(cache, "layers", []):
+        if getattr(layer, "is_croppable", True) is False:
+            if not getattr(layer, "is_sliding", False):
+                return 0
+            windows.append(int(getattr(layer, "max_cache_len", 0) or 0))
+    return min(windows) if windows else 0
+
+
+def _padded_mask(mask: Any, extra: int) -> Any:
+    """An attention mask for the ids with ``extra`` pads: a 2-D mask padded with ones; a 4-D
+    one (``batch, heads, query, key``) with ``extra`` rows that repeat its last and, where its
+    keys are the query's (no static cache's length), ``extra`` key columns masked for every
+    row; a dict of them, each; anything else (None, a block mask) as it is."""
+    import torch
+
+    if isinstance(mask, dict):
+        return {k: _padded_mask(v, extra) for k, v in mask.items()}
+    if not torch.is_tensor(mask):
+        return mask
+    if mask.dim() == 2:
+        return torch.cat([mask, mask.new_ones(mask.shape[0], extra)], 1)
+    if mask.dim() != 4:
+        return mask
+    rows = torch.cat([mask, mask[:, :, -1:].expand(-1, -1, extra, -1)], dim=2)
+    if mask.shape[-1] != mask.shape[-2]:  # keys of a fixed length: the pads' are there
+        return rows
+    off = False if mask.dtype == torch.bool else torch.finfo(mask.dtype).min
+    return torch.cat([rows, rows.new_full((*rows.shape[:3], extra), off)], dim=3)
+
+
 def padding(compiled: Callable[..., Any], model: Any, buckets: str,
             found: tuple[int, ...] | None) -> Callable[..., Any]:  # fmt: skip
     """``compiled`` whose prefill calls pad their prompt to its bucket (see the module's text);
@@ -65,6 +107,8 @@ def padding(compiled: Callable[..., Any], model: Any, buckets: str,
         size = padded(buckets, seq, found)
         if (most := _max_length(cache)) is not None:
             size = min(size, most)
+        if (window := _croppable_to(cache)) is not None:
+            size = min(size, window)
         if size <= seq:
             return compiled(*args, **kwargs)
         extra = size - seq
@@ -74,8 +118,8 @@ def padding(compiled: Callable[..., Any], model: Any, buckets: str,
             if (given := kwargs.get(name)) is not None:
                 more = given[..., -1:] + torch.arange(1, extra + 1, device=given.device)
                 kwargs[name] = torch.cat([given, more.expand(*given.shape[:-1], extra)], dim=-1)
-        if (mask := kwargs.get("attention_mask")) is not None and mask.dim() == 2:
-            kwargs["attention_mask"] = torch.cat([mask, mask.new_ones(mask.shape[0], extra)], 1)
+        if "attention_mask" in kwargs:
+            kwargs["attention_mask"] = _padded_mask(kwargs["attention_mask"], extra)
         keep = kwargs.get("logits_to_keep", 0)
         kwargs["logits_to_keep"] = 0  # every position: the prompt's last is not the last now
         out = compiled(**kwargs)

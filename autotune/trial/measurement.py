@@ -189,6 +189,9 @@ class Measurement:
     tokens_per_s: float | None = None
     eager_tokens_per_s: float | None = None
     tokens: TokenCheck | None = None
+    # generate: eager on a static cache, the compiled side's (tpot_ms, ttft_ms, tokens_per_s;
+    # a traffic's weighted as its figures are): what a static cache alone buys, shown beside
+    eager_static: dict[str, float] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None

@@ -36,7 +36,7 @@ def _call(ctx: TrialContext, model: Any, inputs: tuple, strategy: Strategy) -> C
     if w.kind != "generate":
         step = steps.make_step(compiled, inputs, w.kind)
         return lambda: device.timed(step, ctx.device)
-    cache = new_cache(model, w)
+    cache = new_cache(model, w) if strategy.granularity != "none" else None  # eager's own
     gen = Generation(compiled, cache, inputs[0], w.new_tokens, ctx.device)
 
     def generate() -> float:

@@ -98,7 +98,8 @@ def generate(request: Request) -> Measurement:
 
     import autotune
     from autotune.strategy import Strategy
-    from autotune.trial.scenarios.generate import check_tokens, margin
+    from autotune.trial.scenarios.generate import check_tokens
+    from autotune.trial.scenarios.served import margin
 
     assert request.exported is not None
     ctx = begin(request)

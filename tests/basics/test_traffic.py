@@ -111,6 +111,48 @@ def test_a_traffic_beyond_the_models_positions_is_refused(
     assert "does not apply" in capsys.readouterr().err
 
 
+def test_a_generate_request_past_the_model_s_positions_is_refused_before_any_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpt2 has 1,024 positions: a prompt of 32 and 1,100 new tokens ran 77 s, then failed in
+    the embedding. Now one line, before anything runs, for one request and for a traffic; 992
+    new tokens fit."""
+    db = tmp_path / "s.db"
+    for flags, said in ((["--new-tokens", "1100"], "the request: seq_len 32 and new_tokens "
+                         "1100 make 1132 positions, past gpt2's 1024"),
+                        (["--seq-len", "16,64", "--new-tokens", "1000"], ": seq_len 64 and "
+                         "new_tokens 1000 make 1064 positions")):  # fmt: skip
+        code = main(["search", "--model", "gpt2", "--layers", "1", "--workload", "generate",
+                     *flags, "--storage", f"sqlite:///{db}"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+        assert not db.exists()
+    from autotune.catalog import check
+
+    check(ModelRef("gpt2"), Workload(kind="generate", seq_len=32, new_tokens=992))
+
+
+@pytest.mark.parametrize("row", ['{"seq_len": 8, "new_tokens": 0}', '{"seq_len": 8, '
+                                 '"new_tokens": 1}', '{"seq_len": 8, "new_tokens": 4, '
+                                 '"output_tokens": 4}'])  # fmt: skip
+def test_a_traffic_row_s_answer_follows_one_rule_and_one_spelling(tmp_path: Path,
+                                                                   row: str) -> None:  # fmt: skip
+    """0 new tokens said "at least 1" and 1 said "at least 2"; a row with two spellings of its
+    answer took one silently. Now one rule, said once, and two spellings refused."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"seq_len": 8, "new_tokens": 4}\n' + row + "\n")
+    with pytest.raises(ConfigError) as caught:
+        Workload(kind="generate", traffic=str(path))
+    said = str(caught.value)
+    assert "line 2" in said, said
+    if "output_tokens" in row:
+        assert "both new_tokens and output_tokens" in said and "give one" in said
+    else:
+        assert "expected a whole number of at least 2: the prefill gives the first token" in said
+    path.write_text('{"seq_len": 8, "new_tokens": 4}\n{"seq_len": 8, "new_tokens": 2}\n')
+    assert Workload(kind="generate", traffic=str(path)).answers == (4, 2)
+
+
 def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
     one = Space().for_traffic(())
     assert one.dimensions == Space().dimensions and "buckets" not in one.to_dict()

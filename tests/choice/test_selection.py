@@ -126,3 +126,23 @@ def test_objectives_and_policies_that_make_no_sense_are_refused() -> None:
                 "restarts:nan:5", "restarts:1.5:10", "latency-budget:-1", 5):  # fmt: skip
         with pytest.raises(ConfigError, match="bad policy"):
             parse_policy(bad)
+
+
+def test_tokens_per_s_in_a_front_are_on_the_baseline_s_scale_or_none() -> None:
+    """The issue's table: eager's 129.8 tokens/s beside a trial's own 745.6 (its process ran
+    faster). Now a trial's figure is the baseline's times the trial's ratio to its own eager,
+    where its rounds showed a speedup; the baseline's where they did not; none without its
+    eager's figure."""
+    from autotune.choice.selection import Point
+
+    base = Measurement.from_dict(point(S["none"], 0.0, 10.0))
+    base.tokens_per_s = 129.8
+    shown = Measurement.from_dict(point(S["A"], 1.0, 5.0))  # 2x, every round
+    shown.tokens_per_s, shown.eager_tokens_per_s = 745.6, 570.0
+    assert Point.of(shown, 1, base).tokens_per_s == pytest.approx(129.8 * 745.6 / 570.0)
+    assert Point.of(base, None, base).tokens_per_s == 129.8
+    level = Measurement.from_dict(point(S["A"], 1.0, 10.0))  # no speedup shown
+    level.tokens_per_s, level.eager_tokens_per_s = 745.6, 700.0
+    assert Point.of(level, 1, base).tokens_per_s == 129.8
+    level.eager_tokens_per_s = None
+    assert Point.of(level, 1, base).tokens_per_s is None

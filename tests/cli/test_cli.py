@@ -159,14 +159,14 @@ def test_an_inductor_search_with_options_ends_quietly(in_tmp) -> None:
 
 
 def test_the_time_split_line_says_what_the_harness_adds_to_the_compiles() -> None:
-    from autotune.cli import report
+    from autotune.cli import text
 
     split = {"compile": 60.0, "first pass": 130.0, "steady state": 80.0, "confirmation": 150.0,
              "reference": 50.0, "rest": 10.0, "total": 480.0}  # fmt: skip
-    line = report.time_split(split)
+    line = text.time_split(split)
     assert line.startswith("time: 480 s in all (8.0x the compiles measured): compile 60 s, ")
     assert "confirmation 150 s" in line and "rest 10 s" in line and "total" not in line
-    assert "(no compile)" in report.time_split({**split, "compile": 0.0})
+    assert "(no compile)" in text.time_split({**split, "compile": 0.0})
 
 
 def test_the_confirmation_is_announced_only_when_a_compiled_strategy_passed(

@@ -222,3 +222,21 @@ def test_a_short_budget_measures_inductor_first_and_picks_it(tmp_path: Path) -> 
     assert answer["chosen"].startswith("full/inductor/"), (answer["chosen"], done.stderr)
     assert answer["ending"].startswith("budget: "), answer["ending"]
     assert wall <= 1.1 * 75 + 5, wall  # +5: python's start and torch's import
+
+
+def test_a_confirmation_that_cannot_fit_what_is_left_leaves_it_to_the_trials() -> None:
+    """A candidate's confirmation is kept its share only while that share fits what is left:
+    past it no confirmation will run, so the trials take the time (before, the search stopped
+    with a fifth of its budget unspent and the pick unconfirmed all the same)."""
+    from autotune.search.plan import TAIL_S
+
+    plan = avx2_main_job(520.0, spent_s=300.0)
+    plan.candidates, plan.dearest = 1, 23.0
+    keep = plan.confirmation_s(BACKENDS, traffic=True)
+    left = plan.left_s()
+    assert left is not None and keep > left and plan.deadline is not None, (keep, left)
+    assert plan.trials_end(BACKENDS, traffic=True) == pytest.approx(plan.deadline - TAIL_S)
+    roomy = avx2_main_job(3600.0, spent_s=300.0)
+    roomy.candidates, roomy.dearest = 1, 23.0
+    end, keep = roomy.trials_end(BACKENDS, True), roomy.confirmation_s(BACKENDS, True)
+    assert roomy.deadline is not None and end == pytest.approx(roomy.deadline - keep)

@@ -45,3 +45,45 @@ def test_a_padded_prefill_compiles_one_graph_a_bucket_and_answers_eager_s_tokens
     # buckets 16, 16, 32, 64, 32
     graphs = generated_graphs(gen, model, [(9, 6), (12, 8), (20, 4), (40, 20), (30, 6)])
     assert graphs == [2, 0, 1, 1, 0], graphs  # the first with the decode graph
+
+
+@pytest.mark.parametrize("kind", ["tiny_gemma2", "tiny_mistral"])
+def test_a_sliding_window_model_s_padded_prefill_answers_eager_s_tokens(kind: str) -> None:
+    """Gemma-2 (a dict of masks, one per attention kind) and Mistral (a 4-D mask) through
+    ``generate``: prompts within the window of 8 and past it. Before, Gemma-2's dict raised
+    AttributeError, Mistral's mask did not fit the padded ids, and a prompt padded past the
+    window evicted its own keys from the sliding layers."""
+    torch._dynamo.reset()
+    model, _ = getattr(models, kind)()
+    gen = autotune.apply_generation(model, Strategy.create("full", "aot_eager", buckets="pow2"))
+    gen.generation_config.max_cache_len = 64
+    graphs = generated_graphs(gen, model, [(5, 4), (10, 4), (20, 4), (7, 4)])
+    assert graphs[0] >= 1, graphs
+
+
+def test_a_cache_that_cannot_be_cut_is_padded_only_within_its_window() -> None:
+    """A sliding layer can be cut back only while it never held more than its window: a
+    prompt of 5 is padded to 8 (the window), one of 10 not at all (its bucket, 16, is past
+    the window); with the Llama's cache, which can always be cut, to its bucket."""
+    from transformers import StaticCache
+
+    prefill = importlib.import_module("autotune.strategy.prefill")
+    for kind, expected in (("tiny_gemma2", [8, 10]), ("tiny_llama", [8, 16])):
+        model, _ = getattr(models, kind)()
+        seen: list[int] = []
+
+        def forward(seen: list[int] = seen, model: torch.nn.Module = model,
+                    **kwargs: object) -> object:  # fmt: skip
+            ids = kwargs["input_ids"]
+            seen.append(ids.shape[1])  # type: ignore[attr-defined]
+            return model(**kwargs)
+
+        call = prefill.padding(forward, model, "pow2", None)
+        for seq in (5, 10):
+            cache = StaticCache(config=model.config, max_cache_len=64)
+            ids = models.tiny_llama.make_inputs(1, seq)[0]
+            with torch.no_grad():
+                out = call(input_ids=ids, cache_position=torch.arange(seq), cache=cache,
+                           use_cache=True, logits_to_keep=1)  # fmt: skip
+            assert out.logits.shape[1] == 1 and cache.get_seq_length() == seq
+        assert seen == expected, (kind, seen)

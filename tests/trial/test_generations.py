@@ -49,7 +49,9 @@ def test_bad_answers_are_refused_in_one_line(tmp_path: Path) -> None:
         Workload(kind="generate", traffic=str(gap))
     one = tmp_path / "one.csv"
     one.write_text("prompt_tokens,output_tokens\n8,4\n9,1\n")
-    with pytest.raises(ConfigError, match="request 2: new_tokens must be at least 2"):
+    with pytest.raises(
+        ConfigError, match="line 3: output_tokens = 1, expected a whole number of at least 2"
+    ):
         Workload(kind="generate", traffic=str(one))
     with pytest.raises(ConfigError, match="--new-tokens is the generate workload's"):
         Workload(seq_len="8..16", new_tokens="4..8")

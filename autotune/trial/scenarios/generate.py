@@ -1,20 +1,25 @@
-"""The generate workload: a prefill, then greedy decode steps against a static KV cache, each
-step timed.
+"""The generate workload: whole generations through ``model.generate``, as a user's loop calls
+it (:mod:`.served`), each token timed as it arrives.
 
-A generation of N new tokens is what ``model.generate(max_new_tokens=N)`` runs greedily: one
-prefill forward of ``batch x seq_len`` tokens gives the first token, then N - 1 decode steps,
-each one forward of ``batch x 1`` with its ``cache_position``, give the rest. The cache is a
-``transformers.StaticCache`` of ``seq_len + N`` positions, allocated once: the compiled
-generation's cache is allocated before any compiled call sees it, so its tensors keep fixed
-addresses (marked static, as CUDA graphs need), and reset in place between generations. The
-forward called is the model's ``__call__``, as ``generate`` calls it, compiled at the trial's
-granularity by :func:`autotune.strategy.granularity.generator`, which
-:func:`autotune.apply_generation` uses too.
+A generation of N new tokens is ``model.generate(max_new_tokens=N)``, greedy: one prefill of
+``batch x seq_len`` tokens gives the first token, then N - 1 decode steps give the rest. Three
+sides, interleaved in every round:
 
-Per trial: cold compile until the first decode step has run; TTFT (prefill) and per-token decode
-latency over interleaved rounds with eager; tokens/s; every round's tokens against eager's; the
-first decode step's logits against eager's under the dtype's tolerance; recompiles, and a
-recompile limit hit in words.
+- **eager**, as a plain user runs it: the model's own ``generate`` with the cache it makes
+  itself (transformers' default). Every speedup, TTFT and tokens/s is against this side;
+- **compiled**: the strategy's generator (:func:`autotune.strategy.granularity.generator`,
+  which :func:`autotune.apply_generation` serves) on a ``transformers.StaticCache`` of
+  ``seq_len + N`` positions, allocated before any compiled call sees it (its tensors keep
+  fixed addresses, marked static, as CUDA graphs need) and reset in place between generations;
+- **static**: eager on such a cache, so that what a static cache alone buys is shown beside
+  the strategy's speedup (``eager_static``), never credited to it.
+
+Per trial: cold compile until the first decode step has run; TTFT and per-token time over the
+interleaved rounds; tokens/s; every round's tokens against eager's; the first two tokens'
+logits against eager's under the dtype's tolerance; recompiles, and a recompile limit hit in
+words. :class:`Generation` also steps a forward by hand (:meth:`Generation.prefill`,
+:meth:`Generation.decode`: the recompile probe's and the reference's calls, and a forward that
+has no ``generate`` of its own).
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ from __future__ import annotations
 import inspect
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune import catalog, device
@@ -32,7 +36,9 @@ from autotune.strategy.kv_cache import cache_keyword
 from autotune.trial import accuracy
 from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
+from autotune.trial.scenarios import served
 from autotune.trial.scenarios.base import Scenario
+from autotune.trial.scenarios.served import Run, margin
 from autotune.workload import Workload
 
 if TYPE_CHECKING:
@@ -66,25 +72,10 @@ def _per_layer(values: list[int]) -> int | list[int]:
     return values[0] if len(set(values)) == 1 else values
 
 
-@dataclass
-class Run:
-    """One generation: its tokens ``(batch, N)``, per-forward seconds, the prefill's and the
-    first decode step's logits, and (when asked) the top-two logit margin of each token."""
-
-    tokens: Any
-    prefill_s: float
-    steps_s: list[float] = field(default_factory=list)
-    first_logits: Any = None
-    prefill_logits: Any = None
-    margins: list[float] = field(default_factory=list)  # per token: min over the batch
-
-    @property
-    def total_s(self) -> float:
-        return self.prefill_s + sum(self.steps_s)
-
-
 class Generation:
-    """Greedy generation with one model forward and one static cache, a step at a time."""
+    """Greedy generation of ``new_tokens`` from ``prompt``: through ``forward.generate`` where
+    the forward is a model that generates (:func:`.served.generates`), on ``cache`` (None: the
+    one ``generate`` makes); else a step at a time, the forward called by hand."""
 
     def __init__(self, forward: Callable[..., Any], cache: Any, prompt: torch.Tensor,
                  new_tokens: int, device: str) -> None:  # fmt: skip
@@ -113,7 +104,7 @@ class Generation:
         self.token = self.logits.argmax(-1, keepdim=True)
 
     def prefill(self) -> None:
-        """Reset the cache in place and run the prompt: the first token."""
+        """Reset the cache in place and run the prompt: the first token (by hand)."""
         self.cache.reset()
         self.position.fill_(self.prompt.shape[1])
         self._call(self.prompt, self.prefill_positions)
@@ -128,8 +119,12 @@ class Generation:
         wall clock after a synchronize; else one event pair per forward and one synchronize
         at the end, as gpt-fast does, so the CPU's launches overlap the device's work. With
         ``margins``, the gap between the top two logits behind each token (where a near tie
-        could flip it)."""
+        could flip it). Through ``generate`` where the forward generates (:mod:`.served`)."""
         import torch
+
+        if served.generates(self.forward):
+            return served.run(self.forward, self.prompt, self.new_tokens, self.device,
+                              self.cache, self.cache_keyword, logits=first or margins)  # fmt: skip
 
         timer = device.StepTimer(self.device)
 
@@ -155,11 +150,6 @@ class Generation:
         seconds = timer.elapsed()
         result.prefill_s, result.steps_s = seconds[0], seconds[1:]
         return result
-
-
-def margin(logits: Any) -> float:
-    top = logits.float().topk(2, dim=-1).values
-    return float((top[..., 0] - top[..., 1]).min())
 
 
 def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "",
@@ -197,10 +187,12 @@ class Generate(Scenario):
     def first(self) -> None:
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
         where, n = ctx.device, w.new_tokens
-        self.eager = Generation(self.model, new_cache(self.model, w), self.prompt, n, where)
+        self.eager = Generation(self.model, None, self.prompt, n, where)  # the default cache
         self.expected = self.eager.run(first=True, margins=True)
         m.eager_first_s = self.expected.prefill_s + self.expected.steps_s[0]
-        cache = new_cache(self.model, w, like=self.eager.cache)  # fixed addresses first
+        self.static = Generation(self.model, new_cache(self.model, w), self.prompt, n, where)
+        self.static.run()
+        cache = new_cache(self.model, w, like=self.static.cache)  # fixed addresses first
         graphs = device.marks_steps(where, ctx.strategy.uses_cuda_graphs())
         self.gen = Generation(self.compiled, cache, self.prompt, n, where)
         ctx.memory.reset()
@@ -243,7 +235,8 @@ class Generate(Scenario):
                             self.tie())  # fmt: skip
 
     def calls(self) -> dict[str, Callable[[], Any]]:
-        return {"eager": lambda: self.eager.run(), "compiled": lambda: self.gen.run()}
+        return {"eager": lambda: self.eager.run(), "compiled": lambda: self.gen.run(),
+                "static": lambda: self.static.run()}  # fmt: skip
 
     def timer(self, call: Callable[[], Any]) -> Any:
         return call()  # a generation times each of its own forwards
@@ -276,6 +269,9 @@ class Generate(Scenario):
         m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])
         m.latency, m.ttft, m.tokens_per_s = stats(samples["compiled"])
         m.speedup = m.eager_latency.median_ms / m.latency.median_ms
+        static = stats(samples["static"])
+        m.eager_static = {"tpot_ms": static[0].median_ms, "ttft_ms": static[1].median_ms,
+                          "tokens_per_s": static[2]}  # fmt: skip
 
     def probes(self) -> dict[str, Callable[[], Any]]:
         return {"prefill": self.gen.prefill, "decode": self.gen.decode}

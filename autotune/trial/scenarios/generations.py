@@ -8,7 +8,10 @@ them, in the trial's fresh cold process.
    (:mod:`autotune.strategy.kv_cache`), each allocated before any compiled call sees it and
    reset in place between generations; so the decode graph is one per cache, and a new prompt
    length is a prefill's compile or recompile (none where the prefill is eager). Eager's side
-   always runs the single cache: what the strategy is compared with is eager as served.
+   runs ``generate`` with the cache it makes itself, as a plain user does: what the strategy is
+   compared with is eager as served. In the steady rounds eager on the single static cache runs
+   beside them (``eager_static``): what a static cache alone buys. Every generation is one
+   ``generate`` call (:mod:`.served`).
 2. **First pass**, in arrival order: each distinct (batch, prompt length, cache length)'s first
    arrival is generated in full with its own answer length, eager then compiled. Its **stall**
    is the compiled generation's time over eager's where it compiled a graph (Dynamo's
@@ -38,10 +41,12 @@ from autotune.strategy import granularity, kv_cache
 from autotune.trial import cudagraph_logs, metrics, timing
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios.base import Scenario
-from autotune.trial.scenarios.generate import Generate, Generation, Run, check_tokens, new_cache
+from autotune.trial.scenarios.generate import Generate, Generation, check_tokens, new_cache
+from autotune.trial.scenarios.served import Run
 
 Key = tuple[int, int, int]  # a request's batch, prompt length and (compiled side's) cache length
 REPEAT_STEPS = 4  # decode steps of a repeat's and a steady round's generation
+SIDES = ("eager", "compiled", "static")  # the steady rounds' (see the module's text)
 
 
 class Generations(Generate):
@@ -58,25 +63,38 @@ class Generations(Generate):
         lengths = kv_cache.lengths(ctx.strategy.kv_cache, totals)
         pairs = zip(w.traffic, lengths, strict=True)
         self.keys: tuple[Key, ...] = tuple((b, s, n) for (b, s), n in pairs)
-        self.caches: dict[str, dict[tuple[int, int], Any]] = {"eager": {}, "compiled": {}}
+        self.caches: dict[str, dict[tuple[int, int], Any]] = {"static": {}, "compiled": {}}
         self.weights: dict[Key, float] = {}
         self.tokens_weights: dict[Key, float] = {}
-        self.steady: dict[str, dict[Key, Generation]] = {"eager": {}, "compiled": {}}
+        self.steady: dict[str, dict[Key, Generation]] = {s: {} for s in SIDES}
 
     def cache(self, side: str, batch: int, length: int) -> Any:
-        """The side's static cache for ``batch`` and ``length`` (eager's: the single one), the
-        compiled side's allocated like eager's (which has run), so that its tensors have fixed
-        addresses before a compiled call."""
+        """The side's static cache for ``batch`` and ``length`` (eager's: none, ``generate``
+        makes its own; eager static's: the single one), the compiled side's allocated like a
+        static one that has run where there is one (else just before its first compiled
+        call), so that its tensors have fixed addresses before a compiled call."""
+        if side == "eager":
+            return None
         w, found = self.ctx.workload, self.caches[side]
         size = (batch, length if side == "compiled" else w.cache_len)
         if size not in found:
-            like = next((c for (b, _), c in self.caches["eager"].items() if b == batch),
-                        None) if side == "compiled" else None  # fmt: skip
+            like = (
+                next(
+                    (
+                        c
+                        for (b, _), c in self.caches["static"].items()
+                        if b == batch and c.is_initialized
+                    ),
+                    None,
+                )
+                if side == "compiled"
+                else None
+            )
             found[size] = new_cache(self.model, w.at((batch, w.seq_len)), like, size[1])
         return found[size]
 
     def generation(self, side: str, key: Key, new_tokens: int) -> Generation:
-        forward = self.model if side == "eager" else self.compiled
+        forward = self.compiled if side == "compiled" else self.model
         return Generation(forward, self.cache(side, key[0], key[2]), self.prompts[key[:2]],
                           new_tokens, self.ctx.device)  # fmt: skip
 
@@ -187,7 +205,7 @@ class Generations(Generate):
         def side(name: str) -> Callable[[], Any]:
             return lambda: {s: g.run() for s, g in self.steady[name].items()}
 
-        return {"eager": side("eager"), "compiled": side("compiled")}
+        return {name: side(name) for name in SIDES}
 
     def seconds(self, sample: Any) -> float:
         """A round's per-token decode latency, weighted by the traffic's output tokens."""
@@ -211,9 +229,13 @@ class Generations(Generate):
             m.accuracy.detail = "; ".join(filter(None, (self.tokens.detail, m.accuracy.detail)))
         m.tokens = self.tokens
         batch = sum(self.weights[s] * s[0] for s in self.weights)
-        for prefix, side in (("eager_", "eager"), ("", "compiled")):
+        for prefix, side in (("eager_", "eager"), ("", "compiled"), ("static_", "static")):
             decode = Latency.from_samples([self.seconds(s) for s in samples[side]])
             ttft = Latency.from_samples([self.ttft_s(s) for s in samples[side]])
+            if side == "static":  # beside the figures, never in them
+                m.eager_static = {"tpot_ms": decode.median_ms, "ttft_ms": ttft.median_ms,
+                                  "tokens_per_s": batch * 1e3 / decode.median_ms}  # fmt: skip
+                continue
             setattr(m, f"{prefix}latency", decode)
             setattr(m, f"{prefix}ttft", ttft)
             setattr(m, f"{prefix}tokens_per_s", batch * 1e3 / decode.median_ms)

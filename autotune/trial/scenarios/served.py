@@ -1,0 +1,107 @@
+"""A generation timed as a user's serving loop times it: one ``model.generate`` call, greedy, of
+the request's answer length, on the cache it is handed (reset first, outside the clock) or the
+one ``generate`` makes itself (transformers' default: what a plain eager user runs), with the
+attention mask a tokenizer gives a prompt and the cache on (the catalog builds its models with
+it off, for inference); every token stamped as ``generate`` hands it to a
+streamer, as a reader of ``TextIteratorStreamer`` sees it arrive.
+
+TTFT runs from the call to the first token: ``generate``'s own set-up, the prefill, the first
+token's choice. Each later token's time is the gap since the one before: a decode step with
+``generate``'s per-step work (its inputs and masks, logits processors, stopping criteria),
+which compiling does not remove. The logits behind each token come back where asked, for the
+accuracy gate and the near-tie margins. A streamer copies each token to the host: on a GPU,
+one synchronisation a token, on both sides alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune import device
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class Run:
+    """One generation: its tokens ``(batch, N)``, per-forward seconds, the prefill's and the
+    first decode step's logits, and (when asked) the top-two logit margin of each token."""
+
+    tokens: Any
+    prefill_s: float
+    steps_s: list[float] = field(default_factory=list)
+    first_logits: Any = None
+    prefill_logits: Any = None
+    margins: list[float] = field(default_factory=list)  # per token: min over the batch
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + sum(self.steps_s)
+
+
+def margin(logits: Any) -> float:
+    top = logits.float().topk(2, dim=-1).values
+    return float((top[..., 0] - top[..., 1]).min())
+
+
+def generates(model: Any) -> bool:
+    """Whether ``model`` is a transformers model whose own ``generate`` runs it (a compiled
+    generator of :func:`autotune.strategy.granularity.generator` is; a bare forward, or
+    ``torch.compile``'s wrapper, whose ``generate`` would run the uncompiled model, is not)."""
+    from transformers import GenerationMixin
+
+    return isinstance(model, GenerationMixin) and callable(getattr(model, "generate", None))
+
+
+def stamper() -> Any:
+    """A streamer that stamps each ``put`` (the prompt, then each new token) on the host clock."""
+    from transformers.generation import BaseStreamer
+
+    class Stamps(BaseStreamer):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def put(self, value: Any) -> None:
+            self.times.append(time.perf_counter())
+
+        def end(self) -> None:
+            pass
+
+    return Stamps()
+
+
+def run(model: Any, prompt: torch.Tensor, new_tokens: int, where: str, cache: Any = None,
+        keyword: str = "cache", logits: bool = False) -> Run:  # fmt: skip
+    """One ``generate`` of ``new_tokens`` tokens (see the module's text): its tokens, TTFT and
+    each later token's seconds; with ``logits``, the first token's and the second's logits
+    and every token's top-two margin."""
+    import torch
+
+    stamps = stamper()
+    kwargs: dict[str, Any] = {
+        "attention_mask": torch.ones_like(prompt), "max_new_tokens": new_tokens,
+        "min_new_tokens": new_tokens, "do_sample": False, "disable_compile": True,
+        "use_cache": True, "streamer": stamps,
+    }  # fmt: skip
+    if cache is not None:
+        cache.reset()
+        kwargs[keyword] = cache
+    if logits:
+        kwargs.update(output_logits=True, return_dict_in_generate=True)
+    device.synchronize(where)
+    began = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(prompt, **kwargs)
+    ids = out.sequences if logits else out
+    times = stamps.times[1:]  # the first put is the prompt's
+    result = Run(ids[:, prompt.shape[1] :], times[0] - began,
+                 [b - a for a, b in itertools.pairwise(times)])  # fmt: skip
+    if logits:
+        result.prefill_logits = out.logits[0].float().clone()
+        result.first_logits = out.logits[1].float().clone() if len(out.logits) > 1 else None
+        result.margins = [margin(x) for x in out.logits]
+    return result
