@@ -4,7 +4,10 @@ For each compiled strategy the rounds confirmed, a fresh process serves the traf
 strategy's export in a plain loop (:mod:`autotune.trial.server_loop`: ``autotune.apply``, every
 request once in arrival order, Dynamo's counters), and what it counted is compared with what
 the strategy's trial recorded, request by request: the graphs each compiled, the requests served
-eager, and each request's outputs against eager's under the gate. Where all agree, the summary
+eager, and each request's outputs against eager's under the gate; over a generate traffic, the
+times too: each warm request's TTFT and time per token against eager's in the loop's own
+process, beside the same request's in the trial against the trial's eager (:func:`times`), within
+the noise of the trial's rounds (:func:`noise`). Where all agree, the summary
 says ``served as measured:`` with the counts. Where one differs, the strategy is not confirmed
 (its latency counts as eager's, as for one the rounds did not show) and the summary names the
 difference; the policy then picks again among the strategies the rounds timed. A loop that
@@ -13,6 +16,7 @@ does not fit what is left of the budget is not run, and its strategy is not conf
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +27,14 @@ from autotune.errors import shorten
 from autotune.trial.measurement import Measurement
 
 SHOWN = 3  # differences named per strategy; the rest counted
+# The least tolerance of a served time against its trial's, as ratios to eager's in each one's
+# own process: two processes' ratios agreed within 3 % (bench/served_loop.py), a loop's warm
+# request is one generation, and the old trial's loop read 0.5x what `generate` takes.
+# A warm request's TTFT in the trial's first pass is the first call at its prompt length on both
+# sides, eager's too (in the loop, eager's is warm): two runs read 0.99x and 1.17x on one model.
+TIME_FLOOR = {"tpot_ms": 0.25, "ttft_ms": 0.4}
+TIMED = (("tpot_ms", "a token"), ("ttft_ms", "to the first token"))
+LEAST_WARM = 3  # warm requests, at least, whose median times are compared
 
 
 def _requests(numbers: list[int]) -> str:
@@ -51,7 +63,58 @@ def differences(trial: dict[str, Any], loop: dict[str, Any]) -> list[str]:
     return found
 
 
-def agreed(key: str, loop: dict[str, Any], wall_s: float) -> str:
+def noise(trial: Measurement, key: str = "tpot_ms") -> float:
+    """How far a served time (``key``) may stray from its trial's: the wider relative spread
+    (interquartile range over the median) of the trial's timed rounds of it, eager's or its
+    own, at least its :data:`TIME_FLOOR`."""
+    sides = (trial.latency, trial.eager_latency) if key == "tpot_ms" else (
+        trial.ttft, trial.eager_ttft)  # fmt: skip
+    spreads = [lat.iqr_ms / lat.median_ms for lat in sides if lat and lat.median_ms > 0]
+    return max(TIME_FLOOR[key], *spreads)
+
+
+def ratios(trial: dict[str, Any], loop: dict[str, Any]) -> dict[str, tuple[float, float, int]]:
+    """Per time (``tpot_ms``, ``ttft_ms``): the median over the warm requests (compiled and
+    recorded nothing, on either side, and ran compiled on both) of the request's time over
+    eager's at its shape, in the loop and in the trial, and how many; none where either side
+    did not time them, or fewer than :data:`LEAST_WARM` requests were warm."""
+    if "tpot_ms" not in loop or "eager_tpot_ms" not in trial:
+        return {}
+    skip = set(trial.get("ran_eager") or []) | set(loop.get("ran_eager") or [])
+    none = [0] * len(loop["compiles"])
+    sides = (loop["compiles"], trial.get("compiles") or none, trial.get("recorded") or none)
+    cold = [any(x) for x in zip(*sides, strict=False)]
+    warm = [i for i, c in enumerate(cold) if not c and i + 1 not in skip]
+    if len(warm) < LEAST_WARM:
+        return {}
+    found = {}
+    for key, _ in TIMED:
+        base = f"eager_{key}"
+        pairs = [(loop[key][i] / loop[base][i], trial[key][i] / trial[base][i])
+                 for i in warm if loop[base][i] > 0 and trial[base][i] > 0]  # fmt: skip
+        if pairs:
+            found[key] = (statistics.median(a for a, _ in pairs),
+                          statistics.median(b for _, b in pairs), len(pairs))  # fmt: skip
+    return found
+
+
+def times(trial: Measurement, loop: dict[str, Any]) -> list[str]:
+    """Where a generate loop's warm requests' times, as ratios to eager's (:func:`ratios`),
+    differ from the trial's by more than its noise (:func:`noise`), in words."""
+    found = []
+    for key, what in TIMED:
+        if key in (got := ratios(trial.traffic or {}, loop)):
+            served, measured, n = got[key]
+            tolerance = noise(trial, key)
+            if abs(served / measured - 1) > tolerance:
+                found.append(f"its {n} warm requests took {served:.2f}x eager's time {what} in "
+                             f"the loop, {measured:.2f}x in the trial (beyond the trial's noise, "
+                             f"±{tolerance:.0%})")  # fmt: skip
+    return found
+
+
+def agreed(key: str, loop: dict[str, Any], wall_s: float,
+           trial: dict[str, Any] | None = None) -> str:  # fmt: skip
     """The line of a strategy whose loop agreed with its trial."""
     compiles = loop["compiles"]
     at = [n for n, c in enumerate(compiles, 1) if c]
@@ -60,11 +123,13 @@ def agreed(key: str, loop: dict[str, Any], wall_s: float) -> str:
     generated = loop.get("through") == "autotune.apply_generation"
     outputs = "request's tokens" if generated else "output"
     graphs = "1 graph" if sum(compiles) == 1 else f"{sum(compiles)} graphs"
+    got = ratios(trial or {}, loop).get("tpot_ms")
+    timing = (f", its {got[2]} warm requests at {got[0]:.2f}x eager's time a token (the trial: "
+              f"{got[1]:.2f}x)") if got else ""  # fmt: skip
     return (f"served as measured: {key}: {graphs} compiled{where}, "
-            f"{len(eager)} of {len(compiles)} requests served eager, every {outputs} as eager's "
-            f"(a plain loop through {loop.get('through', 'autotune.apply')} in a fresh process, "
-            "counted by Dynamo, "
-            f"{wall_s:.1f} s)")  # fmt: skip
+            f"{len(eager)} of {len(compiles)} requests served eager, every {outputs} as eager's"
+            f"{timing} (a plain loop through {loop.get('through', 'autotune.apply')} in a fresh "
+            f"process, counted by Dynamo, {wall_s:.1f} s)")  # fmt: skip
 
 
 def loop_s(trial: Measurement) -> float:
@@ -75,7 +140,8 @@ def loop_s(trial: Measurement) -> float:
     played = set(found.get("played") or [])
     repeats = sum(ms for n, ms in enumerate(found.get("first_ms") or [], 1) if n not in played)
     rounds = t.get("warmup_s", 0.0) + t.get("timing_s", 0.0)
-    return max(0.0, (trial.wall_s or 0.0) - rounds) + repeats / 1e3
+    eager = sum(found.get("eager_first_ms") or []) if "tpot_ms" in found else 0.0  # beside each
+    return max(0.0, (trial.wall_s or 0.0) - rounds) + (repeats + eager) / 1e3
 
 
 def prove(
@@ -108,9 +174,9 @@ def prove(
             shown.lines.append(f"not served as measured: {key}: the plain loop {m.status}: "
                                f"{shorten(m.reason, 200)}; not confirmed")  # fmt: skip
             continue
-        found = differences(trial.traffic or {}, m.traffic)
+        found = differences(trial.traffic or {}, m.traffic) + times(trial, m.traffic)
         if not found:
-            shown.lines.append(agreed(key, m.traffic, wall))
+            shown.lines.append(agreed(key, m.traffic, wall, trial.traffic))
             continue
         failed.append(key)
         more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""

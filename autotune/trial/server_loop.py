@@ -16,7 +16,11 @@ figures are counted as it is served:
   where it covers the shape), and their shapes, so that a padded row is never served.
 
 A generate traffic's loop (:func:`generate`) is the one a user writes with
-:func:`autotune.apply_generation`: one ``generate`` a request, its greedy tokens against eager's.
+:func:`autotune.apply_generation`: one ``generate`` a request, its greedy tokens against eager's,
+each request's TTFT and time per token as its tokens arrive (:mod:`.scenarios.served`), and
+eager's own ``generate`` (its default cache) of the same request right after it, in the same
+process: a ratio that a load on the machine, or a slower process, moves on both sides alike.
+Eager's calls run the model's own forward: Dynamo's counters of the served one do not move.
 """
 
 from __future__ import annotations
@@ -88,18 +92,19 @@ def serve(request: Request) -> Measurement:
 
 
 def generate(request: Request) -> Measurement:
-    """A generate traffic's plain loop: eager's greedy tokens of each prompt first (``generate``
-    on :func:`autotune.apply_generation` of eager, its static cache as long as the export's),
-    then each request one ``generate(ids, max_new_tokens=n)`` on
-    ``autotune.apply_generation(model, exported)``, in arrival order; per request the graphs
-    it compiled, whether it hit the recompile limit (its calls then ran eager) and whether its
-    tokens are eager's."""
+    """A generate traffic's plain loop: eager's greedy tokens of each prompt first (the model's
+    own ``generate``, its default cache); then each request one ``generate(ids,
+    max_new_tokens=n)`` on ``autotune.apply_generation(model, exported)``, in arrival order;
+    per request the graphs it compiled, whether it hit the recompile limit (its calls then ran
+    eager), whether its tokens are eager's, its TTFT and time per token, and eager's (one
+    ``generate`` of the same request after it)."""
+    import statistics
+
     import torch
 
     import autotune
-    from autotune.strategy import Strategy
+    from autotune.trial.scenarios import served as timed
     from autotune.trial.scenarios.generate import check_tokens
-    from autotune.trial.scenarios.served import margin
 
     assert request.exported is not None
     ctx = begin(request)
@@ -109,33 +114,33 @@ def generate(request: Request) -> Measurement:
     prompts = {s: catalog.inputs_at(ctx.ref, model, w, s)[0] for s in dict.fromkeys(w.traffic)}
     longest = {s: max(n for r, n in zip(w.traffic, w.answers, strict=True) if r == s)
                for s in prompts}  # fmt: skip
-    eager = autotune.apply_generation(model, Strategy("none"))
-    eager.generation_config.max_cache_len = w.cache_len
     expected = {}
-    with torch.no_grad():  # eager's tokens first: no eager call between the served ones
-        for s, ids in prompts.items():
-            out = eager.generate(ids, max_new_tokens=longest[s], min_new_tokens=longest[s],
-                                 do_sample=False, output_logits=True,
-                                 return_dict_in_generate=True)  # fmt: skip
-            expected[s] = (out.sequences[:, s[1] :], [margin(x) for x in out.logits])
+    for s, ids in prompts.items():  # eager's tokens first
+        run = timed.run(model, ids, longest[s], w.device, logits=True)
+        expected[s] = (run.tokens, run.margins)
     strategy = ctx.strategy
     allowed = [strategy.backend] if usercode.is_code(strategy.backend) else None
     served = autotune.apply_generation(model, request.exported, backends=allowed)
     ctx.phase("serving the traffic in a plain generate loop")
     found: dict[str, Any] = {"compiles": [], "ran_eager": [], "limited": [], "wrong": []}
+    for name in ("ttft_ms", "tpot_ms", "eager_ttft_ms", "eager_tpot_ms"):
+        found[name] = []
     began = time.perf_counter()
     for n, (shape, answer) in enumerate(zip(w.traffic, w.answers, strict=True), 1):
         before = metrics.compile_counts()
         with torch.no_grad():
-            out = served.generate(prompts[shape], max_new_tokens=answer, min_new_tokens=answer,
-                                  do_sample=False)  # fmt: skip
+            run = timed.run(served, prompts[shape], answer, w.device)
         after = metrics.compile_counts()
+        eager = timed.run(model, prompts[shape], answer, w.device)  # its times: beside it
+        for prefix, side in (("", run), ("eager_", eager)):
+            found[f"{prefix}ttft_ms"].append(side.prefill_s * 1e3)
+            found[f"{prefix}tpot_ms"].append(statistics.mean(side.steps_s or [0.0]) * 1e3)
         found["compiles"].append(after[0] - before[0])
         if after[1] > before[1]:
             found["ran_eager"].append(n)
             found["limited"].append(n)
         tokens, margins = expected[shape]
-        check = check_tokens(tokens[:, :answer], out[:, shape[1] :], "", margins[:answer])
+        check = check_tokens(tokens[:, :answer], run.tokens, "", margins[:answer])
         if not check.passed:
             found["wrong"].append([n, check.detail])
     found["served_s"] = time.perf_counter() - began

@@ -4,6 +4,7 @@ a wrong backend is caught on both sides."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -136,6 +137,13 @@ def test_a_plain_generate_loop_serves_a_generate_traffic_as_its_trial_measured(
     else:
         assert sum(loop["compiles"]) >= 2
     assert "tokens as eager's" in as_served.agreed(strategy.key, loop, 1.0)
+    # its times: each warm request against eager's in the loop's process, as in the trial's
+    assert as_served.times(m, loop) == [], as_served.ratios(m.traffic, loop)
+    assert "warm requests at" in as_served.agreed(strategy.key, loop, 1.0, m.traffic)
+    # a trial that timed half of what generate takes (its own loop, not generate's) is caught
+    half = {**m.traffic, "tpot_ms": [t / 2 for t in m.traffic["tpot_ms"]]}
+    slow = as_served.times(dataclasses.replace(m, traffic=half), loop)
+    assert len(slow) == 1 and "eager's time a token in the loop" in slow[0], (slow, as_served.noise(m), as_served.ratios(half, loop), m.latency, m.eager_latency)
 
 
 @pytest.mark.slow

@@ -187,6 +187,7 @@ class Generate(Scenario):
     def first(self) -> None:
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
         where, n = ctx.device, w.new_tokens
+        w = w.at((self.prompt.shape[0], self.prompt.shape[1]))  # a function model's own inputs
         self.eager = Generation(self.model, None, self.prompt, n, where)  # the default cache
         self.expected = self.eager.run(first=True, margins=True)
         m.eager_first_s = self.expected.prefill_s + self.expected.steps_s[0]
