@@ -18,13 +18,22 @@ def load_note(payloads: list[dict[str, Any]]) -> str:
     """A line where trials timed their rounds while other processes took more than
     :data:`autotune.trial.metrics.LOADED` of the CPU: their latency figures were taken under
     load ("" where none was)."""
-    loads = [(p.get("timings") or {}).get("others_cpu", 0.0) for p in payloads]
+    timings = [p.get("timings") or {} for p in payloads]
+    loads = [t.get("others_cpu", 0.0) for t in timings]
     loaded = [x for x in loads if x > LOADED]
-    if not loaded:
-        return ""
-    return (f"note: {len(loaded)} of {len(loads)} trials timed their rounds while other "
-            f"processes took {min(loaded):.0%}-{max(loaded):.0%} of the CPU: their latency "
-            "figures were taken under load")  # fmt: skip
+    contended = sum(1 for t in timings if t.get("contended"))
+    said = (
+        [
+            f"{len(loaded)} of {len(loads)} trials timed their rounds while other processes "
+            f"took {min(loaded):.0%}-{max(loaded):.0%} of the CPU"
+        ]
+        if loaded
+        else []
+    )
+    if contended:
+        said.append(f"{contended} read eager's rounds more than twice its first call "
+                    "(contention)")  # fmt: skip
+    return f"note: {'; '.join(said)}: their latency figures were taken under load" if said else ""
 
 
 def summary(m: Measurement) -> str:
@@ -84,6 +93,10 @@ def summary(m: Measurement) -> str:
         if (load := m.timings.get("others_cpu", 0.0)) > LOADED:
             lines.append(f"           timed while other processes took {load:.0%} of the CPU: "
                          "these figures were taken under load")  # fmt: skip
+    if ratio := m.timings.get("contended"):
+        threads = m.timings.get("threads", 0)
+        lines.append(f"contended  eager's rounds read {ratio:.1f}x its first call: these figures "
+                     f"were taken under contention ({threads:.0f} threads)")  # fmt: skip
     if m.memory:
         lines.append(
             f"memory     peak {m.memory.compiled_peak_mb:.0f} MiB compiled vs "

@@ -239,6 +239,41 @@ def cpu_seconds() -> tuple[float, float] | None:
 
 
 LOADED = 0.25  # of the CPU, taken by other processes during a trial's rounds: under load
+# Eager's rounds over its first call: a first call is the slowest where nothing competes (its
+# caches cold); rounds that read past twice it (and past their own spread) were contended. A
+# trial beside other jobs read eager's TTFT at 3.0 ms in its first pass and 236 ms in its rounds.
+CONTENDED = 2.0
+
+
+def pin_threads() -> int:
+    """torch's threads for this trial, the same for both sides: ``OMP_NUM_THREADS`` where
+    given, else torch's own count capped at the CPUs this process may run on (a container's
+    or ``taskset``'s share: more threads than that contend with each other); set, and said."""
+    import torch
+
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    threads = int(given) if given.isdigit() and int(given) > 0 else torch.get_num_threads()
+    if not given and allowed:
+        threads = min(threads, allowed)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def contended(first_s: float, rounds_ms: list[float]) -> float | None:
+    """How many times eager's first call its timed rounds read (median), where that is past
+    :data:`CONTENDED` and their own spread: the rounds were taken under contention, whatever
+    :func:`others_cpu` read; None where they were not."""
+    import statistics
+
+    if first_s <= 0 or len(rounds_ms) < 2:
+        return None
+    median = statistics.median(rounds_ms)
+    q = statistics.quantiles(rounds_ms, n=4)
+    ratio = median / (first_s * 1e3)
+    return ratio if ratio > CONTENDED + (q[2] - q[0]) / median else None
+
+
 # /proc counts CPU time in ticks of 10 ms: over a window of 13 ms one tick of another process
 # read as 38 % of two cores; over a second, as 0.5 %
 WINDOW_S = 1.0

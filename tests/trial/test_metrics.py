@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -48,3 +50,51 @@ def test_a_backend_that_nudges_one_small_element_is_infeasible() -> None:
                 Settings(iters=3, warmup=1, timeout_s=120))  # fmt: skip
     assert m.status == "ok" and m.accuracy is not None
     assert not m.accuracy.passed and m.accuracy.mismatched > 0 and not m.feasible
+
+
+def test_eager_rounds_far_past_its_first_call_are_flagged_as_contended() -> None:
+    """The issue's trial: eager's TTFT 3.0 ms in its first pass, about 236 ms in its rounds,
+    while the CPU-share reading said nothing. Rounds near the first call (or quicker, as warm
+    calls are) are not flagged; nor are rounds whose own spread covers the gap."""
+    from autotune.trial import metrics
+
+    assert metrics.contended(0.003, [236.0, 230.0, 241.0, 238.0]) == pytest.approx(237.0 / 3.0)
+    assert metrics.contended(0.003, [2.1, 2.0, 2.2, 1.9]) is None  # warm: quicker than the first
+    assert metrics.contended(0.003, [3.5, 3.2, 3.9, 3.1]) is None
+    assert metrics.contended(0.003, [1.0, 7.0, 20.0, 1.0]) is None  # their own spread covers it
+    assert metrics.contended(0.003, [7.0]) is None  # one round: no spread to read
+
+
+def test_a_trial_pins_torch_s_threads_to_the_cpus_it_may_run_on(tmp_path: Path) -> None:
+    """Confined to one CPU (a container's share, taskset), a trial runs torch on one thread
+    on both sides, not on torch's default of every core, and records it; OMP_NUM_THREADS, where
+    given, is what it runs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys, json\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from autotune.catalog import ModelRef\n"
+        "from autotune.strategy import Strategy\n"
+        "from autotune.trial.parent import measure\n"
+        "from autotune.workload import Settings, Workload\n"
+        "if __name__ == '__main__':\n"
+        "    m = measure(ModelRef('toy-64'), Workload(), Strategy.create('none'),\n"
+        "                Settings(iters=2, warmup=1, timeout_s=120))\n"
+        "    print(json.dumps(m.timings.get('threads')))\n"
+    )
+    path = tmp_path / "pinned.py"
+    path.write_text(script)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for given, expected in (("", 1.0), ("2", 2.0)):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        env["PYTHONPATH"] = root
+        if given:
+            env["OMP_NUM_THREADS"] = given
+        out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
+                             env=env, timeout=300, cwd=tmp_path)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == expected, (given, out.stdout)

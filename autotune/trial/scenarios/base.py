@@ -107,6 +107,7 @@ def begin(request: Request) -> TrialContext:
     memory = device.PeakMemory(workload.device)
     ctx = TrialContext(request, strategy, workload, ref, result, memory, start)
     ctx.timings["startup_s"] = time.time() - (request.launched or time.time())
+    ctx.timings["threads"] = float(metrics.pin_threads())
     if request.reference and strategy.granularity != "none":
         ctx.reference = accuracy.load_reference(request.reference)
     return ctx

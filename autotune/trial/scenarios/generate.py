@@ -33,7 +33,7 @@ from autotune import catalog, device
 from autotune.errors import ConfigError
 from autotune.strategy import granularity
 from autotune.strategy.kv_cache import cache_keyword
-from autotune.trial import accuracy
+from autotune.trial import accuracy, metrics
 from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios import served
@@ -270,6 +270,9 @@ class Generate(Scenario):
         m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])
         m.latency, m.ttft, m.tokens_per_s = stats(samples["compiled"])
         m.speedup = m.eager_latency.median_ms / m.latency.median_ms
+        first = statistics.median(self.expected.steps_s or [self.expected.prefill_s])
+        if ratio := metrics.contended(first, m.eager_latency.samples_ms):
+            self.ctx.timings["contended"] = ratio
         static = stats(samples["static"])
         m.eager_static = {"tpot_ms": static[0].median_ms, "ttft_ms": static[1].median_ms,
                           "tokens_per_s": static[2]}  # fmt: skip

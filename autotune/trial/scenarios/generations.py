@@ -240,6 +240,9 @@ class Generations(Generate):
             setattr(m, f"{prefix}ttft", ttft)
             setattr(m, f"{prefix}tokens_per_s", batch * 1e3 / decode.median_ms)
         m.speedup = m.eager_latency.median_ms / m.latency.median_ms
+        played = [m.traffic["eager_tpot_ms"][n - 1] for n in m.traffic["played"]]
+        if ratio := metrics.contended(statistics.median(played) / 1e3, m.eager_latency.samples_ms):
+            self.ctx.timings["contended"] = ratio
         rounds = {side: samples[side] for side in ("eager", "compiled")}
         m.traffic["weighted"] = {
             "tpot_ms": m.latency.median_ms, "eager_tpot_ms": m.eager_latency.median_ms,
