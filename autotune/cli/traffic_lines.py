@@ -67,7 +67,8 @@ def traffic_lines(m: Measurement) -> list[str]:
     if "answers" in t:  # a generate traffic
         answers = t["answers"]
         lens = t.get("cache_lens") or [t["cache_len"]]
-        caches = (f"one static KV cache of {lens[0]} positions" if len(lens) == 1 else
+        caches = (f"one static KV cache of {lens[0]} positions (eager's: generate's own)"
+                  if len(lens) == 1 else
                   f"static KV caches of {', '.join(map(str, lens))} positions (eager static's "
                   f"{t['cache_len']}; eager's: generate's own)")  # fmt: skip
         lines.append(f"           answers {min(answers)}..{max(answers)} new tokens; {caches} "

@@ -219,10 +219,33 @@ class Space:
         on = [n for n in self.options if trial.suggest_categorical(n, [False, True])]
         return Strategy.create(**values, options=on)
 
+    def of(self, params: dict[str, Any]) -> Strategy:
+        """The strategy trial parameters ``params`` name, as :meth:`suggest` reads them."""
+        on = [n for n in self.options if params[n]]
+        return Strategy.create(**{n: params[n] for n in self.dimensions}, options=on)
+
     def params(self, strategy: Strategy) -> dict[str, Any]:
-        """The trial parameters of ``strategy``: each field that does not apply (mode outside
-        inductor, everything but granularity for eager) takes the space's first value, and
-        each switch is on exactly when the strategy has it."""
+        """The trial parameters of ``strategy``, each among its distribution's choices, which
+        :meth:`suggest` reads back as it: those of :meth:`_params`, or, for a strategy whose key
+        a combination of the space's values became (``default`` with the ``max_autotune``
+        switch is ``max-autotune-no-cudagraphs``, a mode the space may not list), that
+        combination. Before, such a strategy's parameters named another, measured one: a search
+        proposing it repeated that one until its time ran out."""
+        found = self._params(strategy)
+        listed = all(found[n] in getattr(self, n) for n in self.dimensions)  # Optuna's choices
+        if strategy.granularity == "none" or (listed and self.of(found).key == strategy.key):
+            return found
+        for mode in self.mode:
+            for on in self.switch_sets(mode):
+                tried = {**found, "mode": mode, **{n: n in on for n in self.options}}
+                if self.of(tried).key == strategy.key:
+                    return tried
+        return found
+
+    def _params(self, strategy: Strategy) -> dict[str, Any]:
+        """Each field that does not apply (mode outside inductor, everything but granularity
+        for eager) takes the space's first value, and each switch is on exactly when the
+        strategy has it."""
         s = strategy
         fixed = {name: getattr(self, name)[0] for name in self.dimensions}
         switches = {n: n in s.options for n in self.options}

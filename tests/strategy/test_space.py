@@ -150,3 +150,27 @@ def test_a_generate_traffic_opens_a_cache_a_bucket_and_prefill_buckets() -> None
     assert Space.default("cpu").for_traffic(requests).kv_cache == ("single",)
     assert Space.default("cpu", "generate").for_traffic(((1, 8),), "generate").kv_cache == (
         "single",)  # fmt: skip
+
+
+def test_every_member_s_trial_parameters_name_it_again() -> None:
+    """``default`` with the ``max_autotune`` switch is ``max-autotune-no-cudagraphs``, a mode a
+    space of ``--mode default`` does not list: its parameters named ``default`` without the
+    switch, another (measured) strategy, and a search that proposed it repeated that one
+    11,025 times until its budget ran out. Now each member's parameters read back as it."""
+    from autotune.search.spec import StudySpec
+
+    spec = StudySpec.from_sources(None, model="toy-64", backend="inductor", granularity="full",
+                                  mode="default")  # fmt: skip
+    space = spec.space
+    members = space.strategies()
+    assert any(s.mode == "max-autotune-no-cudagraphs" for s in members)  # the case is there
+
+    def read_back(params: dict) -> str:  # as Space.suggest reads a trial's parameters
+        on = [n for n in space.options if params[n]]
+        return Strategy.create(**{n: params[n] for n in space.dimensions}, options=on).key
+
+    def listed(params: dict) -> bool:  # Optuna takes only the values its distributions list
+        return all(params[n] in getattr(space, n) for n in space.dimensions)
+
+    assert [s.key for s in members if not listed(space.params(s))] == []
+    assert [s.key for s in members if read_back(space.params(s)) != s.key] == []
