@@ -72,12 +72,12 @@ def test_an_auto_trial_measures_the_edges_its_pilot_priced_and_a_loop_serves_the
 def test_show_and_the_dashboard_list_an_auto_trial_s_buckets(auto_trial: object,
                                                             tmp_path: Path) -> None:  # fmt: skip
     from autotune import dashboard
-    from autotune.cli import report
+    from autotune.cli import traffic_lines
     from autotune.storage import Store
     from tests.helpers import point
 
     m = auto_trial
-    lines = report.bucket_lines(m)
+    lines = traffic_lines.bucket_lines(m)
     found = m.strategy.edges[1]
     assert lines[0].startswith("  buckets  auto edges: batch 1; seq " + ", ".join(map(str, found)))
     assert "predicted" in lines[0] and "measured" in lines[0]

@@ -115,7 +115,7 @@ def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
     scenario takes the strategy for a CUDA-graph one, as on a GPU."""
     from torch._inductor import cudagraph_trees
 
-    from autotune.cli.report import traffic_lines
+    from autotune.cli.traffic_lines import traffic_lines
 
     requests = ((1, 8), (1, 16), (1, 24), (1, 16))
     torch._dynamo.reset()
