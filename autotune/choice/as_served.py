@@ -101,9 +101,9 @@ def ratios(trial: dict[str, Any], loop: dict[str, Any]) -> dict[str, tuple[float
 def times(trial: Measurement, loop: dict[str, Any]) -> list[str]:
     """Where a generate loop's warm requests' times, as ratios to eager's (:func:`ratios`),
     differ from the trial's by more than its noise (:func:`noise`), in words."""
-    found = []
+    found, got = [], ratios(trial.traffic or {}, loop)
     for key, what in TIMED:
-        if key in (got := ratios(trial.traffic or {}, loop)):
+        if key in got:
             served, measured, n = got[key]
             tolerance = noise(trial, key)
             if abs(served / measured - 1) > tolerance:

@@ -90,6 +90,7 @@ class Generation:
         params = inspect.signature(model_forward).parameters
         self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.cache_keyword = cache_keyword(model_forward)
+        self.generates = served.generates(forward)  # through generate, decided once
         self.token: Any = None
         self.logits: Any = None
 
@@ -122,7 +123,7 @@ class Generation:
         could flip it). Through ``generate`` where the forward generates (:mod:`.served`)."""
         import torch
 
-        if served.generates(self.forward):
+        if self.generates:
             return served.run(self.forward, self.prompt, self.new_tokens, self.device,
                               self.cache, self.cache_keyword, logits=first or margins)  # fmt: skip
 

@@ -15,6 +15,7 @@ one synchronisation a token, on both sides alike.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ def generates(model: Any) -> bool:
 
 def stamper() -> Any:
     """A streamer that stamps each ``put`` (the prompt, then each new token) on the host clock."""
+    return _stamps()()
+
+
+@functools.cache
+def _stamps() -> type:
+    """The streamer's class, made once (transformers is imported only where a trial generates)."""
     from transformers.generation import BaseStreamer
 
     class Stamps(BaseStreamer):  # type: ignore[misc]
@@ -71,7 +78,7 @@ def stamper() -> Any:
         def end(self) -> None:
             pass
 
-    return Stamps()
+    return Stamps
 
 
 def run(model: Any, prompt: torch.Tensor, new_tokens: int, where: str, cache: Any = None,
