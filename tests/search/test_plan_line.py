@@ -203,7 +203,7 @@ def test_a_short_budget_measures_inductor_first_and_picks_it(tmp_path: Path) -> 
     argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:chain",
             "--backend", "eager,aot_eager,inductor", "--granularity", "full", "--mode",
             "default", "--dynamic", "none", "--fullgraph", "false", "--trials", "3", "--iters",
-            "10", "--warmup", "1", "--starts", "cold", "--time-budget", "75s", "--study", "pays",
+            "100", "--warmup", "1", "--starts", "cold", "--time-budget", "75s", "--study", "pays",
             "--no-progress", "--json"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     began = time.monotonic()
