@@ -252,6 +252,7 @@ def test_a_traffic_studys_dashboard_draws_the_first_pass(dynamic_trials: dict,
     assert "First pass" not in dashboard.write(one, "o", str(tmp_path / "o.html")).read_text()
 
 
+@pytest.mark.slow
 def test_padding_buckets_pass_the_gate_where_padding_is_safe_and_fail_where_not() -> None:
     many = Workload(seq_len="5,12,20,33", requests=12)  # seeded: all four appear
     bucketed = Strategy.create("full", "aot_eager", buckets="pow2")

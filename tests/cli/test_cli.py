@@ -45,6 +45,7 @@ def test_bad_input_is_one_line_and_nonzero(argv: list[str], needle: str, capsys,
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_console_script_measure_json_and_models() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "measure", "--model", "toy-64", "--layers", "4",

@@ -213,6 +213,7 @@ def _mount_tmpfs(folder: Path) -> None:
         pytest.skip("needs root to mount a 1 MiB tmpfs (a full disk)")
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_at_once_and_leaves_nothing_running(tmp_path: Path) -> None:
     full, roomy = tmp_path / "full", tmp_path / "roomy"
     _mount_tmpfs(full)

@@ -132,6 +132,7 @@ study = "killed"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 def test_a_killed_worker_s_strategy_is_measured_by_another(
     postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -176,6 +177,7 @@ def test_a_killed_worker_s_strategy_is_measured_by_another(
     assert max(_measured_once(url, "killed").values()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 @pytest.mark.parametrize(
     ("grace_s", "outage_s"),
@@ -246,6 +248,7 @@ study = "frozen"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 def test_a_worker_frozen_past_the_grace_period(
     postgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -310,6 +313,7 @@ def test_search_with_two_local_workers_on_sqlite(tmp_path: Path) -> None:
     assert (tmp_path / "studies" / "two" / "best.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Path) -> None:
     import sqlalchemy
@@ -332,6 +336,7 @@ def test_a_worker_on_other_hardware_refuses_unless_forced(postgres, tmp_path: Pa
     assert len(Store(url).measurements("elsewhere")) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.waits
 def test_a_killed_single_search_resumes_on_sqlite(tmp_path: Path) -> None:
     import time

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STALLING = "tests.models:stalling_backend"
 
 
+@pytest.mark.slow
 def test_a_trial_past_its_stop_is_stopped_with_where_it_had_got_to() -> None:
     """A compile of an hour, told to stop 12 s from now: stopped then, not at its timeout
     (1,200 s), saying it was compiling; one that ends before its stop is measured."""

@@ -162,6 +162,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_term_stops_cleanly_and_keeps_what_was_measured(in_tmp: Path, sig) -> None:
     db = Path("studies/autotune.db")
@@ -183,6 +184,7 @@ def test_ctrl_c_or_term_stops_cleanly_and_keeps_what_was_measured(in_tmp: Path, 
     )
 
 
+@pytest.mark.slow
 def test_a_killed_search_takes_its_child_along(in_tmp: Path) -> None:
     proc = _start_slow_search()
     try:
@@ -211,6 +213,7 @@ def test_memory_limit_makes_trials_infeasible(in_tmp: Path, max_memory: float, f
     assert bool(study.best_trials) == feasible
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_baseline_leaves_no_live_worker(in_tmp: Path) -> None:
     """The baseline's claim is given back on an interrupt: ``autotune studies`` does not show
     a live worker for the grace period after."""

@@ -387,6 +387,7 @@ def test_the_index_and_a_study_page_in_real_chromium(site: Site) -> None:
     assert real["pick"]["key"] in dom
 
 
+@pytest.mark.slow
 def test_the_password_never_shows_and_a_lost_database_is_503(tmp_path: Path) -> None:
     """On a private PostgreSQL server (stopped mid-test): no page, answer or log line holds
     the password; while the server is down every request gets 503 with Retry-After."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 import autotune
@@ -15,6 +16,7 @@ from tests import models
 from tests.helpers import generated_graphs
 
 
+@pytest.mark.slow
 def test_an_eager_prefill_compiles_the_decode_alone_over_prompt_lengths() -> None:
     model, _ = models.tiny_llama()
     counts = {}

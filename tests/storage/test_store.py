@@ -89,6 +89,7 @@ print(Store(sys.argv[1]).schema_version())
 """
 
 
+@pytest.mark.slow
 def test_processes_that_open_one_new_database_at_once_all_get_it(tmp_path: Path) -> None:
     """Six processes open the same new database at the same instant (a search and the test or
     the worker beside it): every one opens it, and the version is stamped once."""

@@ -47,6 +47,7 @@ def test_a_padded_prefill_compiles_one_graph_a_bucket_and_answers_eager_s_tokens
     assert graphs == [2, 0, 1, 1, 0], graphs  # the first with the decode graph
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tiny_gemma2", "tiny_mistral"])
 def test_a_sliding_window_model_s_padded_prefill_answers_eager_s_tokens(kind: str) -> None:
     """Gemma-2 (a dict of masks, one per attention kind) and Mistral (a 4-D mask) through

@@ -82,6 +82,7 @@ def test_a_pre_warmed_time_to_ready_compiles_the_buckets_the_traffic_did_not_hit
     assert prewarmed("none", requests, 5.0) == {"prewarmed_s": 5.0}  # every shape: the sum
 
 
+@pytest.mark.slow
 def test_every_bucket_compiles_past_torchs_recompile_limit() -> None:
     model = llama(layers=1)
     traffic = [(1, 2), (4, 512)]  # 3 x 9 pow2 buckets

@@ -37,6 +37,7 @@ def _probe(cache: Path) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_process_reads_the_kept_facts_without_importing_dynamo_and_a_compile_reads_torch(
     tmp_path: Path,
 ) -> None:

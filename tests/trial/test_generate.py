@@ -139,6 +139,7 @@ def test_loop_gives_model_generate_tokens_and_keeps_cache_addresses() -> None:
     assert len(set(first.tokens.flatten().tolist())) > 2  # the check compares real variety
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("granularity", ["full", pytest.param("regional", marks=pytest.mark.slow)])
 def test_the_kv_cache_is_allocated_before_the_first_compiled_call(granularity: str) -> None:
     """transformers allocates a StaticCache's tensors on its first update and marks them static
@@ -345,6 +346,7 @@ def test_the_cache_shape_comes_from_the_config_s_public_fields() -> None:
     assert cache_shape(mla) is None and cache_shape(None) is None
 
 
+@pytest.mark.slow
 def test_apply_generation_keeps_a_static_cache_where_the_config_turns_the_cache_off() -> None:
     """The catalog builds its models with ``use_cache=False`` (a forward's outputs hold no
     cache), as users' own configs may: apply_generation still generates with the static KV

@@ -65,6 +65,7 @@ def test_eager_rounds_far_past_its_first_call_are_flagged_as_contended() -> None
     assert metrics.contended(0.003, [7.0]) is None  # one round: no spread to read
 
 
+@pytest.mark.slow
 def test_a_trial_pins_torch_s_threads_to_the_cpus_it_may_run_on(tmp_path: Path) -> None:
     """Confined to one CPU (a container's share, taskset), a trial runs torch on one thread
     on both sides, not on torch's default of every core, and records it; OMP_NUM_THREADS, where

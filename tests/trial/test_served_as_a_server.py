@@ -106,6 +106,7 @@ def test_the_gate_s_words_count_graphs_not_shapes() -> None:
     assert f"{graphs} of {graphs} graphs judged" in m.accuracy.detail, m.accuracy.detail
 
 
+@pytest.mark.slow
 def test_each_cuda_graph_recording_is_a_stall_though_nothing_compiled() -> None:
     """A dynamic graph records a CUDA graph at each new length without compiling again; each
     recording was added to the stall time but not to the count (``marks=seq`` on an H100: "1

@@ -43,6 +43,7 @@ def served(workload: Workload, strategy: Strategy) -> TrafficTrial:
     return scenario
 
 
+@pytest.mark.slow
 def test_a_first_pass_plays_each_shape_once_and_ready_is_eager_plus_the_stalls() -> None:
     few = Workload(seq_len="8,16,24,32", requests=8)
     many = Workload(traffic=few.traffic * 600)  # 4,800 requests of the same shapes
