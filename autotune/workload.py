@@ -18,6 +18,8 @@ from autotune.traffic import ANSWER_RULE, LEAST_ANSWER
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate")
+STOPS = ("length", "eos")  # where a generate answer ends
+SAMPLINGS = ("greedy", "sample", "model")  # how a generate answer's tokens are chosen
 DEVICE_HELP = "auto (default: cuda where there is one, else cpu), cpu, cuda or cuda:N"
 
 
@@ -52,6 +54,15 @@ class Workload:
         "and seq_len); each strategy is measured over them",
         read=autotune.traffic.read,
     )
+    stop: str = option("length", "generate: where an answer ends: length (every one of its new "
+                       "tokens decoded, as the traffic's rows say) or eos (where the model "
+                       "stops, as generate does, its new tokens the most)",
+                       read=text(STOPS))  # fmt: skip
+    sampling: str = option("greedy", "generate: how its tokens are chosen, and timed: greedy, "
+                           "sample (do_sample on, the model's generation config's "
+                           "temperature, top-k and top-p, seeded alike on every side) or "
+                           "model (the model's generation config as it stands)",
+                           read=text(SAMPLINGS))  # fmt: skip
     requests: int | None = option(None, "the traffic's requests played in a trial (default "
                                   f"{autotune.traffic.DEFAULT_REQUESTS} for a spread, a file's "
                                   "all)", read=whole(1), cli_type=int)  # fmt: skip
@@ -72,6 +83,8 @@ class Workload:
             raise ConfigError("--batch-size and --seq-len must be at least 1")
         if self.kind == "generate" and min(self.answers or (self.new_tokens,)) < LEAST_ANSWER:
             raise ConfigError(f"--new-tokens must be {ANSWER_RULE}")
+        if self.kind != "generate" and (self.stop, self.sampling) != ("length", "greedy"):
+            raise ConfigError("--stop and --sampling are the generate workload's")
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"bad device {self.device!r}: use auto, cpu, cuda or cuda:N")
 
@@ -159,6 +172,9 @@ class Workload:
         data = dataclasses.asdict(self)
         if self.kind != "generate":  # other workloads' stored dicts stay as they were
             del data["new_tokens"]
+        for name, default in (("stop", "length"), ("sampling", "greedy")):
+            if data[name] == default:  # as stored before these existed
+                del data[name]
         del data["requests"]  # spent: the traffic holds the requests played
         if not self.answers:
             del data["answers"]
@@ -187,12 +203,16 @@ class Workload:
         """A short readable name, e.g. ``inference-b1-s32-bfloat16-cpu``"""
         device = self.device.replace(":", "")
         tokens = f"-n{self.new_tokens}" if self.kind == "generate" else ""
+        served = "".join(f"-{v}" for v in (self.stop, self.sampling)
+                         if v not in ("length", "greedy"))  # fmt: skip
         if self.traffic:
             import hashlib
 
             digest = hashlib.sha256(json.dumps(self.traffic).encode()).hexdigest()[:6]
-            return f"{self.kind}-traffic{len(self.traffic)}-{digest}-{self.dtype}-{device}"
-        return f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}-{self.dtype}-{device}"
+            return (f"{self.kind}-traffic{len(self.traffic)}-{digest}{served}-{self.dtype}-"
+                    f"{device}")  # fmt: skip
+        return (f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}{served}-{self.dtype}-"
+                f"{device}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -240,7 +260,9 @@ def default_objectives(kind: str = "inference") -> tuple[str, ...]:
 def describe(workload: Workload) -> str:
     """A workload in one line, as the dashboard and the service show a stored one."""
     w = workload
+    served = "".join((" · answers end at eos" if w.stop == "eos" else "",
+                      f" · {w.sampling} sampling" if w.sampling != "greedy" else ""))  # fmt: skip
     if w.traffic:
-        return f"{w.kind} · traffic of {autotune.traffic.describe(w.traffic)} · {w.dtype}"
+        return f"{w.kind} · traffic of {autotune.traffic.describe(w.traffic)} · {w.dtype}{served}"
     line = f"{w.kind} · batch {w.batch_size} · seq {w.seq_len} · {w.dtype}"
-    return line + (f" · {w.new_tokens} new tokens" if w.kind == "generate" else "")
+    return line + (f" · {w.new_tokens} new tokens{served}" if w.kind == "generate" else "")

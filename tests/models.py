@@ -134,6 +134,18 @@ tiny_llama.make_inputs = lambda batch, seq: (  # type: ignore[attr-defined]  # f
 )
 
 
+def tiny_llama_eos() -> tuple[torch.nn.Module, tuple]:
+    """The tiny Llama whose answers end, as a chat model's do: every eighth token id is an
+    end-of-sequence token of its generation config, so a greedy answer stops after a few."""
+    model, inputs = tiny_llama()
+    model.generation_config.eos_token_id = list(range(0, TINY_LLAMA["vocab_size"], 8))
+    return model, inputs
+
+
+tiny_llama_eos.supports_generate = True  # type: ignore[attr-defined]
+tiny_llama_eos.make_inputs = tiny_llama.make_inputs  # type: ignore[attr-defined]
+
+
 def _sliding(kind: str) -> torch.nn.Module:
     """A 2-layer model of transformers' ``kind`` with the tiny Llama's sizes and a sliding
     window of 8 tokens (Gemma-2's on every other layer, with its soft-capping)."""

@@ -242,3 +242,48 @@ def test_a_confirmation_that_cannot_fit_what_is_left_leaves_it_to_the_trials() -
     end, keep = roomy.trials_end(BACKENDS, True), roomy.confirmation_s(BACKENDS, True)
     assert roomy.deadline is not None and end is not None
     assert roomy.deadline - end == pytest.approx(keep) and keep > TAIL_S
+
+
+def measured_order(folder: Path, study: str) -> list[str]:
+    """The compiled strategies a study measured, in the order it measured them."""
+    from autotune.storage import Store
+
+    store = Store(f"sqlite:///{folder}/studies/autotune.db")
+    try:
+        rows = sorted(store.measurements(study), key=lambda r: r.id)
+        return [r.key for r in rows if r.measured and r.key != "none"]
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.slow
+def test_the_same_command_does_the_same_work_and_a_rerun_goes_on_from_it(tmp_path: Path) -> None:
+    """One command under a budget that cannot measure the whole space, run in two empty
+    folders and then again in the first (its study continues, the baseline stored): both first
+    runs measure Inductor first and then the same strategies in the same order, and the rerun
+    goes on from where the first stopped, in that order, rather than starting over with the
+    replaying backends (before, a first run that paid for its baseline measured nothing, and
+    its rerun measured full/eager alone)."""
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:chain",
+            "--backend", "eager,aot_eager,inductor", "--granularity", "full", "--mode",
+            "default,max-autotune-no-cudagraphs", "--options", "freezing,cpp_wrapper",
+            "--dynamic", "none", "--fullgraph", "false", "--trials", "30", "--iters", "100",
+            "--warmup", "1", "--starts", "cold", "--time-budget", "60s", "--no-confirm",
+            "--study", "same", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    orders = []
+    for folder in (tmp_path / "a", tmp_path / "b", tmp_path / "a"):
+        folder.mkdir(exist_ok=True)
+        before = measured_order(folder, "same") if (folder / "studies").exists() else []
+        done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env,
+                              timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        order = measured_order(folder, "same")
+        assert order[: len(before)] == before  # nothing stored is measured again
+        orders.append((order[len(before) :], done.stdout))
+    (first, out), (again, _), (rerun, _) = orders
+    assert first and first[0].startswith("full/inductor/"), out
+    common = min(len(first), len(again))
+    assert first[:common] == again[:common], (first, again)
+    assert rerun, "the rerun measured nothing"
+    assert not set(rerun) & set(first)

@@ -153,3 +153,23 @@ def test_a_decode_perturbing_backend_is_caught_by_the_plain_generate_loop(tmp_pa
     loop = parent.serve(LLAMA, GENERATIONS, wrong, str(path), QUICK).traffic
     assert loop is not None and {n for n, _ in loop["wrong"]} == set(range(1, 13)), loop
     assert "differs from eager" in loop["wrong"][0][1]
+
+
+@pytest.mark.slow
+def test_answers_that_end_at_eos_are_timed_and_served_as_they_end(tmp_path: Path) -> None:
+    """``stop=eos`` over a traffic: the trial records where each greedy answer ended (before
+    its row's most, for some), and the plain loop through the export, whose ``generate``
+    stops there too, serves the same tokens with the same graphs."""
+    from autotune.choice import as_served
+
+    w = dataclasses.replace(GENERATIONS, stop="eos")
+    model = ModelRef("tests.models:tiny_llama_eos")
+    strategy = Strategy.create("full", "aot_eager")
+    m = parent.run_trial(model, w, strategy, QUICK)
+    assert m.ok and m.traffic is not None and m.tokens is not None, m.reason + m.log_tail
+    ended, most = m.traffic["ended"], m.traffic["answers"]
+    assert all(e <= n for e, n in zip(ended, most, strict=True)) and ended != most
+    path = export.served_file(strategy, w, tmp_path / "best.json")
+    loop = parent.serve(model, w, strategy, str(path), QUICK)
+    assert loop.ok and loop.traffic is not None, loop.reason
+    assert loop.traffic["wrong"] == [] and as_served.differences(m.traffic, loop.traffic) == []

@@ -38,7 +38,7 @@ from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios import served
 from autotune.trial.scenarios.base import Scenario
-from autotune.trial.scenarios.served import Run, margin
+from autotune.trial.scenarios.served import GREEDY, Decoding, Run, margin
 from autotune.workload import Workload
 
 if TYPE_CHECKING:
@@ -73,15 +73,16 @@ def _per_layer(values: list[int]) -> int | list[int]:
 
 
 class Generation:
-    """Greedy generation of ``new_tokens`` from ``prompt``: through ``forward.generate`` where
-    the forward is a model that generates (:func:`.served.generates`), on ``cache`` (None: the
-    one ``generate`` makes); else a step at a time, the forward called by hand."""
+    """A generation of ``new_tokens`` from ``prompt``: through ``forward.generate`` where the
+    forward is a model that generates (:func:`.served.generates`), on ``cache`` (None: the one
+    ``generate`` makes), as ``decoding`` says; else greedy, a step at a time, the forward
+    called by hand."""
 
     def __init__(self, forward: Callable[..., Any], cache: Any, prompt: torch.Tensor,
-                 new_tokens: int, device: str) -> None:  # fmt: skip
+                 new_tokens: int, device: str, decoding: Decoding = GREEDY) -> None:  # fmt: skip
         import torch
 
-        self.forward, self.cache, self.prompt = forward, cache, prompt
+        self.forward, self.cache, self.prompt, self.decoding = forward, cache, prompt, decoding
         self.new_tokens, self.device = new_tokens, device
         seq = prompt.shape[1]
         self.prefill_positions = torch.arange(seq, device=device)
@@ -91,6 +92,9 @@ class Generation:
         self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.cache_keyword = cache_keyword(model_forward)
         self.generates = served.generates(forward)  # through generate, decided once
+        if decoding != GREEDY and not self.generates:
+            raise ConfigError("--stop and --sampling are timed through a model's own generate: "
+                              f"{type(forward).__name__} has none")  # fmt: skip
         self.token: Any = None
         self.logits: Any = None
 
@@ -125,7 +129,8 @@ class Generation:
 
         if self.generates:
             return served.run(self.forward, self.prompt, self.new_tokens, self.device,
-                              self.cache, self.cache_keyword, logits=first or margins)  # fmt: skip
+                              self.cache, self.cache_keyword, logits=first or margins,
+                              decoding=self.decoding)  # fmt: skip
 
         timer = device.StepTimer(self.device)
 
@@ -158,8 +163,12 @@ def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "",
     """All greedy tokens equal; else the first that differs is a wrong answer unless eager's
     top two logits there were within ``tie`` (the reference error) of each other: a near tie,
     which either side could break. After a first difference the sequences are incomparable,
-    so the check stops there and says so."""
-    same = (expected == actual).all(dim=0).tolist()
+    so the check stops there and says so. An answer that ended sooner (at its end-of-sequence
+    token) differs where the other goes on."""
+    n = min(expected.shape[1], actual.shape[1])
+    same = (expected[:, :n] == actual[:, :n]).all(dim=0).tolist()
+    if expected.shape[1] != actual.shape[1]:
+        same.append(False)  # where one stopped and the other did not
     if all(same):
         return TokenCheck(True, len(same), len(same))
     j = same.index(False)
@@ -170,6 +179,8 @@ def check_tokens(expected: torch.Tensor, actual: torch.Tensor, where: str = "",
             f"logits were {margin:.3g} apart, within the reference error {tie:.3g}: a near "
             "tie; not compared after it"), near_tie=True)  # fmt: skip
     why = f" (eager's margin {margin:.3g} > the reference error {tie:.3g})" if margins else ""
+    if j == n:
+        why = f" (eager's answer is {expected.shape[1]} tokens, this one {actual.shape[1]})"
     return TokenCheck(False, len(same), j, f"token {j + 1} of {len(same)} differs from "
                       f"eager{where}{why}")  # fmt: skip
 
@@ -184,23 +195,31 @@ class Generate(Scenario):
         self.compiled = granularity.generator(self.model, ctx.strategy)
         forward = getattr(self.compiled.forward, "compiled", self.compiled)
         ctx.result.regions = granularity.count_regions(forward)
+        self.decoding = served.Decoding.of(ctx.workload, ctx.seed)
+        served.check_stops(self.model, self.decoding)
 
     def first(self) -> None:
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
         where, n = ctx.device, w.new_tokens
         w = w.at((self.prompt.shape[0], self.prompt.shape[1]))  # a function model's own inputs
-        self.eager = Generation(self.model, None, self.prompt, n, where)  # the default cache
+        d = self.decoding
+        self.eager = Generation(self.model, None, self.prompt, n, where, d)  # the default cache
         self.expected = self.eager.run(first=True, margins=True)
+        if not self.expected.steps_s:
+            raise ConfigError("--stop eos: the model's answer ends at its first token, so no "
+                              "decode step is left to time; use --stop length")  # fmt: skip
         m.eager_first_s = self.expected.prefill_s + self.expected.steps_s[0]
-        self.static = Generation(self.model, new_cache(self.model, w), self.prompt, n, where)
+        self.static = Generation(self.model, new_cache(self.model, w), self.prompt, n, where, d)
         self.static.run()
         cache = new_cache(self.model, w, like=self.static.cache)  # fixed addresses first
         graphs = device.marks_steps(where, ctx.strategy.uses_cuda_graphs())
-        self.gen = Generation(self.compiled, cache, self.prompt, n, where)
+        self.gen = Generation(self.compiled, cache, self.prompt, n, where, d)
         ctx.memory.reset()
         run = self.gen.run(first=True)  # cold: prefill's graphs, decode's recompile and graphs
-        m.compile_s = 0.0 if ctx.strategy.granularity == "none" else run.prefill_s + run.steps_s[0]
-        if graphs and n > 2:  # CUDA graphs record on a function's second call: compiling too
+        cold = run.prefill_s + (run.steps_s or [0.0])[0]
+        m.compile_s = 0.0 if ctx.strategy.granularity == "none" else cold
+        # CUDA graphs record on a function's second call: compiling too
+        if graphs and len(run.steps_s) > 1:
             recording = run.steps_s[1] + self.gen.run(first=True).prefill_s
             m.compile_s += recording
             ctx.timings["cuda_graph_recording_s"] = recording
@@ -247,13 +266,14 @@ class Generate(Scenario):
         return statistics.median(sample.steps_s)  # the round's per-token decode
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
-        if self.tokens.passed and not self.tokens.near_tie:
+        sampled = self.decoding.samples(self.model)  # drawn tokens: judged greedy, first
+        if self.tokens.passed and not self.tokens.near_tie and not sampled:
             done = len(samples["compiled"])
             self.tokens = self.check(samples["compiled"][-1], f" in timed round {done}")
         return super().after_round(samples)
 
     def record(self, samples: dict[str, list[Any]]) -> None:
-        m, n = self.ctx.result, self.ctx.workload.new_tokens
+        m = self.ctx.result
         assert m.accuracy is not None
         if not self.tokens.passed:  # a strategy that changes the tokens is infeasible
             m.accuracy.passed = False
@@ -263,9 +283,10 @@ class Generate(Scenario):
         m.tokens = self.tokens
 
         def stats(runs: list[Run]) -> tuple[Latency, Latency, float]:
-            decode = Latency.from_samples([s for run in runs for s in run.steps_s])
+            decode = Latency.from_samples([s for run in runs for s in run.steps_s] or [0.0])
             prefill = Latency.from_samples([run.prefill_s for run in runs])
-            per_s = self.ctx.workload.batch_size * n / statistics.median(r.total_s for r in runs)
+            batch = self.ctx.workload.batch_size  # an answer's tokens: where it ended
+            per_s = statistics.median(batch * r.tokens.shape[1] / r.total_s for r in runs)
             return decode, prefill, per_s
 
         m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])

@@ -32,6 +32,7 @@ them, in the trial's fresh cold process.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,7 @@ from autotune import catalog, traffic
 from autotune.strategy import granularity, kv_cache
 from autotune.trial import cudagraph_logs, metrics, timing
 from autotune.trial.measurement import Latency, TokenCheck
+from autotune.trial.scenarios import served
 from autotune.trial.scenarios.base import Scenario
 from autotune.trial.scenarios.generate import Generate, Generation, check_tokens, new_cache
 from autotune.trial.scenarios.served import Run
@@ -67,6 +69,9 @@ class Generations(Generate):
         self.weights: dict[Key, float] = {}
         self.tokens_weights: dict[Key, float] = {}
         self.steady: dict[str, dict[Key, Generation]] = {s: {} for s in SIDES}
+        self.decoding = served.Decoding.of(w, ctx.seed)
+        served.check_stops(self.model, self.decoding)
+        self.lengths: list[int] = list(w.answers)  # where each answer ended (eos: measured)
 
     def cache(self, side: str, batch: int, length: int) -> Any:
         """The side's static cache for ``batch`` and ``length`` (eager's: none, ``generate``
@@ -93,10 +98,15 @@ class Generations(Generate):
             found[size] = new_cache(self.model, w.at((batch, w.seq_len)), like, size[1])
         return found[size]
 
-    def generation(self, side: str, key: Key, new_tokens: int) -> Generation:
+    def generation(self, side: str, key: Key, new_tokens: int, whole: bool = False
+                   ) -> Generation:  # fmt: skip
+        """A side's generation at ``key``: a request's ``whole`` answer as the decoding ends
+        it, else ``new_tokens`` decode steps' worth (a repeat's, a steady round's: a sample
+        of the steps, every one decoded, sampled where the decoding samples)."""
         forward = self.compiled if side == "compiled" else self.model
+        decoding = self.decoding if whole else dataclasses.replace(self.decoding, stop="length")
         return Generation(forward, self.cache(side, key[0], key[2]), self.prompts[key[:2]],
-                          new_tokens, self.ctx.device)  # fmt: skip
+                          new_tokens, self.ctx.device, decoding)  # fmt: skip
 
     def first(self) -> None:
         with cudagraph_logs.cudagraph_recordings() as recordings:
@@ -112,6 +122,7 @@ class Generations(Generate):
             "first_ms", "eager_first_ms", "recorded")}  # fmt: skip
         ran_eager, reasons, played, verdicts = [], [], [], []
         repeats: dict[Key, tuple[Run, Run]] = {}
+        ended: dict[Key, tuple[int, int]] = {}  # a played answer's (most, tokens) by its shape
         self.tokens = TokenCheck(True, 0, 0)
         self.eager_shapes: set[Key] = set()
         for n, (shape, answer) in enumerate(zip(self.keys, w.answers, strict=True), 1):
@@ -121,9 +132,10 @@ class Generations(Generate):
                 ran = shape in self.eager_shapes
             else:
                 played.append(n)
-                e = self.generation("eager", shape, answer).run(first=True, margins=True)
+                e = self.generation("eager", shape, answer, True).run(first=True, margins=True)
+                ended[shape] = (answer, e.tokens.shape[1])
                 before, was = metrics.compile_counts(), recordings()
-                c = self.generation("compiled", shape, answer).run(first=True)
+                c = self.generation("compiled", shape, answer, True).run(first=True)
                 after = metrics.compile_counts()
                 graphs, ran = after[0] - before[0], after[1] > before[1]
                 stall = max(0.0, c.total_s - e.total_s) if graphs or recordings() > was else 0.0
@@ -144,11 +156,15 @@ class Generations(Generate):
                 repeats[shape], runs, recorded = (short, again), (e, c), recordings() - was
             if ran:
                 ran_eager.append(n)
+            most, got = ended[shape]  # greedy: a prompt's answer ends where it ended before
+            self.lengths[n - 1] = min(answer, got) if got < most else answer
             for side, run in zip(("eager_", ""), runs, strict=True):
                 tpot = statistics.mean(run.steps_s) if run.steps_s else 0.0
                 per[f"{side}ttft_ms"].append(run.prefill_s * 1e3)
                 per[f"{side}tpot_ms"].append(tpot * 1e3)
-                per[f"{side}first_ms"].append((run.prefill_s + tpot * (answer - 1)) * 1e3)
+                per[f"{side}first_ms"].append(
+                    (run.prefill_s + tpot * (self.lengths[n - 1] - 1)) * 1e3
+                )
             per["stall_ms"].append(stall * 1e3)
             per["compiles"].append(graphs)
             per["recorded"].append(recorded)
@@ -159,7 +175,7 @@ class Generations(Generate):
         stalls = sum(1 for c, r in zip(per["compiles"], per["recorded"], strict=True) if c or r)
         m.traffic = {
             "requests": len(w.traffic), "shapes": len(set(w.traffic)), "played": played,
-            "answers": list(w.answers), "cache_len": w.cache_len,
+            "answers": list(w.answers), "ended": list(self.lengths), "cache_len": w.cache_len,
             "cache_lens": sorted({k[2] for k in self.keys}), **per,
             "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
             "stalls": stalls,
@@ -195,8 +211,7 @@ class Generations(Generate):
 
     def by_tokens(self, weights: dict[Key, float]) -> dict[Key, float]:
         """The steady shapes' weights by the output tokens of their requests."""
-        w = self.ctx.workload
-        mean = {s: statistics.mean(n for r, n in zip(self.keys, w.answers, strict=True)
+        mean = {s: statistics.mean(n for r, n in zip(self.keys, self.lengths, strict=True)
                                    if r == s) for s in weights}  # fmt: skip
         total = sum(weights[s] * mean[s] for s in weights)
         return {s: weights[s] * mean[s] / total for s in weights}

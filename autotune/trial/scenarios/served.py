@@ -1,5 +1,6 @@
-"""A generation timed as a user's serving loop times it: one ``model.generate`` call, greedy, of
-the request's answer length, on the cache it is handed (reset first, outside the clock) or the
+"""A generation timed as a user's serving loop times it: one ``model.generate`` call, of the
+request's answer length or up to the model's end-of-sequence token, greedy or sampled
+(:class:`Decoding`), on the cache it is handed (reset first, outside the clock) or the
 one ``generate`` makes itself (transformers' default: what a plain eager user runs), with the
 attention mask a tokenizer gives a prompt and the cache on (the catalog builds its models with
 it off, for inference); every token stamped as ``generate`` hands it to a
@@ -11,6 +12,11 @@ token's choice. Each later token's time is the gap since the one before: a decod
 which compiling does not remove. The logits behind each token come back where asked, for the
 accuracy gate and the near-tie margins. A streamer copies each token to the host: on a GPU,
 one synchronisation a token, on both sides alike.
+
+A judged generation (the first pass's, whose tokens and logits are checked against eager's) is
+greedy whatever the decoding: sampled tokens answer a random draw, which two sides computing
+the same logits to within rounding may draw differently. Sampling is seeded alike on every
+side, outside the clock.
 """
 
 from __future__ import annotations
@@ -25,6 +31,57 @@ from autotune import device
 
 if TYPE_CHECKING:
     import torch
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a generation ends and chooses its tokens (the workload's ``stop`` and
+    ``sampling``): every one of its new tokens, or up to the model's end-of-sequence token;
+    greedy, sampled (``do_sample`` on, the model's generation config's other settings), or
+    as the model's generation config says."""
+
+    stop: str = "length"
+    sampling: str = "greedy"
+    seed: int = 0
+
+    @classmethod
+    def of(cls, workload: Any, seed: int = 0) -> Decoding:
+        return cls(getattr(workload, "stop", "length"), getattr(workload, "sampling", "greedy"),
+                   seed)  # fmt: skip
+
+    def samples(self, model: Any) -> bool:
+        """Whether its timed generations draw their tokens at random on ``model``."""
+        config = getattr(model, "generation_config", None)
+        return self.sampling == "sample" or (
+            self.sampling == "model" and bool(getattr(config, "do_sample", False))
+        )
+
+    def kwargs(self, new_tokens: int, judged: bool) -> dict[str, Any]:
+        """``generate``'s keywords for an answer of at most ``new_tokens``."""
+        out: dict[str, Any] = {"max_new_tokens": new_tokens}
+        if self.stop == "length":
+            out["min_new_tokens"] = new_tokens
+        if judged or self.sampling == "greedy":
+            out["do_sample"] = False
+        elif self.sampling == "sample":
+            out["do_sample"] = True
+        return out
+
+
+GREEDY = Decoding()
+
+
+def check_stops(model: Any, decoding: Decoding) -> None:
+    """Refuse ``stop=eos`` on a model whose generation config names no end-of-sequence token
+    (it could never stop), in one line."""
+    from autotune.errors import ConfigError
+
+    config = getattr(model, "generation_config", None)
+    if decoding.stop == "eos" and getattr(config, "eos_token_id", None) is None:
+        raise ConfigError(
+            f"--stop eos: {type(model).__name__}'s generation config names no "
+            "eos_token_id, so its answers never stop early; use --stop length"
+        )
 
 
 @dataclass
@@ -81,19 +138,28 @@ def _stamps() -> type:
     return Stamps
 
 
-def run(model: Any, prompt: torch.Tensor, new_tokens: int, where: str, cache: Any = None,
-        keyword: str = "cache", logits: bool = False) -> Run:  # fmt: skip
-    """One ``generate`` of ``new_tokens`` tokens (see the module's text): its tokens, TTFT and
-    each later token's seconds; with ``logits``, the first token's and the second's logits
-    and every token's top-two margin."""
+def run(
+    model: Any,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    where: str,
+    cache: Any = None,
+    keyword: str = "cache",
+    logits: bool = False,
+    decoding: Decoding = GREEDY,
+) -> Run:
+    """One ``generate`` of ``new_tokens`` tokens at most (see the module's text): its tokens,
+    TTFT and each later token's seconds; with ``logits`` (a judged generation: greedy), the
+    first token's and the second's logits and every token's top-two margin."""
     import torch
 
     stamps = stamper()
     kwargs: dict[str, Any] = {
-        "attention_mask": torch.ones_like(prompt), "max_new_tokens": new_tokens,
-        "min_new_tokens": new_tokens, "do_sample": False, "disable_compile": True,
-        "use_cache": True, "streamer": stamps,
+        "attention_mask": torch.ones_like(prompt), "disable_compile": True, "use_cache": True,
+        "streamer": stamps, **decoding.kwargs(new_tokens, judged=logits),
     }  # fmt: skip
+    if not logits and decoding.samples(model):
+        torch.manual_seed(decoding.seed)
     if cache is not None:
         cache.reset()
         kwargs[keyword] = cache
