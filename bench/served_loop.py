@@ -7,9 +7,11 @@ Strategy("none"))`` (eager, a static cache) and on ``autotune.apply_generation(m
 strategy)``; per side and round, TTFT as ``generate(max_new_tokens=1)``'s wall time and the
 time per token as ``(generate(max_new_tokens=N) - TTFT) / (N - 1)``, on ``time.perf_counter``;
 the sides interleaved, medians over the rounds. Threads: ``OMP_NUM_THREADS`` as given (the
-issue's table used 1). Run:
+issue's table used 1). ``--sampling sample`` times sampled answers on both (the trial's
+``Workload(sampling="sample")``; the loop's ``do_sample=True`` after ``torch.manual_seed``).
+Run:
 
-    OMP_NUM_THREADS=1 python bench/served_loop.py --repeats 3
+    OMP_NUM_THREADS=1 python bench/served_loop.py --repeats 3 [--sampling sample]
 
 The loop's process is told nothing of the trial's; the two agree where every ratio is near 1.
 """
@@ -36,15 +38,18 @@ LOOP = textwrap.dedent("""
     from tests import models
 
     seq, n, rounds, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    sample = sys.argv[5] == "sample"
     model, (ids,) = models.tiny_llama()  # its own prompt, as the trial's
     sides = {"eager": model, "static": autotune.apply_generation(model, Strategy("none")),
              "compiled": autotune.apply_generation(model, Strategy.create("full", backend))}
 
     def once(gen, tokens):
+        if sample:
+            torch.manual_seed(0)
         began = time.perf_counter()
         with torch.no_grad():
             gen.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
-                         min_new_tokens=tokens, do_sample=False, use_cache=True)
+                         min_new_tokens=tokens, do_sample=sample, use_cache=True)
         return time.perf_counter() - began
 
     for gen in sides.values():  # the compile, and a warm call of each
@@ -60,12 +65,13 @@ LOOP = textwrap.dedent("""
 """)
 
 
-def loop(seq: int, new_tokens: int, rounds: int, backend: str) -> dict[str, dict[str, float]]:
+def loop(seq: int, new_tokens: int, rounds: int, backend: str, sampling: str
+         ) -> dict[str, dict[str, float]]:  # fmt: skip
     """The user's loop (see the module's text), in a fresh process."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (
         os.environ.get("PYTHONPATH"), root)))}  # fmt: skip
-    argv = [sys.executable, "-c", LOOP, str(seq), str(new_tokens), str(rounds), backend]
+    argv = [sys.executable, "-c", LOOP, str(seq), str(new_tokens), str(rounds), backend, sampling]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -76,9 +82,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--backend", default="inductor")
+    p.add_argument("--sampling", choices=("greedy", "sample"), default="greedy")
     args = p.parse_args()
     strategy = Strategy.create("full", args.backend)
-    work = Workload(batch_size=2, seq_len=8, kind="generate", new_tokens=args.new_tokens)
+    work = Workload(batch_size=2, seq_len=8, kind="generate", new_tokens=args.new_tokens,
+                    sampling=args.sampling)  # fmt: skip
     settings = Settings(iters=args.rounds, warmup=1, timeout_s=1800)
     print(
         f"tests.models:tiny_llama (its own prompt, batch 2 x 8), {work.slug()}, "
@@ -97,7 +105,7 @@ def main() -> None:
                  "compiled": (m.ttft.median_ms, m.latency.median_ms)}  # fmt: skip
         if getattr(m, "eager_static", None):  # the static cache's eager, where the trial timed it
             trial["static"] = (m.eager_static["ttft_ms"], m.eager_static["tpot_ms"])
-        user = loop(8, args.new_tokens, args.rounds, args.backend)
+        user = loop(8, args.new_tokens, args.rounds, args.backend, args.sampling)
         for side, (ttft, tpot) in trial.items():
             u = user[side]
             print(

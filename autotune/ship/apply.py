@@ -129,8 +129,10 @@ def _generator(
     config.disable_compile = True  # compiled here as measured, not a second time by transformers
     if length is not None:  # one cache for every request, as measured (never a shorter one)
         config.max_cache_len = max(length, getattr(config, "max_cache_len", None) or 0)
-    if strategy.kv_cache != "single":  # a cache a bucket of prompt-plus-answer lengths
-        gen.generate = kv_cache.serving(gen, strategy, length or 0, found, traffic)
+    # one cache a batch size and length (a bucket's, or the single one), made once and reset in
+    # place: transformers makes a new one at every call, whose new addresses a CUDA graph
+    # records again
+    gen.generate = kv_cache.serving(gen, strategy, length or 0, found, traffic)
     gen.generation_config = config
     return artifact.isolate(gen, "generate") if loaded is None else gen
 

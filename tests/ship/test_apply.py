@@ -30,6 +30,7 @@ def test_an_eager_prefill_compiles_the_decode_alone_over_prompt_lengths() -> Non
     assert counts["compiled"][0] == 2 and sum(counts["compiled"]) > 2  # prefills recompile
 
 
+@pytest.mark.slow
 def test_a_request_longer_than_the_exported_cache_gets_a_longer_one(tmp_path: Path) -> None:
     """The export's cache (its study's longest prompt plus answer) serves every shorter request
     with one decode graph; a longer request is given a longer cache (a recompile, a stall),

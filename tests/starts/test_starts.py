@@ -76,6 +76,7 @@ def test_bad_starts_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and err.startswith("autotune: error: bad starts") and "\n" not in err
 
 
+@pytest.mark.slow
 def test_a_backend_without_a_cache_records_cold_for_every_start() -> None:
     m = measure(TOY, CPU, Strategy.create("full", "aot_eager"), QUICK)
     assert m.ok, m.reason + m.log_tail

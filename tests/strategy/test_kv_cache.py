@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
 import torch
 
 import autotune
@@ -28,6 +29,7 @@ def test_each_request_s_cache_length_by_kind() -> None:
     assert kv_cache.edges_of("pow2", TOTALS) is None
 
 
+@pytest.mark.slow
 def test_generate_with_a_cache_a_bucket_compiles_one_decode_graph_a_cache_length() -> None:
     """Static decode graphs (dynamic=false, the prefill eager): a graph for each pow2 cache
     the requests meet, none for a request whose cache was met before; every request's tokens
@@ -39,3 +41,39 @@ def test_generate_with_a_cache_a_bucket_compiles_one_decode_graph_a_cache_length
     # caches 16, 32, 16, 64, 32
     graphs = generated_graphs(gen, model, [(8, 6), (20, 8), (10, 4), (40, 20), (24, 6)])
     assert graphs == [1, 1, 0, 1, 0], graphs
+
+
+class Caches:
+    """The KV cache each forward of a model was handed, and its first layer's key tensor's
+    address, read by a hook torch calls on every call of the module."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.seen: list[tuple[int, int]] = []
+
+        def hook(module: object, args: object, kwargs: dict, out: object) -> None:
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            keys = cache.layers[0].keys
+            self.seen.append((id(cache), keys.data_ptr()))
+
+        model.register_forward_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("kind", ["single", "pow2"])
+def test_every_generate_call_reuses_its_static_cache_at_the_same_addresses(kind: str) -> None:
+    """A CUDA graph records again where a static input's address changes: through
+    ``apply_generation`` every ``generate`` of one batch size and length (here four) is
+    handed the one cache, reset in place, its tensors where they were. Before, with the
+    ``single`` cache, transformers made a new ``StaticCache`` at every call, so that on a GPU
+    each request recorded its graphs again (and none of it counted toward the limit)."""
+    model, (prompt,) = models.tiny_llama()
+    gen = autotune.apply_generation(model, Strategy.create("full", "eager", kv_cache=kind))
+    caches = Caches(gen)
+    calls = []
+    for _ in range(4):
+        before = len(caches.seen)
+        with torch.no_grad():
+            gen.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4,
+                         do_sample=False)  # fmt: skip
+        calls.append(set(caches.seen[before:]))
+    assert all(len(c) == 1 for c in calls), calls  # one cache through a call's forwards
+    assert len(set.union(*calls)) == 1, calls  # ...and the same one, where it was, at every call

@@ -37,6 +37,7 @@ def test_buckets_pad_a_compiled_prefill_only() -> None:
     padded.check_workload("generate")  # a pow2 prefill is a generate workload's
 
 
+@pytest.mark.slow
 def test_a_padded_prefill_compiles_one_graph_a_bucket_and_answers_eager_s_tokens() -> None:
     torch._dynamo.reset()
     model, _ = models.tiny_llama()

@@ -105,6 +105,7 @@ def test_every_bucket_compiles_past_torchs_recompile_limit() -> None:
     assert torch._dynamo.config.recompile_limit == 8  # scoped to the model's calls
 
 
+@pytest.mark.slow
 def test_a_regional_compile_compiles_every_bucket_in_every_block() -> None:
     model = llama(layers=2)  # each block its own graph per bucket: 2 per bucket for one code
     fresh()
@@ -234,6 +235,7 @@ def test_a_past_kv_cache_is_refused_in_one_line() -> None:
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_marks_mark_the_users_mask_too() -> None:
     model = llama()
     shaped = served(model, Strategy.create("full", "eager", marks="seq"))

@@ -64,6 +64,7 @@ def test_a_first_pass_plays_each_shape_once_and_ready_is_eager_plus_the_stalls()
         long.timings, short.timings)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_eager_on_recompile_is_judged_on_its_one_compiled_graph() -> None:
     guarded = Strategy.create("full", "aot_eager", dynamic=False, stance="eager_on_recompile")
     m = measure(LLAMA, Workload(seq_len=LENGTHS, requests=24), guarded, QUICK)
@@ -95,6 +96,7 @@ def test_timed_calls_carry_no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     assert scenario.eager_shapes  # the probes found the shapes served eager
 
 
+@pytest.mark.slow
 def test_a_shape_that_arrives_once_is_timed_once_on_each_side(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
