@@ -83,7 +83,10 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
     size and length, reset in place before each use), sized as the trial sized it
     (:func:`footprint`; a quantiles prefill's edges from ``traffic``): a call that says
     ``max_new_tokens`` and brings no cache of its own; any other call is ``gen.generate`` as
-    it was."""
+    it was. The single kind keeps one cache a batch size, ``single`` long or the generation
+    config's ``max_cache_len`` where longer, a longer request's where it needs more (which
+    later requests keep, as transformers keeps its longest), so that its tensors keep their
+    addresses: transformers makes a new cache at every call."""
     from transformers import StaticCache
 
     from autotune.strategy import prefill
@@ -100,8 +103,14 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
         mine = "cache" in kwargs or "past_key_values" in kwargs
         if ids is None or not isinstance(new, int) or mine or ids.dim() != 2:
             return original(inputs, *args, **kwargs)
-        need = footprint(buckets, ids.shape[1], new, prompts)
-        size = (ids.shape[0], length(kind, need, single, found))
+        need, batch = footprint(buckets, ids.shape[1], new, prompts), ids.shape[0]
+        size = (batch, length(kind, need, single, found))
+        if kind == "single":  # the longest made yet where it fits, as transformers keeps it
+            longest = max((n for b, n in kept if b == batch), default=0)
+            floor = getattr(gen.generation_config, "max_cache_len", None) or 0
+            size = (batch, longest if longest >= need else max(size[1], floor))
+            if size[1] != longest:
+                kept.pop((batch, longest), None)  # outgrown: not held beside the longer one
         cache = kept.get(size)
         if cache is None:
             cache = kept[size] = StaticCache(config=gen.config, max_cache_len=size[1])
