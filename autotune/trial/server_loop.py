@@ -98,13 +98,8 @@ def generate(request: Request) -> Measurement:
     per request the graphs it compiled, whether it hit the recompile limit (its calls then ran
     eager), whether its tokens are eager's, its TTFT and time per token, and eager's (one
     ``generate`` of the same request after it)."""
-    import statistics
-
-    import torch
-
     import autotune
     from autotune.trial.scenarios import served as timed
-    from autotune.trial.scenarios.generate import check_tokens
 
     assert request.exported is not None
     ctx = begin(request)
@@ -116,7 +111,6 @@ def generate(request: Request) -> Measurement:
                for s in prompts}  # fmt: skip
     expected = {}
     decoding = timed.Decoding.of(w, request.seed)
-    sampled = decoding.samples(model)  # drawn tokens are not judged: the trial judged greedy
     for s, ids in prompts.items():  # eager's tokens first
         run = timed.run(model, ids, longest[s], w.device, logits=True, decoding=decoding)
         expected[s] = (run.tokens, run.margins)
@@ -128,6 +122,36 @@ def generate(request: Request) -> Measurement:
     for name in ("ttft_ms", "tpot_ms", "eager_ttft_ms", "eager_tpot_ms"):
         found[name] = []
     began = time.perf_counter()
+    with metrics.others_cpu() as load:
+        _serve_requests(w, (served, model), prompts, expected, decoding, found)
+    if "share" in load:  # how much of the CPU other processes took meanwhile
+        found["others_cpu"] = load["share"]
+    found["served_s"] = time.perf_counter() - began
+    found["graphs"] = metrics.compile_counts()[0]
+    found["through"] = "autotune.apply_generation"
+    return Measurement(*request.base(), "ok", traffic=found, timings=ctx.timings)
+
+
+def _serve_requests(
+    w: Any,
+    sides: tuple[Any, Any],
+    prompts: dict[Any, Any],
+    expected: dict[Any, Any],
+    decoding: Any,
+    found: dict[str, Any],
+) -> None:
+    """Each request of ``w``'s traffic through the served model's ``generate``, in arrival
+    order, and eager's of the same request after it: ``found`` gets each one's graphs
+    compiled, whether it ran eager, its times and eager's, and tokens that differ (greedy)."""
+    import statistics
+
+    import torch
+
+    from autotune.trial.scenarios import served as timed
+    from autotune.trial.scenarios.generate import check_tokens
+
+    served, model = sides
+    sampled = decoding.samples(model)  # drawn tokens are not judged: the trial judged greedy
     for n, (shape, answer) in enumerate(zip(w.traffic, w.answers, strict=True), 1):
         before = metrics.compile_counts()
         with torch.no_grad():
@@ -145,10 +169,6 @@ def generate(request: Request) -> Measurement:
         check = check_tokens(tokens[:, :answer], run.tokens, "", margins[:answer])
         if not check.passed and not sampled:
             found["wrong"].append([n, check.detail])
-    found["served_s"] = time.perf_counter() - began
-    found["graphs"] = metrics.compile_counts()[0]
-    found["through"] = "autotune.apply_generation"
-    return Measurement(*request.base(), "ok", traffic=found, timings=ctx.timings)
 
 
 def _wrong(ctx: Any, shape: Shape, out: Any, expected: tuple[list[Any], list[list[int]]],

@@ -116,3 +116,33 @@ def test_a_loop_that_does_not_fit_the_budget_is_not_run_and_its_rounds_stand(
     assert ran == [] and done.pick == QUICKER.key and done.latency_ms[QUICKER.key] < base
     assert f"not served yet: {QUICKER.key}: its plain loop needs about" in done.lines[0]
     assert "0 s of the budget are left; its rounds stand, unchecked as served" in done.lines[0]
+
+
+def test_served_times_are_judged_on_a_quiet_machine_and_said_under_load() -> None:
+    """Five warm requests at 1.0x eager's time a token in the trial and 2.0x in the loop:
+    beyond the trial's noise, so not served as measured, where the CPU was the two sides'
+    own; where other processes took 60 % of it while the loop served (or the trial played its
+    requests), the times are said and not judged, as the CI gate does with its rounds."""
+    from autotune.trial.measurement import Latency
+
+    n = 5
+    trial_traffic = {"compiles": [0] * n, "recorded": [0] * n, "ran_eager": [],
+                     "tpot_ms": [1.0] * n, "eager_tpot_ms": [1.0] * n,
+                     "ttft_ms": [2.0] * n, "eager_ttft_ms": [2.0] * n}  # fmt: skip
+    steady = Latency.from_samples([0.001] * 6)
+    trial = Measurement(Strategy.create("full", "eager"), MATMULS, Workload(), "ok",
+                        traffic=trial_traffic, latency=steady, eager_latency=steady,
+                        ttft=steady, eager_ttft=steady)  # fmt: skip
+    loop = {**trial_traffic, "tpot_ms": [2.0] * n, "wrong": []}
+    (found,) = as_served().times(trial, loop)
+    assert "2.00x eager's time a token in the loop, 1.00x in the trial" in found
+    assert as_served().times(trial, {**loop, "others_cpu": 0.6}) == []
+    assert "not judged: other processes took 60%" in as_served().agreed(
+        "k", {**loop, "others_cpu": 0.6}, 1.0, trial_traffic, 0.6
+    )
+    loaded = Measurement(Strategy.create("full", "eager"), MATMULS, Workload(), "ok",
+                         traffic=trial_traffic, latency=steady, eager_latency=steady,
+                         ttft=steady, eager_ttft=steady,
+                         timings={"first_others_cpu": 0.6})  # fmt: skip
+    assert as_served().times(loaded, loop) == []
+    assert as_served().times(trial, {**loop, "tpot_ms": [1.1] * n}) == []  # within its noise

@@ -109,8 +109,10 @@ class Generations(Generate):
                           new_tokens, self.ctx.device, decoding)  # fmt: skip
 
     def first(self) -> None:
-        with cudagraph_logs.cudagraph_recordings() as recordings:
+        with cudagraph_logs.cudagraph_recordings() as recordings, metrics.others_cpu() as load:
             self.play(recordings)
+        if "share" in load:  # other processes' share of the CPU while it played the requests
+            self.ctx.timings["first_others_cpu"] = load["share"]
 
     def play(self, recordings: Callable[[], int]) -> None:
         """The first pass (see the module's text), CUDA graphs' ``recordings`` read as it goes:
