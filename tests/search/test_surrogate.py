@@ -80,15 +80,29 @@ def test_the_anchors_are_one_each_and_then_done() -> None:
     members = Space.default("cpu").narrow(backend="inductor,eager", dynamic="none,false",
                                           fullgraph="false").validate("cpu")  # fmt: skip
     first = deduction.anchors(members, members)
-    dearest = first[-1]
+    dearest = first[5]
     assert [a.key for a in first[:5]] == [S(*g).key for g in (
         ("none",), ("full", "eager"), ("full",), ("regional",), ("nested",))]  # fmt: skip
     assert (dearest.granularity, dearest.backend) == ("full", "inductor") and dearest.options
-    assert len(first) == 6
-    # once the dearest is measured, no other full Inductor strategy becomes an anchor
+    # then full Inductor at its defaults with each option alone
+    options = {o for s in members for o in s.options}
+    alone = {S("full", options=(o,)).key for o in options} & {s.key for s in members}
+    assert {a.key for a in first[6:]} == alone and len(first) == 6 + len(alone) >= 8
+    # once they are measured, no other full Inductor strategy becomes an anchor
     left = [s for s in members if s not in first]
     assert deduction.anchors(left, members) == []
     assert deduction.anchors([*left, dearest], members) == [dearest]
+
+
+def test_each_option_alone_is_an_anchor_so_that_the_dearest_s_gain_is_told_apart() -> None:
+    members = Space.default("cpu").narrow(granularity="full", backend="inductor",
+                                          mode="default,max-autotune-no-cudagraphs",
+                                          options="freezing,cpp_wrapper", dynamic="none",
+                                          fullgraph="false").validate("cpu")  # fmt: skip
+    keys = [a.key for a in deduction.anchors(members, members)]
+    dearest = S("full", mode="max-autotune-no-cudagraphs", options=("freezing", "cpp_wrapper"))
+    assert keys == [S("full").key, dearest.key, S("full", options=("freezing",)).key,
+                    S("full", options=("cpp_wrapper",)).key]  # fmt: skip
 
 
 @pytest.mark.parametrize(("sampler", "model"), [(None, True), ("surrogate", True), ("tpe", False),
