@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.choice.selection import Point
 from autotune.search import deduction, open_search, surrogate
 from autotune.strategy import Strategy
 from autotune.strategy.space import Space
@@ -48,6 +49,27 @@ def test_an_option_s_gain_at_one_granularity_is_expected_at_another() -> None:
     # expected to be regional again (dominated), and something unknown is tried instead
     picked = surrogate.propose(_front(1.0), [], FREE, SPREAD)
     assert picked is not None and picked != S("regional", options=CPP)
+
+
+def test_a_speedup_its_rounds_do_not_show_is_still_evidence_of_its_factors() -> None:
+    # cpp_wrapper at full measured twice as fast, but its rounds did not show it: the front
+    # counts eager's latency there (10 ms); fitted so, cpp_wrapper would seem to do nothing
+    values = {**_front(2.0), S("full", options=CPP): (11.0, 10.0)}
+    evidence = {S("full", options=CPP): (11.0, 3.0)}
+    free = [S("regional", options=CPP), S("nested", options=CPP), S("nested")]
+    assert surrogate.propose(values, [], free, SPREAD) == S("nested")  # cpp_wrapper: no use
+    assert surrogate.propose(values, [], free, SPREAD, evidence) == S("regional", options=CPP)
+
+
+def test_the_evidence_is_the_speedup_as_measured_where_the_front_counts_none() -> None:
+    def point(s: Strategy, latency_ms: float, speedup: float, shown: bool) -> Point:
+        return Point(s.key, s.to_dict(), 10.0, latency_ms, None, speedup, None,
+                     significant=shown)  # fmt: skip
+
+    points = [point(S("none"), 10.0, 1.0, False), point(S("full"), 10.0, 2.0, False),
+              point(S("regional"), 4.0, 2.5, True)]  # fmt: skip
+    assert surrogate.as_measured(points, ("compile", "latency")) == {S("full"): (10.0, 5.0)}
+    assert surrogate.as_measured(points[1:], ("compile", "latency")) == {}  # no eager: none
 
 
 def test_failures_are_expected_where_they_happened_and_not_elsewhere() -> None:
