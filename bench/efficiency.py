@@ -17,7 +17,11 @@ for each record, the tactics variant (``--choices``) that does best on the other
 chosen, and only its result on this record is reported, beside the sampler alone (TPE and
 random, no tactics). ``--record URL [--study NAME]`` reports one more record the same way,
 chosen on all of the bench's. ``--samplers`` and ``--variants`` print instead one table per
-record of every sampler with every variant (no choosing: for diagnosis).
+record of every sampler with every variant (no choosing: for diagnosis). ``--trace RECORD
+[--seed N] [--variants V]`` prints one replay's order on a record: each measured strategy in
+turn (anchors and the exhaustive front's points marked, with the hypervolume found so far), then
+each point of the exhaustive front with the step that found it, or its share of the exhaustive
+hypervolume (what the front loses without it) where none did.
 
 The space, workload and objectives come from the record's stored spec, so older and newer
 records replay without code changes. A strategy of that space missing from the record counts as
@@ -110,14 +114,18 @@ class Stop(Exception):
     """The replay's wall time is spent."""
 
 
+Steps = list[tuple[int, float, float, str]]  # (measured, seconds, hypervolume, key) per trial
+
+
 class Trace:
     """A search's listener that notes, after every measured strategy, how many are measured,
-    the record's seconds spent measuring them (as stored: a cheap rung's are fewer), and the
-    hypervolume of what is stored; past ``limit_s`` seconds it stops the search."""
+    the record's seconds spent measuring them (as stored: a cheap rung's are fewer), the
+    hypervolume of what is stored, and the strategy; past ``limit_s`` seconds it stops the
+    search."""
 
     def __init__(self, search: Search, scale: Scale, limit_s: float | None = None) -> None:
         self.search, self.scale, self.limit_s = search, scale, limit_s
-        self.trace: list[tuple[int, float, float]] = []
+        self.trace: Steps = []
 
     def now(self, what: str) -> None:
         pass
@@ -131,7 +139,8 @@ class Trace:
         rows = search.store.measurements(search.name)
         spent = sum(r.payload.get("wall_s") or 0.0 for r in rows
                     if r.key in measured and r.deduced_from is None)  # fmt: skip
-        self.trace.append((len(measured), spent, hypervolume(candidates(rows), self.scale)))
+        hv = hypervolume(candidates(rows), self.scale)
+        self.trace.append((len(measured), spent, hv, key))
         if self.limit_s is not None and spent >= self.limit_s:
             raise Stop
 
@@ -164,8 +173,8 @@ def at_rung(m: Measurement, rung: Rung) -> Measurement:
 
 
 def traced(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, scale: Scale,
-           limit_s: float | None = None) -> tuple[list[tuple[int, float, float]],
-                                                  dict[str, Measurement], set[str]]:  # fmt: skip
+           limit_s: float | None = None) -> tuple[Steps, dict[str, Measurement], set[str]
+                                                  ]:  # fmt: skip
     """autotune's own loop, with each measurement looked up in the record (through a cheap
     rung where ``spec.rungs`` says so, :func:`at_rung`), until its budget or ``limit_s``
     seconds of the record's trials: its trace, what it stored (measured, not deduced), and the
@@ -202,7 +211,7 @@ def replay(record: dict[str, Measurement], spec: StudySpec, tactics: Tactics, sc
            target: float) -> tuple[int | None, float, float, set[str]]:  # fmt: skip
     """(measured strategies needed, seconds spent then, hypervolume at the budget, missing)."""
     trace, _, missing = traced(record, spec, tactics, scale)
-    reached = next(((n, s) for n, s, hv in trace if hv >= target), (None, 0.0))
+    reached = next(((n, s) for n, s, hv, _ in trace if hv >= target), (None, 0.0))
     final = trace[-1][2] if trace else 0.0
     return reached[0], reached[1], final, missing
 
@@ -231,6 +240,7 @@ class Record:
     size: int  # strategies in its space
     budget: int  # measured strategies a replay may spend
     eager: float  # the hypervolume of eager alone (a replay's before its first trial)
+    points: list[Point]  # every feasible strategy of the record, eager included
 
     @classmethod
     def load(cls, url: str, study: str, budget: float) -> Record:
@@ -248,7 +258,7 @@ class Record:
         size = len(spec.space.validate(spec.workload.device))
         eager = [p for p in everything if p.key == "none"]
         return cls(url, study, record, spec, front, scale, hypervolume(everything, scale), size,
-                   max(1, int(budget * size)), hypervolume(eager, scale))  # fmt: skip
+                   max(1, int(budget * size)), hypervolume(eager, scale), everything)  # fmt: skip
 
     def spec_for(self, sampler: str, seed: int, rungs: str = "full",
                  trials: int | None = None) -> StudySpec:  # fmt: skip
@@ -395,7 +405,6 @@ def held_out(
 
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the wall time W of the replay without rungs
-Steps = list[tuple[int, float, float]]  # (measured, seconds, hypervolume) after each trial
 
 
 def _paired(job: tuple[str, str, float, int]) -> dict:
@@ -419,12 +428,12 @@ def _paired(job: tuple[str, str, float, int]) -> dict:
 
 def hv_at(steps: Steps, seconds: float, eager: float) -> float:
     """The hypervolume stored once ``seconds`` of trials were spent (eager's before any)."""
-    return next((hv for _, s, hv in reversed(steps) if s <= seconds + 1e-9), eager)
+    return next((hv for _, s, hv, _ in reversed(steps) if s <= seconds + 1e-9), eager)
 
 
 def n_at(steps: Steps, seconds: float) -> int:
     """The trials measured once ``seconds`` of trials were spent."""
-    return next((n for n, s, _ in reversed(steps) if s <= seconds + 1e-9), 0)
+    return next((n for n, s, _, _ in reversed(steps) if s <= seconds + 1e-9), 0)
 
 
 def rounds_share(rec: Record) -> float:
@@ -483,6 +492,49 @@ def rungs_table(records: list[Record], seeds: int, jobs: int) -> None:
     print(f"\nrungs did as well or better in {tally[0]} of {tally[1]} (record, seed, share of W)")
 
 
+def show_trace(rec: Record, variant: str, seed: int, fraction: float) -> None:
+    """One replay's order: one line per measured strategy (anchors and the exhaustive front's
+    points marked, with the front's hypervolume then), then each front point's step, or its
+    share of the exhaustive hypervolume (what the front loses without it) if never found."""
+    from autotune.search.deduction import anchors
+
+    steps, _, missing = traced(rec.record, rec.spec_for("tpe", seed), VARIANTS[variant],
+                               rec.scale)  # fmt: skip
+    front = {p.key: p for p in rec.front}
+    members = rec.spec.space.validate(rec.spec.workload.device)
+    firsts = {a.key for a in anchors(members, members)}
+    points = {p.key: p for p in rec.points}
+    print(
+        f"{rec.name}, seed {seed}, tactics {variant}: {steps[-1][0] if steps else 1} measured "
+        f"of a budget of {rec.budget}, eager (the baseline, measured first) included\n"
+    )
+    print("| step | strategy | compile s | latency ms | HV | marks |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    found: dict[str, int] = {}
+    reached = False
+    for n, _, hv, key in [(1, 0.0, rec.eager, "none"), *steps]:
+        p = points.get(key)
+        marks = [m for m, on in (("anchor", key in firsts), ("FRONT", key in front)) if on]
+        if key in front:
+            found.setdefault(key, n)
+        if not reached and hv >= fraction * rec.full:
+            reached = True
+            marks.append(f"reaches {fraction:.0%}")
+        shown = f"{p.compile_s:.2f} | {p.latency_ms:.3f}" if p else "failed | -"
+        print(f"| {n} | {key} | {shown} | {hv / rec.full:.1%} | {', '.join(marks)} |")
+    print("\nthe exhaustive front, by compile time:")
+    for key, p in front.items():
+        rest = [q for q in rec.front if q.key != key]
+        share = 1 - hypervolume(rest, rec.scale) / rec.full
+        where = f"found at step {found[key]}" if key in found else "NEVER FOUND"
+        print(
+            f"  {key}: {p.compile_s:.2f} s, {p.latency_ms:.3f} ms, {share:.1%} of the HV "
+            f"alone: {where}"
+        )
+    if missing:
+        print(f"({len(missing)} strategies not in the record, counted as failed)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--record", help="a record's storage URL (default: every bench record)")
@@ -500,6 +552,13 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replays at a time")
     p.add_argument("--fraction", type=float, default=0.95)
     p.add_argument("--rungs", action="store_true", help="with and without cheap rungs instead")
+    p.add_argument(
+        "--trace",
+        metavar="RECORD",
+        help="one replay's order on a record (a study "
+        "name of the bench's, or --record's), one line per measured strategy",
+    )
+    p.add_argument("--seed", type=int, default=0, help="--trace: the replay's seed")
     args = p.parse_args()
     bench = [Record.load(f"sqlite:///{path}", path.stem, args.budget)
              for path in sorted(Path(args.results).glob("*-grid.db"))]  # fmt: skip
@@ -512,6 +571,13 @@ def main() -> None:
               f"space); exhaustive front: {', '.join(p.key for p in rec.front)}")  # fmt: skip
     print(f"budget: {args.budget:.0%} of each space; target {args.fraction:.0%} of the "
           "exhaustive hypervolume\n")  # fmt: skip
+    if args.trace:
+        chosen = [r for r in targets + bench if r.name == args.trace][:1]
+        if not chosen:
+            raise SystemExit(f"no record {args.trace} among {', '.join(r.name for r in bench)}")
+        show_trace(chosen[0], (args.variants or "default").split(",")[0], args.seed,
+                   args.fraction)  # fmt: skip
+        return
     if args.rungs:
         rungs_table(targets, args.seeds, args.jobs)
         return

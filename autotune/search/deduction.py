@@ -11,12 +11,13 @@ first. Every rule here is proved by the trial it starts from, never assumed:
   no block left eager), ``fullgraph=False`` compiled exactly as ``fullgraph=True`` would. The
   siblings are told the trial's measurement as a repeat.
 - **Anchors first**: eager, Dynamo alone (``full/eager``), each granularity's Inductor at its
-  defaults (``full`` and ``regional`` are the choices of torch's docs and of Accelerate) and
-  ``full`` Inductor at its most effort, one strategy each, so the pick is never worse than those
-  and the front starts with real points at both of its ends. **Exhaustive when cheap**: when
-  the budget covers every strategy left, they are all measured, cheapest to compile first. The
-  rest is the surrogate's (:mod:`.surrogate`), or with it off the sampler's, where **cheap
-  first** breaks the ties.
+  defaults (``full`` and ``regional`` are the choices of torch's docs and of Accelerate), ``full``
+  Inductor at its most effort, and ``full`` Inductor with each option alone, one strategy each, so
+  the pick is never worse than those, the front starts with real points at both of its ends, and
+  what each option does is seen apart from the others. **Exhaustive when cheap**: when the budget
+  covers every strategy left, they are all measured, cheapest to compile first. The rest is the
+  surrogate's (:mod:`.surrogate`), or with it off the sampler's, where **cheap first** breaks the
+  ties.
 """
 
 from __future__ import annotations
@@ -74,15 +75,20 @@ def cost(s: Strategy) -> tuple[int, int, int, int]:
 
 
 def anchors(free: Iterable[Strategy], members: Iterable[Strategy]) -> list[Strategy]:
-    """The anchors among ``free``, in order: eager; Dynamo alone (``full/eager``); ``full`` and
-    ``regional`` Inductor at its defaults; and ``full`` Inductor at its most effort (the dearest
-    mode and every option of the space's ``members``), the likely other end of the front. Each
-    is one strategy, measured once: once they are, the anchors are done."""
+    """The anchors among ``free``, in order: eager; Dynamo alone (``full/eager``); ``full``,
+    ``regional`` and ``nested`` Inductor at its defaults; ``full`` Inductor at its most effort
+    (the dearest mode and every option of the space's ``members``), the likely other end of the
+    front; and ``full`` Inductor at its defaults with each option alone, which tell apart what
+    each option does of what the most effort gains (they come together there). Each is one
+    strategy, measured once: once they are, the anchors are done."""
     keys = {s.key for s in free}
     dear = [s for s in members if (s.granularity, s.backend, s.dynamic, s.fullgraph)
             == ("full", "inductor", None, False)]  # fmt: skip
     most = [max(dear, key=cost)] if dear else []
-    return [a for a in (*ANCHORS, *most) if a.key in keys]
+    full = ANCHORS[2].key
+    alone = [s for s in dear if len(s.options) == 1
+             and dataclasses.replace(s, options=()).key == full]  # fmt: skip
+    return [a for a in (*ANCHORS, *most, *alone) if a.key in keys]
 
 
 def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:

@@ -169,10 +169,12 @@ def model_pick(search: Search, free: list[Strategy]) -> Strategy | None:
 
     rows = [r for r in search.store.measurements(search.name) if r.deduced_from is None]
     points = candidates(rows, search.spec.max_memory_mb, cheap=True)  # what it tells of a factor
-    values = {Strategy.from_dict(p.strategy): p.values(search.spec.objectives) for p in points}
+    objectives = search.spec.objectives
+    values = {Strategy.from_dict(p.strategy): p.values(objectives) for p in points}
     feasible = {p.key for p in points}
     failed = [Strategy.from_dict(r.payload["strategy"]) for r in rows if r.key not in feasible]
-    return surrogate.propose(values, failed, free, search.tactics.spread)
+    evidence = surrogate.as_measured(points, objectives)
+    return surrogate.propose(values, failed, free, search.tactics.spread, evidence)
 
 
 def deduce(search: Search, m: Measurement, number: int) -> int:

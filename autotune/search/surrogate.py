@@ -10,24 +10,27 @@ strategy with the same factors: ``cpp_wrapper``'s gain measured at ``full`` is e
 with a probability smoothed from the trials of its backend, then its granularity and backend,
 then its ``dynamic``, and of each option it turns on.
 
-The next strategy is the one whose measurement (drawn from the posterior, measuring noise
-included) would add most, on average, to the hypervolume of the front found so far (expected
-improvement), times its chance to run. The constants are set a priori, not fitted to a record:
-a factor changes an objective by about x1.35, a pair by x1.16, and a measurement is noisy by
-about x1.1 (identical compiles differ by 15-19 % in the records). ``spread`` scales the priors'
+The next strategy is the one whose measurement (drawn from the posterior, measuring noise included)
+would add most, on average, to the hypervolume of the front found so far (expected improvement),
+times its chance to run. The effects are fitted to the speedups as measured: one that a trial's
+rounds do not show (its sign test) counts as none on the front, but fitted as none it would teach
+the model that the trial's factors do nothing. The constants are set a priori, not fitted to a
+record: a factor changes an objective by about x1.35, a pair by x1.16, and a measurement is noisy
+by about x1.1 (identical compiles differ by 15-19 % in the records). ``spread`` scales the priors'
 spreads; ``bench/efficiency.py`` chose the search's (``Tactics.spread``, 0.5: a factor x1.16, a
 pair x1.08) among 0.5, 1 and 2 on leave-one-out replays of every record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from autotune.choice.selection import dominated
+from autotune.choice.selection import Point, dominated
 from autotune.search.deduction import cost
 from autotune.strategy import OPTIONAL_DEFAULTS, Strategy
 
@@ -128,23 +131,39 @@ def failure_chance(s: Strategy, tried: list[tuple[Strategy, bool]]) -> float:
                          for o in s.options])  # fmt: skip
 
 
+def as_measured(points: Sequence[Point], objectives: tuple[str, ...]
+                ) -> dict[Strategy, tuple[float, ...]]:  # fmt: skip
+    """The values of the trials whose speedup their rounds do not show (the front counts it as
+    none: eager's latency), with the speedup they measured: the evidence of what their factors
+    do, which counted as none would say that they do nothing."""
+    eager = next((p for p in points if p.key == "none"), None)
+    return {
+        Strategy.from_dict(p.strategy):
+            dataclasses.replace(p, latency_ms=eager.latency_ms / p.speedup).values(objectives)
+        for p in points if eager and p.key != "none" and not p.significant and p.speedup > 0
+    }  # fmt: skip
+
+
 def propose(
     values: dict[Strategy, tuple[float, ...]], failed: list[Strategy], free: list[Strategy],
-    spread: float,
+    spread: float, evidence: dict[Strategy, tuple[float, ...]] | None = None,
 ) -> Strategy | None:  # fmt: skip
     """The free strategy most likely to add to the front of ``values`` (feasible strategies'
     objective values, eager included), or None when none is expected to add anything.
-    ``spread`` scales the prior spreads of the effects."""
+    ``spread`` scales the prior spreads of the effects; ``evidence``, where given, holds the
+    values the effects are fitted to (as measured: a speedup that the front counts as none
+    until its rounds show it is still the best estimate of what its factors do)."""
     if not values or not free:
         return None
     tried = [(s, False) for s in values] + [(s, True) for s in failed]
     measured = [s for s in values if s.granularity != "none"]
+    fitted = {**values, **(evidence or {})}
     names = sorted({n for s in [*measured, *free] for n in features(s)})
     k = len(next(iter(values.values())))
     floor = [1e-3 * max(max(v[i] for v in values.values()), 1e-9) for i in range(k)]
     fits = [
         SurrogateFit(names, [features(s) for s in measured],
-            [math.log(values[s][i] + floor[i]) for s in measured], spread)
+            [math.log(fitted[s][i] + floor[i]) for s in measured], spread)
         for i in range(k)
     ]  # fmt: skip
     front = [v for v in values.values() if not dominated(v, values.values())]

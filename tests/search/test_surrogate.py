@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.choice.selection import Point
 from autotune.search import deduction, open_search, surrogate
 from autotune.strategy import Strategy
 from autotune.strategy.space import Space
@@ -50,6 +51,27 @@ def test_an_option_s_gain_at_one_granularity_is_expected_at_another() -> None:
     assert picked is not None and picked != S("regional", options=CPP)
 
 
+def test_a_speedup_its_rounds_do_not_show_is_still_evidence_of_its_factors() -> None:
+    # cpp_wrapper at full measured twice as fast, but its rounds did not show it: the front
+    # counts eager's latency there (10 ms); fitted so, cpp_wrapper would seem to do nothing
+    values = {**_front(2.0), S("full", options=CPP): (11.0, 10.0)}
+    evidence = {S("full", options=CPP): (11.0, 3.0)}
+    free = [S("regional", options=CPP), S("nested", options=CPP), S("nested")]
+    assert surrogate.propose(values, [], free, SPREAD) == S("nested")  # cpp_wrapper: no use
+    assert surrogate.propose(values, [], free, SPREAD, evidence) == S("regional", options=CPP)
+
+
+def test_the_evidence_is_the_speedup_as_measured_where_the_front_counts_none() -> None:
+    def point(s: Strategy, latency_ms: float, speedup: float, shown: bool) -> Point:
+        return Point(s.key, s.to_dict(), 10.0, latency_ms, None, speedup, None,
+                     significant=shown)  # fmt: skip
+
+    points = [point(S("none"), 10.0, 1.0, False), point(S("full"), 10.0, 2.0, False),
+              point(S("regional"), 4.0, 2.5, True)]  # fmt: skip
+    assert surrogate.as_measured(points, ("compile", "latency")) == {S("full"): (10.0, 5.0)}
+    assert surrogate.as_measured(points[1:], ("compile", "latency")) == {}  # no eager: none
+
+
 def test_failures_are_expected_where_they_happened_and_not_elsewhere() -> None:
     tried = [
         (S("full", options=CPP), False),
@@ -80,15 +102,29 @@ def test_the_anchors_are_one_each_and_then_done() -> None:
     members = Space.default("cpu").narrow(backend="inductor,eager", dynamic="none,false",
                                           fullgraph="false").validate("cpu")  # fmt: skip
     first = deduction.anchors(members, members)
-    dearest = first[-1]
+    dearest = first[5]
     assert [a.key for a in first[:5]] == [S(*g).key for g in (
         ("none",), ("full", "eager"), ("full",), ("regional",), ("nested",))]  # fmt: skip
     assert (dearest.granularity, dearest.backend) == ("full", "inductor") and dearest.options
-    assert len(first) == 6
-    # once the dearest is measured, no other full Inductor strategy becomes an anchor
+    # then full Inductor at its defaults with each option alone
+    options = {o for s in members for o in s.options}
+    alone = {S("full", options=(o,)).key for o in options} & {s.key for s in members}
+    assert {a.key for a in first[6:]} == alone and len(first) == 6 + len(alone) >= 8
+    # once they are measured, no other full Inductor strategy becomes an anchor
     left = [s for s in members if s not in first]
     assert deduction.anchors(left, members) == []
     assert deduction.anchors([*left, dearest], members) == [dearest]
+
+
+def test_each_option_alone_is_an_anchor_so_that_the_dearest_s_gain_is_told_apart() -> None:
+    members = Space.default("cpu").narrow(granularity="full", backend="inductor",
+                                          mode="default,max-autotune-no-cudagraphs",
+                                          options="freezing,cpp_wrapper", dynamic="none",
+                                          fullgraph="false").validate("cpu")  # fmt: skip
+    keys = [a.key for a in deduction.anchors(members, members)]
+    dearest = S("full", mode="max-autotune-no-cudagraphs", options=("freezing", "cpp_wrapper"))
+    assert keys == [S("full").key, dearest.key, S("full", options=("freezing",)).key,
+                    S("full", options=("cpp_wrapper",)).key]  # fmt: skip
 
 
 @pytest.mark.parametrize(("sampler", "model"), [(None, True), ("surrogate", True), ("tpe", False),
