@@ -1,21 +1,28 @@
 """The GPU acceptance run: one command that says, on the first GPU autotune meets, whether its
 CUDA paths are right, and writes one JSON report with each check's verdict and figures, from
 which ``--table`` prints the GPU table of the benchmarks page. A lent machine runs 10 minutes a
-call and 15 a lease, so the run comes in parts of at most 7 minutes each by the measured check
-times (about 11.4 minutes in all on one H100); the whole run also passes in one process.
+call and 15 a lease, its start included, so the run comes in parts, each one call of at most 9
+minutes, two a lease (:func:`lease_plan`), what changed since the last lent GPU first
+(:data:`CHANGED`: the probe, checks 13 and 6, the padded prefill, ``--buckets auto``); the
+whole run also passes in one process. Its first line says torch's and transformers' versions.
 
-    python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2, 3
+    python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2...
     python bench/gpu.py                          # the whole run, in one process
-    python bench/gpu.py --dry-run                # anywhere: the parts, every command, the models
-    python bench/gpu.py --only 1,2,11 --out a.json  # some checks alone
+    python bench/gpu.py --dry-run                # anywhere: the lease's plan, commands, models
+    python bench/gpu.py --only 0,2,11 --out a.json  # some checks alone
     python bench/gpu.py --table a.json b.json    # the Markdown table of one or more reports
 
-Checks, in order (each prints PASS or FAIL with its figures; the exit status is the count of
+Checks, by number (each prints PASS or FAIL with its figures; the exit status is the count of
 FAILs):
 
+0. The probe, the lease's first step: ``autotune.apply_generation`` with ``reduce-overhead`` and
+   the ``single`` and ``pow2`` caches, four ``generate`` calls of one prompt each, the CUDA
+   graphs each call recorded: ``[1, 1, 0, 0]`` (decode's at the first, the prefill's at the
+   second); a recording at every call is a cache made anew at each.
 1. CUDA events against perf_counter after a synchronize: within 5 % (a 4096^2 matmul).
-2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, a recorded graph's
-   memory in the private pools (none there: none recorded), and right answers (torch raises
+2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, a CUDA graph recorded
+   in the first calls and none again in the rounds (counted from Inductor's log: the memory in
+   the private pools, which a warm-up run allocates too, proved nothing), and right answers (torch raises
    on reading an output that a later replay overwrote, which fails the trial: a trial that
    ran and matched eager had none); each side's peak memory and starts.
 3. llama-3.2-1b at batch 1 x 128: eager, full and regional Inductor, cold compile and latency,
@@ -26,8 +33,10 @@ FAILs):
    on a CUDA-graph fallback.
 5. The generate confirmation (several strategies in one process) with ``reduce-overhead``:
    every strategy runs every round (an overwritten output would raise and end them).
-6. ``autotune.apply_generation`` with ``reduce-overhead``: two ``generate`` calls, the static KV
-   cache allocated before the compiled prefill, no CUDA-graph fallback, eager's first token.
+6. ``autotune.apply_generation`` with ``reduce-overhead``: three ``generate`` calls, no output
+   kept alive into the next, the static KV cache, no CUDA-graph fallback, each call's tokens as
+   eager's under the gate's tolerance; one or two graphs recorded (decode's, the prefill's),
+   none at the third call.
 7. A precompiled start of a CUDA-graph strategy: refused, with why (torch would load it
    without CUDA graphs).
 8. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more):
@@ -52,9 +61,14 @@ FAILs):
     as measured"); then ``autotune check best.json --measure`` gates it on the GPU and passes.
 13. The generate workload over a traffic (gemma-2b, one layer, prompts 16..128 and answers
     8..32 tokens, 8 requests) with ``reduce-overhead``, with one static cache and with a cache a
-    pow2 bucket and the prefill eager: every request's tokens as eager's, no CUDA-graph
-    fallback, the graphs recorded (each a stall; a decode graph at least a cache length); the
-    weighted TTFT and time per token against eager's. Never run yet: its time is a guess.
+    pow2 bucket and the prefill eager: every request's tokens as eager's under the gate's
+    tolerance, no CUDA-graph fallback, the graphs recorded bounded from both sides (a decode
+    graph a cache at least; at most that and one more, and a prefill graph a played request
+    where it is compiled), none recorded again in the rounds, the weighted time per token under
+    eager's and TTFT within 1.2 times eager's. Never run yet: its time is a guess.
+14. The same traffic with the prefill padded to pow2 buckets and a cache a bucket, as 13.
+15. A traffic (check 10's) with ``--buckets auto`` and ``reduce-overhead``: its pilot's edges,
+    the predicted and measured cost, right answers, no fallback, none recorded again.
 """
 
 from __future__ import annotations

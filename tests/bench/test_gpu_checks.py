@@ -101,6 +101,20 @@ def test_each_part_fits_a_lent_machine_s_call_two_a_lease_what_changed_first() -
             "bench/gpu.py --part 1 --out part1.json") in done.stdout, done.stdout  # fmt: skip
 
 
+def test_the_docs_table_of_the_lease_s_plan_follows_the_code() -> None:
+    """docs/gpus.md said three parts after the code packed four: its table is the plan's."""
+    import re
+
+    text = (ROOT / "docs" / "gpus.md").read_text()
+    rows = re.findall(r"^\| (\d+), (\d+) \| `python bench/gpu.py --part (\d+)[^|]*\| ([\d, ]+) "
+                      r"\| ([\d.]+) min \|$", text, re.M)  # fmt: skip
+    plan = [line.split(": checks ")[1] for line in gpu.lease_plan(gpu.plan(), 1)]
+    assert len(rows) == len(plan)
+    for (lease, call, part, checks, minutes), said in zip(rows, plan, strict=True):
+        assert (int(lease), int(call)) == ((int(part) + 1) // 2, 2 - int(part) % 2)
+        assert said.startswith(f"{checks.replace(' ', '')}, about {minutes} min"), (said, checks)
+
+
 def traffic_measured(recorded: list[int], again: int = 0, tpot: float = 2.0,
                      ttft: float = 10.0, caches: tuple[int, ...] = (64, 128),
                      played: int = 3, near_tie: bool = False) -> Measurement:  # fmt: skip
