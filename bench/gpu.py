@@ -22,9 +22,9 @@ FAILs):
 1. CUDA events against perf_counter after a synchronize: within 5 % (a 4096^2 matmul).
 2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, a CUDA graph recorded
    in the first calls and none again in the rounds (counted from Inductor's log: the memory in
-   the private pools, which a warm-up run allocates too, proved nothing), and right answers (torch raises
-   on reading an output that a later replay overwrote, which fails the trial: a trial that
-   ran and matched eager had none); each side's peak memory and starts.
+   the private pools, which a warm-up run allocates too, proved nothing), and right answers
+   (torch raises on reading an output that a later replay overwrote, which fails the trial: a
+   trial that ran and matched eager had none); each side's peak memory and starts.
 3. llama-3.2-1b at batch 1 x 128: eager, full and regional Inductor, cold compile and latency,
    beside Accelerate's published table (full 10.7 s / 6.3 ms, regional 1.95 s / 9.7 ms, eager
    18.3 ms on an H100): how many times quicker regional compiles than full, here and there
