@@ -95,6 +95,8 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
 
     @functools.wraps(original)
     def generate(inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if strategy.uses_cuda_graphs():
+            refuse_kept_outputs(gen, kwargs)
         ids = inputs if inputs is not None else kwargs.get("input_ids")
         new = kwargs.get("max_new_tokens")
         mine = "cache" in kwargs or "past_key_values" in kwargs
@@ -111,3 +113,27 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
         return original(inputs, *args, **kwargs)
 
     return generate
+
+
+KEPT = ("output_hidden_states", "output_attentions")  # kept by generate as the forward made them
+
+
+def refuse_kept_outputs(gen: Any, kwargs: dict[str, Any]) -> None:
+    """Raise ConfigError (one line) where a ``generate`` call under CUDA graphs would return
+    hidden states or attentions: transformers keeps each step's as the forward returned them
+    (the logits it copies), and a CUDA graph's outputs are overwritten by its next replay, so
+    reading them raises. The call's keywords, then its ``generation_config``, then ``gen``'s."""
+    configs = [kwargs.get("generation_config"), getattr(gen, "generation_config", None)]
+
+    def asked(name: str) -> bool:
+        if name in kwargs:
+            return bool(kwargs[name])
+        return bool(next((getattr(c, name) for c in configs if hasattr(c, name)), False))
+
+    kept = [name for name in KEPT if asked(name)]
+    if kept and asked("return_dict_in_generate"):
+        from autotune.errors import ConfigError
+
+        raise ConfigError(f"generate(..., {kept[0]}=True) under CUDA graphs: each step's are "
+                          "overwritten by the next step's replay; read them with a strategy "
+                          "without CUDA graphs (a mode other than reduce-overhead)")  # fmt: skip
