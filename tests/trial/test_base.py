@@ -1,8 +1,8 @@
-"""A trial counts the CUDA graphs it records, in its first calls and again after them (the
-warm-up and timed rounds repeat the first calls' shapes, so a healthy trial records none there):
-bench/gpu.py's checks read these counts, not the memory in the private pools. On a CPU no graph
-is recorded, so the model below logs a recording as Inductor's CUDA-graph trees do (the one
-layer of torch stood in for)."""
+"""The trial's skeleton (autotune/trial/scenarios/base.py): a trial counts the CUDA graphs it
+records, in its first calls and again after them (the warm-up and timed rounds repeat the first
+calls' shapes, so a healthy trial records none there): bench/gpu.py's checks read these counts,
+not the memory in the private pools. On a CPU no graph is recorded, so the model below logs a
+recording as Inductor's CUDA-graph trees do (the one layer of torch stood in for)."""
 
 from __future__ import annotations
 
