@@ -103,7 +103,11 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
         if ids is None or not isinstance(new, int) or mine or ids.dim() != 2:
             return original(inputs, *args, **kwargs)
         need = footprint(buckets, ids.shape[1], new, prompts)
-        size = (ids.shape[0], length(kind, need, single, found))
+        # the single cache as long as the generation config says where it says more (a user's
+        # max_cache_len, set after apply_generation as transformers reads it at each call)
+        config = kwargs.get("generation_config") or gen.generation_config
+        most = max(single, getattr(config, "max_cache_len", None) or 0)
+        size = (ids.shape[0], length(kind, need, most, found))
         cache = kept.get(size)
         if cache is None:
             cache = kept[size] = StaticCache(config=gen.config, max_cache_len=size[1])
