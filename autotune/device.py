@@ -83,10 +83,18 @@ def _current() -> int:
 
 
 def use(device: str) -> None:
-    """Make ``device`` the current CUDA device (an index-less ``cuda`` is resolved first)."""
+    """Make ``device`` the current CUDA device (an index-less ``cuda`` is resolved first), in a
+    process that sees the one GPU ``CUDA_VISIBLE_DEVICES`` names, where it names one (a trial's
+    child, :func:`alone`): CUDA initialised before the variable was set (in the fork server)
+    ignores it, and ``cuda:0`` would silently be GPU 0 whichever GPU was asked for."""
     if is_cuda(device):
         import torch
 
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        if visible.strip() and "," not in visible and (seen := count()) != 1:
+            raise ConfigError(f"CUDA_VISIBLE_DEVICES={visible} names one GPU, but this process "
+                              f"sees {seen}: CUDA began before it was set, so {device} would "
+                              "not be that GPU")  # fmt: skip
         torch.cuda.set_device(torch.device(resolve(device)))
 
 

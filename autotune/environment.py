@@ -29,6 +29,7 @@ from typing import Any
 
 import autotune.device
 from autotune import variables
+from autotune.errors import ConfigError
 
 
 def cpu_model() -> str:
@@ -267,3 +268,34 @@ def fingerprint(device: str = "cpu", dtype: str | None = None) -> dict[str, Any]
         "python": platform.python_version(),
     }
     return {**env, **autotune.device.traits(device, dtype)}
+
+
+# The transformers a generate strategy's padded prefill is written against (5.24): a static
+# cache's layers that ``crop`` by moving their ``cumulative_length`` in place (their tensors keep
+# their addresses), and the 4-D causal mask its ``prepare_inputs_for_generation`` builds for a
+# static cache, which the padding pads. Its ``cache=`` keyword is adapted to (earlier ones take
+# ``past_key_values``: :func:`autotune.strategy.kv_cache.cache_keyword`); the rest of the
+# generate workload runs on 5.0 on. A lent GPU's 5.17 was below it.
+PADDED_PREFILL_TRANSFORMERS = (5, 24)
+
+
+def check_padded_prefill(version: str | None = None) -> None:
+    """Raise ConfigError (one line) where the installed transformers (or ``version``) is older
+    than :data:`PADDED_PREFILL_TRANSFORMERS`: a generate strategy with buckets refuses it
+    rather than run paths it does not have."""
+    from packaging.version import InvalidVersion, Version
+
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        return  # a build of its own: nothing to say
+    if tuple(release[:2]) < PADDED_PREFILL_TRANSFORMERS:
+        need = ".".join(map(str, PADDED_PREFILL_TRANSFORMERS))
+        raise ConfigError(f"transformers {version} is older than the {need} that a generate "
+                          f"prefill padded to buckets needs (a static cache cropped in place, "
+                          f"the 4-D mask): pip install 'transformers>={need}', or --buckets "
+                          f"none")  # fmt: skip

@@ -1,23 +1,30 @@
 """The GPU acceptance run: one command that says, on the first GPU autotune meets, whether its
 CUDA paths are right, and writes one JSON report with each check's verdict and figures, from
 which ``--table`` prints the GPU table of the benchmarks page. A lent machine runs 10 minutes a
-call and 15 a lease, so the run comes in parts of at most 7 minutes each by the measured check
-times (about 11.4 minutes in all on one H100); the whole run also passes in one process.
+call and 15 a lease, its start included, so the run comes in parts, each one call of at most 9
+minutes, two a lease (:func:`lease_plan`), what changed since the last lent GPU first
+(:data:`CHANGED`: the probe, checks 13 and 6, the padded prefill, ``--buckets auto``); the
+whole run also passes in one process. Its first line says torch's and transformers' versions.
 
-    python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2, 3
+    python bench/gpu.py --part 1 --out a.json    # on a machine with a CUDA GPU, then --part 2...
     python bench/gpu.py                          # the whole run, in one process
-    python bench/gpu.py --dry-run                # anywhere: the parts, every command, the models
-    python bench/gpu.py --only 1,2,11 --out a.json  # some checks alone
+    python bench/gpu.py --dry-run                # anywhere: the lease's plan, commands, models
+    python bench/gpu.py --only 0,2,11 --out a.json  # some checks alone
     python bench/gpu.py --table a.json b.json    # the Markdown table of one or more reports
 
-Checks, in order (each prints PASS or FAIL with its figures; the exit status is the count of
+Checks, by number (each prints PASS or FAIL with its figures; the exit status is the count of
 FAILs):
 
+0. The probe, the lease's first step: ``autotune.apply_generation`` with ``reduce-overhead`` and
+   the ``single`` and ``pow2`` caches, four ``generate`` calls of one prompt each, the CUDA
+   graphs each call recorded: ``[1, 1, 0, 0]`` (decode's at the first, the prefill's at the
+   second); a recording at every call is a cache made anew at each.
 1. CUDA events against perf_counter after a synchronize: within 5 % (a 4096^2 matmul).
-2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, a recorded graph's
-   memory in the private pools (none there: none recorded), and right answers (torch raises
-   on reading an output that a later replay overwrote, which fails the trial: a trial that
-   ran and matched eager had none); each side's peak memory and starts.
+2. ``reduce-overhead`` on toy-64, full and regional: no CUDA-graph skip, a CUDA graph recorded
+   in the first calls and none again in the rounds (counted from Inductor's log: the memory in
+   the private pools, which a warm-up run allocates too, proved nothing), and right answers
+   (torch raises on reading an output that a later replay overwrote, which fails the trial: a
+   trial that ran and matched eager had none); each side's peak memory and starts.
 3. llama-3.2-1b at batch 1 x 128: eager, full and regional Inductor, cold compile and latency,
    beside Accelerate's published table (full 10.7 s / 6.3 ms, regional 1.95 s / 9.7 ms, eager
    18.3 ms on an H100): how many times quicker regional compiles than full, here and there
@@ -26,8 +33,10 @@ FAILs):
    on a CUDA-graph fallback.
 5. The generate confirmation (several strategies in one process) with ``reduce-overhead``:
    every strategy runs every round (an overwritten output would raise and end them).
-6. ``autotune.apply_generation`` with ``reduce-overhead``: two ``generate`` calls, the static KV
-   cache allocated before the compiled prefill, no CUDA-graph fallback, eager's first token.
+6. ``autotune.apply_generation`` with ``reduce-overhead``: three ``generate`` calls, no output
+   kept alive into the next, the static KV cache, no CUDA-graph fallback, each call's tokens as
+   eager's under the gate's tolerance; one or two graphs recorded (decode's, the prefill's),
+   none at the third call.
 7. A precompiled start of a CUDA-graph strategy: refused, with why (torch would load it
    without CUDA graphs).
 8. A portable start from ``best.cache.bin`` made on another device index (two GPUs or more):
@@ -52,9 +61,14 @@ FAILs):
     as measured"); then ``autotune check best.json --measure`` gates it on the GPU and passes.
 13. The generate workload over a traffic (gemma-2b, one layer, prompts 16..128 and answers
     8..32 tokens, 8 requests) with ``reduce-overhead``, with one static cache and with a cache a
-    pow2 bucket and the prefill eager: every request's tokens as eager's, no CUDA-graph
-    fallback, the graphs recorded (each a stall; a decode graph at least a cache length); the
-    weighted TTFT and time per token against eager's. Never run yet: its time is a guess.
+    pow2 bucket and the prefill eager: every request's tokens as eager's under the gate's
+    tolerance, no CUDA-graph fallback, the graphs recorded bounded from both sides (a decode
+    graph a cache at least; at most that and one more, and a prefill graph a played request
+    where it is compiled), none recorded again in the rounds, the weighted time per token under
+    eager's and TTFT within 1.2 times eager's. Never run yet: its time is a guess.
+14. The same traffic with the prefill padded to pow2 buckets and a cache a bucket, as 13.
+15. A traffic (check 10's) with ``--buckets auto`` and ``reduce-overhead``: its pilot's edges,
+    the predicted and measured cost, right answers, no fallback, none recorded again.
 """
 
 from __future__ import annotations
@@ -203,26 +217,42 @@ def cuda_graphs(where: str) -> Found:
         g = m.graphs
         recording = m.timings.get("cuda_graph_recording_s", 0)
         pools = m.timings.get("cuda_graph_pools_mb", 0.0)
-        # a recording leaves its graph's memory in a private pool: none there, none recorded
-        # (the second call's time is stored whatever it did)
-        ok = m.feasible and g is not None and not g.cudagraph_skips and pools > 0
+        recorded, later = recordings_of(m)
+        ok = m.feasible and g is not None and not g.cudagraph_skips and recorded_once(m)
         skip = f"; skips {g.cudagraph_skips}: {g.cudagraph_skip_reason}" if g else ""
         mem, right = memory_of(m), bool(m.accuracy and m.accuracy.passed)
         figures[granularity] = {
             "status": m.status, "speedup": m.speedup, "compile_s": m.compile_s,
-            "recording_s": recording, "pools_mb": pools,
+            "recording_s": recording, "pools_mb": pools, "recorded": recorded,
+            "recorded_later": later,
             "skips": g.cudagraph_skips if g else None,
             "right_answers": right, **mem,
             "starts": {k: v.status for k, v in m.starts.items()},
         }  # fmt: skip
         lines.append(f"{verdict(ok)} toy-64 {granularity} reduce-overhead: {m.status}, "
-                     f"{m.speedup or 0:.2f}x, compile {m.compile_s or 0:.1f} s (recording "
-                     f"{recording:.2f} s, pools {pools:.0f} MiB){skip}; answers right: "
+                     f"{m.speedup or 0:.2f}x, compile {m.compile_s or 0:.1f} s ({recorded} "
+                     f"CUDA graphs recorded in {recording:.2f} s, {later} after; pools "
+                     f"{pools:.0f} MiB){skip}; answers right: "
                      f"{right}; peak eager "
                      f"{mem['eager_peak_mb'] or 0:.0f} MiB, compiled "
                      f"{mem['compiled_peak_mb'] or 0:.0f} MiB; starts "
                      f"{figures[granularity]['starts']} {why_failed(m)}")  # fmt: skip
     return Found(lines, figures)
+
+
+def recordings_of(m: Any) -> tuple[int, int]:
+    """The CUDA graphs a trial recorded in its first calls, and after them (in its warm-up and
+    timed rounds, which repeat the first calls' shapes), as Inductor logged them."""
+    return (int(m.timings.get("cuda_graph_recordings", 0)),
+            int(m.timings.get("cuda_graph_recordings_later", 0)))  # fmt: skip
+
+
+def recorded_once(m: Any) -> bool:
+    """Check 2: the first calls recorded a CUDA graph, and the rounds recorded none again. Not
+    the memory in the private pools: the warm-up run that comes before a recording allocates
+    there too, so a pool with no recording passed."""
+    recorded, later = recordings_of(m)
+    return recorded >= 1 and later == 0
 
 
 def llama_table(where: str) -> Found:
@@ -310,30 +340,131 @@ def generate_confirmation(where: str) -> Found:
                   f"each {why_failed(m)}"], {"rounds": rounds})  # fmt: skip
 
 
-def generation_applied(where: str) -> Found:
+def generate_calls(gen: Any, prompt: Any, calls: int, new_tokens: int) -> dict[str, Any]:
+    """``calls`` greedy ``generate`` calls of ``gen`` on ``prompt``: the CUDA graphs each
+    recorded (Inductor's log), the fallbacks, each call's tokens (on the CPU: no output of a
+    call is kept alive into the next, where cudagraph trees would record again rather than
+    overwrite it), and whether every call's cache was the static one, marked so."""
     import torch
 
+    per_call, tokens, static = [], [], True
+    with (
+        cudagraph_logs.cudagraph_skips() as skips,
+        cudagraph_logs.cudagraph_recordings() as recordings,
+    ):
+        for _ in range(calls):
+            before = recordings()
+            with torch.no_grad():
+                out = gen.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                   max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                   do_sample=False, return_dict_in_generate=True)  # fmt: skip
+            per_call.append(recordings() - before)
+            tokens.append(out.sequences[:, prompt.shape[1] :].cpu())
+            static = static and all(
+                getattr(layer.keys, "_dynamo_static_input_type", None) == "unguarded"
+                for layer in out.past_key_values.layers
+            )
+            del out
+        found = skips()
+    return {"recorded": per_call, "tokens": tokens, "static": static, "fallbacks": found}
+
+
+def eager_answer(model: Any, prompt: Any, new_tokens: int, dtype: str) -> tuple[Any, Any]:
+    """Eager's greedy tokens (on the CPU) and the reader of another answer against them under
+    the gate's tolerance: a first difference where eager's top two logits were within the
+    gate's element-wise tolerance of each other (no reference here: its atol and rtol at the
+    larger logit) is a near tie, which passes, as the trial's own token check lets it."""
+    import torch
+
+    from autotune.trial import accuracy
+    from autotune.trial.scenarios import generate as generated
+    from autotune.trial.scenarios import served
+
+    with torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                             max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, cache_implementation="static",
+                             return_dict_in_generate=True, output_logits=True)  # fmt: skip
+    expected = out.sequences[:, prompt.shape[1] :].cpu()
+    margins = [served.margin(x) for x in out.logits]
+    atol, rtol = accuracy.TOLERANCES[dtype]
+    tie = max(atol + rtol * float(x.float().abs().max()) for x in out.logits)
+
+    def check(tokens: Any, where: str) -> Any:
+        return generated.check_tokens(expected, tokens, where, margins, tie)
+
+    return expected, check
+
+
+def generation_applied(where: str) -> Found:
+    """Check 6: ``autotune.apply_generation`` with ``reduce-overhead``, three ``generate`` calls
+    of one prompt: see :func:`applied_verdict`."""
     import autotune
 
     workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=16)
     model, (prompt,) = catalog.build(GEMMA, workload)
-    eager = model.generate(prompt, max_new_tokens=16, do_sample=False,
-                           cache_implementation="static")[:, prompt.shape[1] :]  # fmt: skip
-    gen = autotune.apply_generation(model, OVERHEAD)
-    with cudagraph_logs.cudagraph_skips() as skips:
-        outs = [gen.generate(prompt, max_new_tokens=16, do_sample=False,
-                             return_dict_in_generate=True) for _ in range(2)]  # fmt: skip
-        found = skips()
-    tokens = [o.sequences[:, prompt.shape[1] :] for o in outs]
-    static = all(getattr(layer.keys, "_dynamo_static_input_type", None) == "unguarded"
-                 for o in outs for layer in o.past_key_values.layers)  # fmt: skip
-    same = int((tokens[0] == eager).all(dim=0).long().cumprod(0).sum())
-    ok = (not found and static and torch.equal(tokens[0], tokens[1])
-          and bool((tokens[0][:, 0] == eager[:, 0]).all()))  # fmt: skip
-    why = f"; fallbacks: {found[:2]}" if found else ""
-    figures = {"static_cache": static, "tokens_as_eager": same, "fallbacks": len(found)}
-    return Found([f"{verdict(ok)} apply_generation reduce-overhead: two generates, cache marked "
-                  f"static {static}, {same} of 16 tokens as eager's{why}"], figures)  # fmt: skip
+    _, check = eager_answer(model, prompt, 16, "bfloat16")
+    found = generate_calls(autotune.apply_generation(model, OVERHEAD), prompt, 3, 16)
+    return applied_verdict(found, [check(t, f" in call {n}") for n, t in
+                                   enumerate(found["tokens"], 1)])  # fmt: skip
+
+
+def applied_verdict(found: dict[str, Any], checks: list[Any]) -> Found:
+    """Check 6's verdict: every call's tokens as eager's under the gate's tolerance, the cache
+    marked static, no fallback; its graphs recorded once, from both sides: one cache, so a
+    decode graph at least, and at most that and the prefill's (compiled); none at the third
+    call, a key the first two recorded."""
+    recorded, fallbacks = found["recorded"], found["fallbacks"]
+    low, high = recorded_bounds(OVERHEAD, 1, 1)
+    high -= 1  # one request, played alone: no slack for a second key
+    wrong = [c.detail for c in checks if not c.passed]
+    ok = (not fallbacks and found["static"] and not wrong and low <= sum(recorded) <= high
+          and recorded[-1] == 0)  # fmt: skip
+    why = f"; fallbacks: {fallbacks[:2]}" if fallbacks else ""
+    ties = [c.detail for c in checks if c.near_tie]
+    figures = {"static_cache": found["static"], "recorded": recorded,
+               "tokens_as_eager": [c.matched for c in checks], "near_ties": ties,
+               "fallbacks": len(fallbacks)}  # fmt: skip
+    return Found([f"{verdict(ok)} apply_generation reduce-overhead: {len(recorded)} generates "
+                  f"recorded {recorded} CUDA graphs ({low}..{high} in all, none at the last), "
+                  f"cache marked static {found['static']}, tokens as eager's "
+                  f"{[c.matched for c in checks]}{why}"
+                  + "".join(f"; {w}" for w in wrong + ties)], figures)  # fmt: skip
+
+
+PROBE_CALLS = 4  # the probe's generate calls of each cache kind
+HEALTHY = [1, 1, 0, 0]  # the decode graph at the first call, the prefill's at the second
+
+
+def probe(where: str) -> Found:
+    """Check 0, the lease's first step: ``autotune.apply_generation`` with ``reduce-overhead``
+    and the ``single`` and ``pow2`` caches, four ``generate`` calls of one prompt each, the
+    CUDA graphs each call recorded. A healthy run reads ``[1, 1, 0, 0]``: a graph recorded
+    at every call is a cache made anew at each (new addresses record again)."""
+    import autotune
+
+    workload = Workload.create(device=where, dtype="bfloat16", kind="generate", new_tokens=8)
+    model, (prompt,) = catalog.build(GEMMA, workload)
+    lines, figures = [], {}
+    for kind in ("single", "pow2"):
+        strategy = dataclasses.replace(OVERHEAD, kv_cache=kind)
+        found = generate_calls(autotune.apply_generation(model, strategy), prompt,
+                               PROBE_CALLS, 8)  # fmt: skip
+        line, figures[kind] = probe_verdict(kind, found)
+        lines.append(line)
+    return Found(lines, figures)
+
+
+def probe_verdict(kind: str, found: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    recorded, fallbacks = found["recorded"], found["fallbacks"]
+    same = all(bool((t == found["tokens"][0]).all()) for t in found["tokens"])
+    ok = recorded == HEALTHY and not fallbacks and found["static"] and same
+    why = f"; fallbacks: {fallbacks[:2]}" if fallbacks else ""
+    return (f"{verdict(ok)} probe, apply_generation kv_cache={kind}: recordings per generate "
+            f"{recorded} (healthy {HEALTHY}), cache static {found['static']}, every call's "
+            f"tokens the same {same}{why}",
+            {"recorded": recorded, "fallbacks": len(fallbacks), "static": found["static"],
+             "same_tokens": same})  # fmt: skip
 
 
 TRAFFIC = Workload(seq_len="16..512", requests=24, dtype="bfloat16")  # the check's traffic
@@ -369,6 +500,31 @@ def traffic(where: str) -> Found:
         f"calls at 17..33 compiled {graphs} graphs (2 buckets); fallbacks {found[:2]}"
     )
     return Found(lines, figures)
+
+
+def auto_buckets(where: str) -> Found:
+    """Check 15: a traffic with ``--buckets auto`` and ``reduce-overhead``: its pilot (pow2,
+    cold) prices the edges, the trial measures them: feasible, right answers, no CUDA-graph
+    fallback, none recorded again in the rounds, and the traffic's ``auto`` block (the edges,
+    the predicted and the measured cost)."""
+    workload = dataclasses.replace(TRAFFIC, device=where)
+    strategy = Strategy.create("full", "inductor", "reduce-overhead", buckets="auto")
+    m = measure(GEMMA, workload, strategy, TIMED)
+    t = m.traffic or {}
+    auto, (skips, why) = t.get("auto") or {}, graphs_lost(m)
+    _, again = recordings_of(m)
+    ok = (m.feasible and m.accuracy is not None and m.accuracy.passed and skips == 0
+          and again == 0 and bool(auto.get("edges")) and "measured" in auto)  # fmt: skip
+    figures = {"edges": auto.get("edges"), "predicted": auto.get("predicted"),
+               "measured": auto.get("measured"), "note": auto.get("note"), "skips": skips,
+               "recorded_again": again, "speedup": m.speedup,
+               "stalls": t.get("stalls")}  # fmt: skip
+    return Found([f"{verdict(ok)} traffic with buckets=auto reduce-overhead: {m.status}, edges "
+                  f"{auto.get('edges')}, predicted {auto.get('predicted')}, measured "
+                  f"{auto.get('measured')}, {m.speedup or 0:.2f}x, {skips} CUDA-graph "
+                  f"skips{why}, {again} recorded again in the rounds; "
+                  f"{m.accuracy.detail if m.accuracy else ''} {why_failed(m)}"],
+                 figures)  # fmt: skip
 
 
 def applied_buckets(
@@ -538,33 +694,81 @@ GENERATIONS = Workload(
 
 def generations(where: str) -> Found:
     """Check 13: the generate workload over a traffic with ``reduce-overhead`` on gemma-2b (one
-    layer), with one static cache and with a cache a pow2 bucket (the prefill eager): every
-    request's tokens as eager's, no CUDA-graph fallback, graphs recorded (a stall each; with a
-    cache a bucket, a decode graph at least a cache length), the weighted TTFT and time per
-    token."""
+    layer), with one static cache and with a cache a pow2 bucket (the prefill eager): see
+    :func:`generations_verdict`."""
+    return generate_traffic(where, (OVERHEAD, dataclasses.replace(OVERHEAD, prefill="eager",
+                                                                  kv_cache="pow2")))  # fmt: skip
+
+
+def padded_prefill(where: str) -> Found:
+    """Check 14: the same traffic with the prefill padded to pow2 buckets and a cache a bucket:
+    one prefill graph a bucket, recorded once each (:func:`generations_verdict`)."""
+    return generate_traffic(where, (dataclasses.replace(OVERHEAD, buckets="pow2",
+                                                        kv_cache="pow2"),))  # fmt: skip
+
+
+def generate_traffic(where: str, strategies: tuple[Strategy, ...]) -> Found:
     workload = dataclasses.replace(GENERATIONS, device=where)
-    bucketed = dataclasses.replace(OVERHEAD, prefill="eager", kv_cache="pow2")
     lines, figures = [], {}
-    for strategy in (OVERHEAD, bucketed):
+    for strategy in strategies:
         m = measure(ModelRef("gemma-2b", layers=1), workload, strategy, TIMED)
-        t, (skips, why) = m.traffic or {}, graphs_lost(m)
-        recorded, caches = sum(t.get("recorded", [])), t.get("cache_lens") or [0]
-        ok = (m.feasible and m.accuracy is not None and m.accuracy.passed and bool(t)
-              and skips == 0 and recorded >= len(caches))  # fmt: skip
-        weighted = t.get("weighted", {})
-        figures[strategy.key] = {
-            "ready_s": t.get("ready_s"), "eager_ready_s": t.get("eager_ready_s"),
-            "stalls": t.get("stalls"), "recorded": recorded, "compiles": t.get("compiles"),
-            "cache_lens": caches, "weighted": weighted, "skips": skips}  # fmt: skip
-        lines.append(
-            f"{verdict(ok)} generate over a traffic, {strategy.key}: {m.status}, ready "
-            f"{t.get('ready_s', 0):.1f} s (eager {t.get('eager_ready_s', 0):.1f}), "
-            f"{t.get('stalls', 0)} stalls ({recorded} CUDA graphs recorded), caches {caches}; "
-            f"per token {weighted.get('tpot_ms', 0):.2f} ms (eager "
-            f"{weighted.get('eager_tpot_ms', 0):.2f}), TTFT {weighted.get('ttft_ms', 0):.1f} ms "
-            f"(eager {weighted.get('eager_ttft_ms', 0):.1f}); {skips} CUDA-graph skips{why}; "
-            f"{m.accuracy.detail if m.accuracy else ''} {m.reason[:200]}")  # fmt: skip
+        line, figures[strategy.key] = generations_verdict(m, strategy)
+        lines.append(line)
     return Found(lines, figures)
+
+
+TTFT_WITHIN = 1.2  # check 13: a strategy's weighted TTFT at most a fifth over eager's
+
+
+def recorded_bounds(strategy: Strategy, caches: int, played: int) -> tuple[int, int]:
+    """The CUDA graphs a generate traffic's first pass records, from both sides: a decode graph a
+    cache length at least; at most that, one more, and, where the prefill is compiled, one
+    prefill graph a distinct request (batch, prompt and cache) its first pass played."""
+    low = caches
+    return low, low + 1 + (played if strategy.prefill == "compiled" else 0)
+
+
+def generations_verdict(m: Any, strategy: Strategy) -> tuple[str, dict[str, Any]]:
+    """Checks 13 and 14's verdict on one trial: feasible, every request's tokens as eager's
+    under the gate's tolerance (a near tie of eager's top two logits passes, as the trial's own
+    check does), no CUDA-graph fallback; the graphs its first pass recorded within
+    :func:`recorded_bounds`, and none recorded again in the rounds, which replay the keys the
+    first pass played; the weighted time per token under eager's, and TTFT within
+    :data:`TTFT_WITHIN` of eager's."""
+    t, (skips, why) = m.traffic or {}, graphs_lost(m)
+    recorded, caches = sum(t.get("recorded", [])), t.get("cache_lens") or [0]
+    low, high = recorded_bounds(strategy, len(caches), len(t.get("played", [])))
+    _, again = recordings_of(m)
+    w = t.get("weighted", {})
+    tpot, eager_tpot = w.get("tpot_ms", 0.0), w.get("eager_tpot_ms", 0.0)
+    ttft, eager_ttft = w.get("ttft_ms", 0.0), w.get("eager_ttft_ms", 0.0)
+    tokens = m.tokens.passed if m.tokens is not None else False
+    failed = [why for why, bad in (
+        (f"{m.status} {m.reason[:200]}", not m.feasible),
+        (f"tokens: {m.tokens.detail if m.tokens else 'not checked'}", not tokens),
+        (f"answers: {m.accuracy.detail if m.accuracy else 'not judged'}",
+         m.accuracy is None or not m.accuracy.passed),
+        (f"{skips} CUDA-graph fallbacks{why}", skips > 0),
+        (f"{recorded} recorded, outside {low}..{high}", not low <= recorded <= high),
+        (f"{again} recorded again in the rounds", again > 0),
+        (f"per token {tpot:.2f} ms, not under eager's {eager_tpot:.2f}",
+         not 0 < tpot < eager_tpot),
+        (f"TTFT {ttft:.1f} ms over {TTFT_WITHIN} x eager's {eager_ttft:.1f}",
+         not 0 < ttft <= TTFT_WITHIN * eager_ttft),
+    ) if bad]  # fmt: skip
+    figures = {
+        "ready_s": t.get("ready_s"), "eager_ready_s": t.get("eager_ready_s"),
+        "stalls": t.get("stalls"), "recorded": recorded, "recorded_bounds": [low, high],
+        "recorded_again": again, "compiles": t.get("compiles"), "cache_lens": caches,
+        "weighted": w, "skips": skips, "tokens": dataclasses.asdict(m.tokens) if m.tokens
+        else None}  # fmt: skip
+    line = (f"{verdict(not failed)} generate over a traffic, {strategy.key}: {m.status}, ready "
+            f"{t.get('ready_s', 0):.1f} s (eager {t.get('eager_ready_s', 0):.1f}), "
+            f"{t.get('stalls', 0)} stalls ({recorded} CUDA graphs recorded, {low}..{high} "
+            f"expected; {again} in the rounds), caches {caches}; per token {tpot:.2f} ms (eager "
+            f"{eager_tpot:.2f}), TTFT {ttft:.1f} ms (eager {eager_ttft:.1f})"
+            + (f"; {'; '.join(failed)}" if failed else ""))  # fmt: skip
+    return line, figures
 
 
 def peaks_command(where: str) -> list[str]:
@@ -640,58 +844,47 @@ def eager_beside_graphs(where: str) -> Found:
     return Found(lines, {"in_process": here, "trials": peaks})
 
 
-def plan() -> list[Check]:
+def plan() -> list[tuple[int, Check]]:
+    """Every check, by its number: the probe (0), then checks 1 to 15."""
     one = Workload(device="cpu")
     bf16 = Workload(device="cpu", dtype="bfloat16")
     gen = Workload(device="cpu", dtype="bfloat16", kind="generate", new_tokens=4)
     short = ModelRef("gemma-2b", layers=1)
     toy = ModelRef("toy-64", layers=1)
-    return [
+    generations_cpu = dataclasses.replace(GENERATIONS, device="cpu")
+    return list(enumerate([
+        Check("probe: recordings per generate", [(short, gen)], probe),
         Check("CUDA events vs perf_counter", [], events_agree),
         Check("reduce-overhead on toy-64", [(toy, one)], cuda_graphs),
-        Check(
-            "llama-3.2-1b beside Accelerate",
-            [(ModelRef("llama-3.2-1b", layers=1), bf16)],
-            llama_table,
-        ),
+        Check("llama-3.2-1b beside Accelerate", [(ModelRef("llama-3.2-1b", layers=1), bf16)],
+              llama_table),
         Check("generate on gemma-2b", [(short, gen)], generate),
         Check("generate confirmation", [(short, gen)], generate_confirmation),
         Check("apply_generation", [(short, gen)], generation_applied),
         Check("precompiled CUDA graphs", [(toy, one)], precompiled_cuda_graphs),
-        Check(
-            "portable start on another index",
-            [(toy, one)],
-            portable_elsewhere,
-            gpus=2,
-            commands=[PORTABLE, load_command("FOLDER", "cuda:0")],
-        ),
+        Check("portable start on another index", [(toy, one)], portable_elsewhere, gpus=2,
+              commands=[PORTABLE, load_command("FOLDER", "cuda:0")]),
         Check("search --workers 2", [(toy, one)], two_workers, gpus=2, commands=[WORKERS]),
         Check("a traffic with reduce-overhead", [(short, TRAFFIC)], traffic),
-        Check(
-            "eager's peak beside CUDA graphs",
-            [(POOLED, dataclasses.replace(POOLED_WORKLOAD, device="cpu"))],
-            eager_beside_graphs,
-            commands=[peaks_command("cuda:0")],
-        ),
-        Check(
-            "served as measured, and the CI gate",
-            [(short, TRAFFIC)],
-            served_and_gated,
-            commands=[SERVED, GATE],
-        ),
-        Check(
-            "generate over a traffic",
-            [(short, dataclasses.replace(GENERATIONS, device="cpu"))],
-            generations,
-        ),
-    ]
+        Check("eager's peak beside CUDA graphs",
+              [(POOLED, dataclasses.replace(POOLED_WORKLOAD, device="cpu"))],
+              eager_beside_graphs, commands=[peaks_command("cuda:0")]),
+        Check("served as measured, and the CI gate", [(short, TRAFFIC)], served_and_gated,
+              commands=[SERVED, GATE]),
+        Check("generate over a traffic", [(short, generations_cpu)], generations),
+        Check("padded prefill, a cache a bucket", [(short, generations_cpu)], padded_prefill),
+        Check("a traffic with buckets=auto", [(short, TRAFFIC)], auto_buckets),
+    ]))  # fmt: skip
 
 
 # Each check's seconds on one H100 as measured on 2026-11-27 (torch 2.11, the machine's start not
-# counted; 8 and 9, which need two GPUs, have never run: guesses). A part packs checks in order
-# up to PART_S, 7 minutes: within 8 with a minute's margin for imports and a slower machine, so
-# that it ends inside one 10-minute call of a lent machine, and both parts inside its 15 minutes
+# counted; 8 and 9, which need two GPUs, have never run: guesses; so are 0, 13, 14 and 15, never
+# run). A lent machine runs one command for at most 10 minutes and is held 15 minutes a lease,
+# its start included (about 3): a lease is two calls of at most CALL_S each. A call packs checks
+# up to PART_S expected seconds, 7 minutes, two within a 9-minute call for imports and a slower
+# machine; a lease's two calls together up to LEASE_WORK_S.
 EXPECTED_S = {
+    0: 45,  # a guess: two apply_generation compiles of gemma-2b (4 layers), 8 short generates
     1: 1,
     2: 57,
     3: 62,
@@ -704,24 +897,54 @@ EXPECTED_S = {
     10: 164,
     11: 73,
     12: 185,
-    13: 300,
-}  # 12: on the second lease of 2026-11-27; 13: a guess, never run
-PART_S = 420
+    13: 300,  # a guess, never run
+    14: 150,  # a guess: check 13's traffic, one strategy
+    15: 120,  # a guess: a pilot and a trial of check 10's traffic
+}
+CALL_S = 9 * 60  # one call of a lent machine, at most (its own limit is 10 minutes)
+PART_S = 420  # what one call packs, by the expected seconds above
+LEASE_S, START_S = 15 * 60, 180  # a lease, and the machine's start within it
+LEASE_WORK_S = LEASE_S - START_S - 60  # a lease's two calls together: a minute for both starts
+# What changed since the last lent GPU goes first: the probe, then checks 13 and 6 (their
+# recordings bounded from both sides), the padded prefill with a cache a bucket, --buckets auto
+CHANGED = (0, 13, 6, 14, 15)
+
+
+def ordered(checks: list[tuple[int, Check]]) -> list[tuple[int, Check]]:
+    """``checks`` in the lease's order: :data:`CHANGED` first, then the rest by number."""
+    first = [c for n in CHANGED for c in checks if c[0] == n]
+    return first + [c for c in checks if c[0] not in CHANGED]
 
 
 def parts(checks: list[tuple[int, Check]], gpus: int) -> list[list[tuple[int, Check]]]:
-    """The checks that run on ``gpus`` GPUs, packed in order into parts of at most
-    :data:`PART_S` expected seconds (a check that needs more GPUs is skipped at no cost)."""
+    """The checks that run on ``gpus`` GPUs, in :func:`ordered`'s order, packed into calls of at
+    most :data:`PART_S` expected seconds, two a lease: a lease's second call takes what its
+    first left of :data:`LEASE_WORK_S` (a check that needs more GPUs is skipped at no cost)."""
     out: list[list[tuple[int, Check]]] = [[]]
-    used = 0.0
-    for number, check in checks:
+    used, before = 0.0, 0.0  # this call's seconds, and its lease's first call's
+    for number, check in ordered(checks):
         seconds = EXPECTED_S[number] if check.gpus <= gpus else 0
-        if out[-1] and used + seconds > PART_S:
+        room = min(PART_S, LEASE_WORK_S - before) if len(out) % 2 == 0 else PART_S
+        if out[-1] and used + seconds > room:
+            before = used if len(out) % 2 == 1 else 0.0
             out.append([])
             used = 0.0
         out[-1].append((number, check))
         used += seconds
     return out
+
+
+def lease_plan(checks: list[tuple[int, Check]], gpus: int) -> list[str]:
+    """The plan in words, as ``--dry-run`` prints it: each lease's two calls, each one's
+    checks, expected minutes and command line."""
+    lines = []
+    for k, part in enumerate(parts(checks, gpus), 1):
+        lease, call = (k + 1) // 2, 2 - k % 2
+        lines.append(f"lease {lease}, call {call} on {gpus} GPU{'s' if gpus > 1 else ''}: checks "
+                     f"{','.join(str(n) for n, _ in part)}, about "
+                     f"{expected_s(part, gpus) / 60:.1f} min: timeout {CALL_S} python "
+                     f"bench/gpu.py --part {k} --out part{k}.json")  # fmt: skip
+    return lines
 
 
 def expected_s(part: list[tuple[int, Check]], gpus: int) -> float:
@@ -732,9 +955,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="check the plan on any machine")
     p.add_argument("--out", default="gpu-acceptance.json", help="where the JSON report goes")
-    p.add_argument("--only", default="", help="run these checks alone, by number: 1,2,10")
+    p.add_argument("--only", default="", help="run these checks alone, by number: 0,2,10")
     p.add_argument("--part", type=int, default=0, help="run one part of the checks (1, 2, ...):"
-                   " each ends within 8 minutes on one H100; --dry-run lists them")  # fmt: skip
+                   " one call of a lent machine, two a lease; --dry-run lists them")  # fmt: skip
     p.add_argument("--table", nargs="+", metavar="REPORT", help="print the Markdown table of "
                    "these reports (one or more --out files) and exit")  # fmt: skip
     # check 8's fresh process (load_command)
@@ -796,13 +1019,24 @@ def machine() -> dict[str, Any]:
     """What the report's numbers were measured on."""
     import platform
 
+    import transformers
+
     from autotune.environment import fingerprint
 
     found = fingerprint("cuda:0" if device.count() else "cpu")
     keep = ("device_name", "capability", "driver", "triton", "torch", "cuda", "cpu", "cpu_count")
     when = datetime.date.today().isoformat()
-    return {**{k: found.get(k) for k in keep}, "gpus": device.count(),
-            "python": platform.python_version(), "date": when}  # fmt: skip
+    return {**{k: found.get(k) for k in keep}, "transformers": transformers.__version__,
+            "gpus": device.count(), "python": platform.python_version(), "date": when}  # fmt: skip
+
+
+def versions_line(found: dict[str, Any]) -> str:
+    """The versions the report's figures were measured with, in one line, first: a lent machine
+    once had transformers 5.17, below what the generate paths need
+    (:data:`autotune.environment.GENERATE_TRANSFORMERS`)."""
+    return (f"torch {found.get('torch')}, transformers {found.get('transformers')}, CUDA "
+            f"{found.get('cuda')}, driver {found.get('driver')}, {found.get('gpus')} x "
+            f"{found.get('device_name')}")  # fmt: skip
 
 
 def table(reports: list[dict[str, Any]]) -> str:
@@ -837,21 +1071,19 @@ def main() -> int:
     if args.table:
         print(table([json.loads(Path(f).read_text()) for f in args.table]))
         return 0
-    checks = list(enumerate(plan(), 1))
+    checks = plan()
+    last = checks[-1][0]
     if args.only:
         try:
             chosen = {int(n) for n in args.only.split(",")}
         except ValueError:
-            p.error(f"--only takes check numbers 1..{len(checks)} separated by commas")
-        if not all(1 <= n <= len(checks) for n in chosen):
-            p.error(f"--only takes check numbers 1..{len(checks)}")
+            p.error(f"--only takes check numbers 0..{last} separated by commas")
+        if not all(0 <= n <= last for n in chosen):
+            p.error(f"--only takes check numbers 0..{last}")
         checks = [(n, c) for n, c in checks if n in chosen]
     if args.dry_run:
         for gpus in (1, 2):
-            for k, part in enumerate(parts(checks, gpus), 1):
-                print(f"part {k} on {gpus} GPU{'s' if gpus > 1 else ''}: checks "
-                      f"{','.join(str(n) for n, _ in part)}, about "
-                      f"{expected_s(part, gpus) / 60:.1f} min")  # fmt: skip
+            print("\n".join(lease_plan(checks, gpus)))
         return dry_run(checks)
     gpus = device.count()
     if not gpus:
@@ -864,7 +1096,9 @@ def main() -> int:
         checks = split[args.part - 1]
         print(f"part {args.part} of {len(split)}: checks {','.join(str(n) for n, _ in checks)},"
               f" about {expected_s(checks, gpus) / 60:.1f} min")  # fmt: skip
+    checks = ordered(checks)  # what changed since the last lent GPU first
     report: dict[str, Any] = {"machine": machine(), "checks": [], "failed": 0}
+    print(versions_line(report["machine"]), flush=True)
     for number, check in checks:
         entry: dict[str, Any] = {"number": number, "name": check.name}
         if check.gpus > gpus:

@@ -245,6 +245,9 @@ def generator(
     regional = not isinstance(compiled, OptimizedModule)
     call = compiled.forward if regional else compiled
     if strategy.buckets != "none":
+        from autotune.environment import check_padded_prefill
+
+        check_padded_prefill()  # ...on a transformers that has what the padding needs
         call = prefill.padding(call, model, strategy.buckets, found)
     if regional:  # a new tree of the model's class
         compiled.forward = _allocating(call, model, eager_prefill)

@@ -98,18 +98,24 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
 
     @functools.wraps(original)
     def generate(inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if strategy.uses_cuda_graphs():
+            refuse_kept_outputs(gen, kwargs)
         ids = inputs if inputs is not None else kwargs.get("input_ids")
         new = kwargs.get("max_new_tokens")
         mine = "cache" in kwargs or "past_key_values" in kwargs
         if ids is None or not isinstance(new, int) or mine or ids.dim() != 2:
             return original(inputs, *args, **kwargs)
         need, batch = footprint(buckets, ids.shape[1], new, prompts), ids.shape[0]
-        size = (batch, length(kind, need, single, found))
+        # the single cache as long as the generation config says where it says more (a user's
+        # max_cache_len, set after apply_generation as transformers reads it at each call)
+        config = kwargs.get("generation_config") or gen.generation_config
+        most = max(single, getattr(config, "max_cache_len", None) or 0)
+        size = (batch, length(kind, need, most, found))
         if kind == "single":  # the longest made yet where it fits, as transformers keeps it
             longest = max((n for b, n in kept if b == batch), default=0)
-            floor = getattr(gen.generation_config, "max_cache_len", None) or 0
-            size = (batch, longest if longest >= need else max(size[1], floor))
-            if size[1] != longest:
+            if longest >= need:
+                size = (batch, longest)
+            else:
                 kept.pop((batch, longest), None)  # outgrown: not held beside the longer one
         cache = kept.get(size)
         if cache is None:
@@ -120,3 +126,27 @@ def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
         return original(inputs, *args, **kwargs)
 
     return generate
+
+
+KEPT = ("output_hidden_states", "output_attentions")  # kept by generate as the forward made them
+
+
+def refuse_kept_outputs(gen: Any, kwargs: dict[str, Any]) -> None:
+    """Raise ConfigError (one line) where a ``generate`` call under CUDA graphs would return
+    hidden states or attentions: transformers keeps each step's as the forward returned them
+    (the logits it copies), and a CUDA graph's outputs are overwritten by its next replay, so
+    reading them raises. The call's keywords, then its ``generation_config``, then ``gen``'s."""
+    configs = [kwargs.get("generation_config"), getattr(gen, "generation_config", None)]
+
+    def asked(name: str) -> bool:
+        if name in kwargs:
+            return bool(kwargs[name])
+        return bool(next((getattr(c, name) for c in configs if hasattr(c, name)), False))
+
+    kept = [name for name in KEPT if asked(name)]
+    if kept and asked("return_dict_in_generate"):
+        from autotune.errors import ConfigError
+
+        raise ConfigError(f"generate(..., {kept[0]}=True) under CUDA graphs: each step's are "
+                          "overwritten by the next step's replay; read them with a strategy "
+                          "without CUDA graphs (a mode other than reduce-overhead)")  # fmt: skip

@@ -156,6 +156,10 @@ class Strategy:
             raise ConfigError("a generate workload pads its prefill to buckets none, pow2 "
                               "or quantiles; marks and stances are not measured for it "
                               "yet")  # fmt: skip
+        if kind == "generate" and self.buckets != "none":
+            from autotune.environment import check_padded_prefill
+
+            check_padded_prefill()
 
     def validate(self) -> None:
         """Check the backend and mode exist in the running torch; raise ``ConfigError`` if not."""

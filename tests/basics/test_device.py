@@ -304,3 +304,21 @@ def test_a_machine_with_a_gpu_preloads_nothing_that_initialises_cuda(
     monkeypatch.setenv("AUTOTUNE_PRELOAD", "everything")
     with pytest.raises(ConfigError, match="everything"):
         process.preloaded()
+
+
+def test_a_trial_s_child_refuses_a_gpu_it_was_not_given(two_gpus, monkeypatch) -> None:
+    """A trial's child sees its GPU alone through ``CUDA_VISIBLE_DEVICES``, set after the fork:
+    where the fork server had begun CUDA, the variable is ignored and the child still sees two,
+    so that a ``cuda:1`` trial would run on GPU 0 silently. It is refused in one line; one GPU
+    seen, as the variable says, is made current."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(ConfigError, match="CUDA_VISIBLE_DEVICES=1 names one GPU, but this "
+                       "process sees 2"):  # fmt: skip
+        device.use("cuda:0")
+    assert two_gpus["set"] == []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    device.use("cuda:0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # a user's own list: theirs to set
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    device.use("cuda:1")
+    assert two_gpus["set"] == [0, 1]

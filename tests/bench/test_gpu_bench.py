@@ -18,7 +18,7 @@ def test_the_dry_run_parses_the_command_lines_the_checks_run(
     """The dry run parsed other lines than checks 8 and 9 ran (``search --workers 2 --json``
     without its space): a line that did not parse passed it."""
     gpu = bench()
-    checks = {n: c for n, c in enumerate(gpu.plan(), 1)}
+    checks = dict(gpu.plan())
     ran: list[list[str]] = []
 
     def cli(*argv: str, cwd: str) -> subprocess.CompletedProcess:

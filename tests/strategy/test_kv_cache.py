@@ -77,3 +77,28 @@ def test_every_generate_call_reuses_its_static_cache_at_the_same_addresses(kind:
         calls.append(set(caches.seen[before:]))
     assert all(len(c) == 1 for c in calls), calls  # one cache through a call's forwards
     assert len(set.union(*calls)) == 1, calls  # ...and the same one, where it was, at every call
+
+
+def test_hidden_states_under_cuda_graphs_are_refused_in_one_line() -> None:
+    """``generate(..., output_hidden_states=True)`` keeps each step's hidden states as the
+    forward returned them (its logits it copies): under CUDA graphs the next replay overwrites
+    them, and reading them raises "overwritten". Refused before anything is compiled, from the
+    call's keywords or the generation config; without CUDA graphs they are returned."""
+    from autotune.errors import ConfigError
+
+    model, (prompt,) = models.tiny_llama()
+    graphs = autotune.apply_generation(model, Strategy.create("full", "inductor",
+                                                              "reduce-overhead"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"output_hidden_states=True\) under CUDA graphs"):
+        graphs.generate(prompt, max_new_tokens=3, output_hidden_states=True,
+                        return_dict_in_generate=True)  # fmt: skip
+    graphs.generation_config.output_attentions = True
+    graphs.generation_config.return_dict_in_generate = True
+    with pytest.raises(ConfigError, match=r"output_attentions=True\) under CUDA graphs"):
+        graphs.generate(prompt, max_new_tokens=3)
+    plain = autotune.apply_generation(model, Strategy.create("full", "eager"))
+    with torch.no_grad():
+        out = plain.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=3,
+                             do_sample=False, output_hidden_states=True,
+                             return_dict_in_generate=True)  # fmt: skip
+    assert len(out.hidden_states) == 3

@@ -89,3 +89,24 @@ def test_a_cache_that_cannot_be_cut_is_padded_only_within_its_window() -> None:
                            use_cache=True, logits_to_keep=1)  # fmt: skip
             assert out.logits.shape[1] == 1 and cache.get_seq_length() == seq
         assert seen == expected, (kind, seen)
+
+
+def test_a_padded_prefill_refuses_a_transformers_older_than_it_needs(monkeypatch) -> None:
+    """A lent GPU had transformers 5.17; the padded prefill is written against 5.24 (a static
+    cache cropped in place by its ``cumulative_length``, the 4-D mask it pads). Below it, a
+    generate strategy with buckets is refused in one line, by the search and by
+    ``apply_generation``; without buckets the generate workload runs as before."""
+    import transformers
+
+    padded = Strategy.create("full", "eager", buckets="pow2")
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    with pytest.raises(ConfigError, match=r"transformers 5.17.0 is older than the 5.24"):
+        padded.check_workload("generate")
+    model, _ = models.tiny_llama()
+    with pytest.raises(ConfigError, match="--buckets none"):
+        autotune.apply_generation(model, padded)
+    Strategy.create("full", "eager").check_workload("generate")
+    autotune.apply_generation(model, Strategy.create("full", "eager"))
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    padded.check_workload("generate")
+    autotune.apply_generation(model, padded)

@@ -363,3 +363,28 @@ def test_apply_generation_keeps_a_static_cache_where_the_config_turns_the_cache_
     assert model.generation_config.use_cache is False  # the caller's model is left as it was
     want = model.generate(prompt, max_new_tokens=3, do_sample=False)
     assert torch.equal(out.sequences, want)
+
+
+def test_a_timed_prefill_leaves_the_cache_s_reset_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reset zeroes the whole static cache: timed inside the prefill, a long cache (eager's)
+    paid more TTFT than a bucket's short one for work no request does. Here a reset that takes
+    0.2 s stands for a large model's cache; the prefill's time leaves it out."""
+    import time
+
+    from transformers import StaticCache
+
+    reset = StaticCache.reset
+
+    def slow(self: StaticCache) -> None:
+        time.sleep(0.2)
+        reset(self)
+
+    model, (prompt,) = models.tiny_llama()
+    monkeypatch.setattr(StaticCache, "reset", slow)
+    cache = generate.new_cache(model, GEN.at((prompt.shape[0], prompt.shape[1])))
+    gen = generate.Generation(model.forward, cache, prompt, 3, "cpu")  # by hand: no generate
+    assert not gen.generates
+    for first in (True, False):
+        run = gen.run(first=first)
+        assert run.tokens.shape == (prompt.shape[0], 3)
+        assert run.prefill_s < 0.2, run.prefill_s

@@ -123,6 +123,7 @@ class Scenario(ABC):
         self.ctx = ctx
         self.tally = [0, 0]  # timed rounds compiled won and lost, counted as they come
         self.rung = rungs.Rung.of(ctx.request)  # the cheap rung still to check, if any
+        self.recorded: Callable[[], int] = lambda: 0  # CUDA graphs recorded so far (run)
 
     @abstractmethod
     def setup(self) -> None:
@@ -195,7 +196,11 @@ class Scenario(ABC):
         return {"error": f"the {self.ctx.workload.kind} workload builds no {kind} artefact"}
 
     def run(self) -> Measurement:
-        with cudagraph_logs.cudagraph_skips() as skips, metrics.others_cpu() as load:
+        with (
+            cudagraph_logs.cudagraph_skips() as skips,
+            cudagraph_logs.cudagraph_recordings() as self.recorded,
+            metrics.others_cpu() as load,
+        ):
             m = self._run()
         if "others_cpu" not in m.timings and "share" in load:  # rounds too short to read
             m.timings["others_cpu"] = load["share"]  # the whole trial's then
@@ -218,6 +223,7 @@ class Scenario(ABC):
         ctx.phase("compiling (its first calls)")
         self.first()
         t = ctx.lap("first_s", t)
+        first = self.recorded()  # the CUDA graphs the first calls recorded
         compile_peak = ctx.memory.peak_mb()
         if ctx.strategy.uses_cuda_graphs() and device.is_cuda(ctx.device):  # what they recorded
             ctx.timings["cuda_graph_pools_mb"] = compile_peak - ctx.memory.peak_mb(pools=False)
@@ -245,6 +251,11 @@ class Scenario(ABC):
             ctx.timings["others_cpu"] = load["share"]
         ctx.timings["rounds"] = float(timing.rounds_of(samples))
         self.record(samples)
+        if ctx.strategy.uses_cuda_graphs():  # none recorded on a CPU
+            # recordings count, not memory in the pools (a warm-up run allocates there too);
+            # a graph recorded after the first calls recorded a shape they had already seen
+            ctx.timings["cuda_graph_recordings"] = float(first)
+            ctx.timings["cuda_graph_recordings_later"] = float(self.recorded() - first)
         m.graphs = metrics.graphs()
         if ctx.strategy.granularity != "none":
             m.graphs = recompiles.describe(m.graphs, self.model, self.probes())

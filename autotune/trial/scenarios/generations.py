@@ -145,11 +145,14 @@ class Generations(Generate):
                 if ran:
                     self.eager_shapes.add(shape)
                 verdicts.append((shape, self.judge_pair(e, c, shape)))
-                if self.tokens.passed:
-                    found = check_tokens(e.tokens, c.tokens, f" in request {n}", e.margins)
+                if self.tokens.passed:  # under the gate's tolerance, as a steady trial's
+                    found = check_tokens(e.tokens, c.tokens, f" in request {n}", e.margins,
+                                         self.tie(verdicts[-1][1]))  # fmt: skip
                     self.tokens = found if not found.passed else TokenCheck(
                         True, self.tokens.tokens + found.tokens,
-                        self.tokens.matched + found.matched)  # fmt: skip
+                        self.tokens.matched + found.matched,
+                        self.tokens.detail or found.detail,
+                        self.tokens.near_tie or found.near_tie)  # fmt: skip
                 short = self.generation("eager", shape, REPEAT_STEPS + 1).run()
                 middle = recordings()
                 again = self.generation("compiled", shape, REPEAT_STEPS + 1).run()
@@ -241,8 +244,8 @@ class Generations(Generate):
     def record(self, samples: dict[str, list[Any]]) -> None:
         m = self.ctx.result
         assert m.accuracy is not None and m.traffic is not None
-        if not self.tokens.passed:  # a strategy that changes the tokens is infeasible
-            m.accuracy.passed = False
+        if not self.tokens.passed or self.tokens.near_tie:  # wrong tokens: infeasible
+            m.accuracy.passed = m.accuracy.passed and self.tokens.passed
             m.accuracy.detail = "; ".join(filter(None, (self.tokens.detail, m.accuracy.detail)))
         m.tokens = self.tokens
         batch = sum(self.weights[s] * s[0] for s in self.weights)
