@@ -148,16 +148,21 @@ def test_an_answer_that_ends_sooner_than_eager_s_differs_where_eager_s_goes_on()
 
 @pytest.mark.slow
 def test_a_generate_trial_that_stops_at_eos_times_the_answers_as_they_end() -> None:
-    """The tokens checked are the answer up to where it ended (13 of at most 16), and the
-    tokens a second count that answer's, not 16."""
+    """The tokens checked are the answer up to where it ended (13 of at most 16)."""
     w = Workload(batch_size=2, seq_len=8, kind="generate", new_tokens=16, stop="eos")
     settings = Settings(iters=3, warmup=1, timeout_s=300)
     m = measure(TINY_EOS, w, Strategy.create("full", "aot_eager"), settings)
     assert m.status == "ok", m.reason + m.log_tail
     assert m.tokens is not None and m.tokens.passed and m.tokens.tokens == 13
     assert m.eager_tokens_per_s is not None and m.eager_ttft is not None
-    per_token_s = m.eager_ttft.median_ms / 1e3 + 12 * m.eager_latency.median_ms / 1e3
-    assert m.eager_tokens_per_s == pytest.approx(2 * 13 / per_token_s, rel=0.5)
+
+
+def test_tokens_a_second_count_each_answer_where_it_ended() -> None:
+    """An answer that ended at 13 of at most 16 tokens counts 13, a row of the batch each."""
+    ended = served().Run(torch.zeros(2, 13), 0.004, [0.001] * 12)  # 16 ms in all
+    whole = served().Run(torch.zeros(2, 16), 0.004, [0.001] * 15)  # 19 ms
+    assert served().tokens_per_s([ended], 2) == pytest.approx(2 * 13 / 0.016)
+    assert served().tokens_per_s([whole, ended, whole], 2) == pytest.approx(2 * 16 / 0.019)
 
 
 @pytest.mark.slow

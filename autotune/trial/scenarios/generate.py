@@ -292,9 +292,7 @@ class Generate(Scenario):
         def stats(runs: list[Run]) -> tuple[Latency, Latency, float]:
             decode = Latency.from_samples([s for run in runs for s in run.steps_s] or [0.0])
             prefill = Latency.from_samples([run.prefill_s for run in runs])
-            batch = self.ctx.workload.batch_size  # an answer's tokens: where it ended
-            per_s = statistics.median(batch * r.tokens.shape[1] / r.total_s for r in runs)
-            return decode, prefill, per_s
+            return decode, prefill, served.tokens_per_s(runs, self.ctx.workload.batch_size)
 
         m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])
         m.latency, m.ttft, m.tokens_per_s = stats(samples["compiled"])

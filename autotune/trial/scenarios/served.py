@@ -101,6 +101,15 @@ class Run:
         return self.prefill_s + sum(self.steps_s)
 
 
+def tokens_per_s(runs: list[Run], batch: int) -> float:
+    """Generated tokens a second, the median over ``runs``: each answer's tokens where it
+    ended (its end-of-sequence token, or its length), the batch's rows each, over its
+    seconds."""
+    import statistics
+
+    return statistics.median(batch * r.tokens.shape[1] / r.total_s for r in runs)
+
+
 def margin(logits: Any) -> float:
     top = logits.float().topk(2, dim=-1).values
     return float((top[..., 0] - top[..., 1]).min())
