@@ -202,8 +202,7 @@ class Generate(Scenario):
         self.compiled = granularity.generator(self.model, ctx.strategy)
         forward = getattr(self.compiled.forward, "compiled", self.compiled)
         ctx.result.regions = granularity.count_regions(forward)
-        self.decoding = served.Decoding.of(ctx.workload, ctx.seed)
-        served.check_stops(self.model, self.decoding)
+        self.decoding = served.Decoding.of(ctx.workload, ctx.seed, self.model)
 
     def first(self) -> None:
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload

@@ -69,8 +69,7 @@ class Generations(Generate):
         self.weights: dict[Key, float] = {}
         self.tokens_weights: dict[Key, float] = {}
         self.steady: dict[str, dict[Key, Generation]] = {s: {} for s in SIDES}
-        self.decoding = served.Decoding.of(w, ctx.seed)
-        served.check_stops(self.model, self.decoding)
+        self.decoding = served.Decoding.of(w, ctx.seed, self.model)
         self.lengths: list[int] = list(w.answers)  # where each answer ended (eos: measured)
 
     def cache(self, side: str, batch: int, length: int) -> Any:

@@ -45,9 +45,13 @@ class Decoding:
     seed: int = 0
 
     @classmethod
-    def of(cls, workload: Any, seed: int = 0) -> Decoding:
-        return cls(getattr(workload, "stop", "length"), getattr(workload, "sampling", "greedy"),
-                   seed)  # fmt: skip
+    def of(cls, workload: Any, seed: int = 0, model: Any = None) -> Decoding:
+        """The workload's decoding, refused in one line where ``model`` cannot stop so
+        (:func:`check_stops`)."""
+        decoding = cls(workload.stop, workload.sampling, seed)
+        if model is not None:
+            check_stops(model, decoding)
+        return decoding
 
     def samples(self, model: Any) -> bool:
         """Whether its timed generations draw their tokens at random on ``model``."""
