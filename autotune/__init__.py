@@ -12,6 +12,7 @@ The public API:
 - :func:`apply` and :func:`apply_generation`: compile a model (or its ``generate``) as a
   strategy or an exported file says; :func:`load_plugin`: an exported file as Accelerate's
   ``TorchDynamoPlugin``; :func:`generation_config`: one as transformers' ``GenerationConfig``;
+  :func:`continuous_batching_config`: one as its ``ContinuousBatchingConfig``;
 - :class:`AutotuneError` (every error autotune reports; :class:`ConfigError` for bad input) and
   :class:`AutotuneWarning` (every warning; :class:`CacheWarning` for an artefact not loaded).
 """
@@ -33,7 +34,13 @@ if TYPE_CHECKING:
     from autotune.catalog import ModelRef
     from autotune.job.local import tune
     from autotune.job.tuning import Tuned, Tuning
-    from autotune.ship.apply import apply, apply_generation, generation_config, load_plugin
+    from autotune.ship.apply import (
+        apply,
+        apply_generation,
+        continuous_batching_config,
+        generation_config,
+        load_plugin,
+    )
     from autotune.ship.study import load_study
     from autotune.strategy import Strategy
     from autotune.trial.measurement import Measurement
@@ -52,6 +59,7 @@ _HOMES = {
     "apply_generation": "autotune.ship.apply",
     "load_plugin": "autotune.ship.apply",
     "generation_config": "autotune.ship.apply",
+    "continuous_batching_config": "autotune.ship.apply",
     "load_study": "autotune.ship.study",
     "Strategy": "autotune.strategy",
     "Measurement": "autotune.trial.measurement",
@@ -88,6 +96,7 @@ __all__ = [
     "Workload",
     "apply",
     "apply_generation",
+    "continuous_batching_config",
     "generation_config",
     "load_plugin",
     "load_study",

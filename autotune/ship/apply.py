@@ -174,3 +174,12 @@ def generation_config(path: str | Path, base: Any = None) -> Any:
     config = copy.deepcopy(base) if base is not None else transformers.GenerationConfig()
     config.update(**fields)
     return config
+
+
+def continuous_batching_config(path: str | Path) -> Any:
+    """An exported ``continuous-batching`` file as transformers' ``ContinuousBatchingConfig``:
+    what ``model.generate_batch(..., continuous_batching_config=...)`` and
+    ``model.init_continuous_batching(continuous_batching_config=...)`` take, as measured."""
+    from autotune.ship import continuous_batching
+
+    return continuous_batching.config(path)

@@ -20,7 +20,7 @@ from autotune.ship import accelerate_config, formats, gate
 from autotune.ship.study import StudyView
 from autotune.starts import artifact
 from autotune.storage import Store, mask
-from autotune.strategy import Strategy, kv_cache, shapes
+from autotune.strategy import Strategy, batching, kv_cache, shapes
 from autotune.trial.measurement import Measurement
 from autotune.workload import Workload
 
@@ -70,6 +70,13 @@ def document(
     }
     if picked is not None and picked.ok:
         block["gate"] = gate.record(picked, spec.settings, runner)
+    if fmt == "continuous-batching" and spec.workload.kind != "continuous":
+        raise ConfigError("--format continuous-batching is for a study of --workload "
+                          "continuous")  # fmt: skip
+    if fmt != "continuous-batching" and spec.workload.kind == "continuous":
+        notes.append("the study measured continuous batching: only --format "
+                     "continuous-batching says how it was served (padding, batch "
+                     "sizes)")  # fmt: skip
     if fmt == "transformers" and spec.workload.kind != "generate":
         notes.append("the study measured one forward pass, not generation (prefill and "
                      "decode): search with --workload generate")  # fmt: skip
@@ -93,6 +100,10 @@ def served_fields(strategy: Strategy, workload: Workload) -> dict[str, Any]:
         totals = kv_cache.footprints(strategy, w.traffic, w.answers) or [w.cache_len]
         edges = kv_cache.edges_of(strategy.kv_cache, totals)
         fields["generation"] = formats.cache_fields(max(totals), edges)
+    if w.kind == "continuous":
+        prompts = [seq for _, seq in w.traffic]
+        fields["continuous"] = {"num_blocks": batching.blocks(prompts, list(w.answers),
+                                                              strategy.batching)}  # fmt: skip
     return fields
 
 

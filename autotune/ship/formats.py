@@ -16,7 +16,8 @@ back, its reader:
   compiles with (``Strategy.compile_kwargs``, stage 1); the format only spells a
   ``package.module:function`` backend as its text, never importing it;
 - ``transformers``: a ``generation_config`` with ``CompileConfig``'s fields
-  (:func:`transformers_fields`, :func:`transformers_caveats`).
+  (:func:`transformers_fields`, :func:`transformers_caveats`);
+- ``continuous-batching``: ``ContinuousBatchingConfig``'s keywords (:mod:`.continuous_batching`).
 
 :func:`render` writes one JSON format's document around autotune's block, :func:`caveats` says what
 it cannot express, and :func:`strategy_of` reads a document of any JSON format back. These are
@@ -32,10 +33,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from autotune.errors import NotApplicable
-from autotune.strategy import Strategy
+from autotune.strategy import Strategy, batching
 from autotune.strategy.inductor import merged, spell
 
-FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers")
+FORMATS = ("accelerate", "accelerate-yaml", "torch", "transformers", "continuous-batching")
 # Backends that Accelerate's DynamoBackend enum can name (besides "no").
 ACCELERATE_BACKENDS = ("eager", "aot_eager", "inductor", "cudagraphs", "tvm")
 ACCELERATE_YAML_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -207,9 +208,7 @@ def transformers_fields(strategy: Strategy, cache_len: int | None = None) -> dic
     s, cache = strategy, cache_fields(cache_len)
     if s.granularity == "none":
         return {**cache, "disable_compile": True}
-    options = s.inductor_options() if s.options else None  # then its mode is inside
-    given = {"fullgraph": s.fullgraph, "dynamic": s.dynamic, "backend": s.backend,
-             "mode": None if options else s.mode, "options": options}  # fmt: skip
+    given = batching.compile_config(s)
     fields = {f.name: given.get(f.name, f.default) for f in dataclasses.fields(CompileConfig)}
     return {**cache, "compile_config": fields}
 
@@ -250,6 +249,11 @@ def caveats(strategy: Strategy, fmt: str) -> list[str]:
         )
     if fmt == "transformers":
         return notes + transformers_caveats(strategy)
+    if fmt == "continuous-batching":
+        from autotune.ship import continuous_batching
+
+        return notes + continuous_batching.caveats(strategy, continuous_batching.fields(strategy,
+                                                                                       None))
     if strategy.prefill == "eager" or strategy.kv_cache != "single":
         notes.append(f"{fmt} cannot say how generate runs ({strategy.key}): "
                      "autotune.apply_generation(model, file) generates as measured")  # fmt: skip
@@ -283,6 +287,10 @@ def render(
         fields = transformers_fields(strategy, cache_length(block))
         body = {"generation_config": fields, "autotune": block}
         return json.dumps(body, indent=2)
+    if fmt == "continuous-batching":
+        from autotune.ship import continuous_batching
+
+        return json.dumps(continuous_batching.render(strategy, block), indent=2)
     if fmt == "torch":
         body = {"torch_compile": torch_kwargs(strategy), "granularity": strategy.granularity,
                 "autotune": block}  # fmt: skip

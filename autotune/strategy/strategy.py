@@ -19,6 +19,7 @@ from typing import Any
 
 from autotune import usercode
 from autotune.errors import ConfigError, NotApplicable
+from autotune.strategy import batching as knobs
 from autotune.strategy.inductor import (
     ONLY_UNDER_MODE,
     SWITCHES,
@@ -87,6 +88,7 @@ class Strategy:
     stance: str = "default"  # under traffic: torch.compiler.set_stance around every call
     prefill: str = "compiled"  # generating: the prefill compiled, or eager (decode alone)
     kv_cache: str = "single"  # generating over a traffic: one static cache, or one a bucket
+    batching: str = "none"  # continuous batching: its own knobs (autotune.strategy.batching)
     # buckets auto: the edges its trial chose, (batch edges, sequence edges); not in the key
     edges: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
     key: str = field(init=False, repr=False, compare=False)
@@ -110,6 +112,10 @@ class Strategy:
         if self.kv_cache not in KV_CACHES:
             raise ConfigError(f"bad kv_cache {self.kv_cache!r}: use one of "
                               f"{', '.join(KV_CACHES)}")  # fmt: skip
+        object.__setattr__(self, "batching", knobs.canonical(self.batching))
+        if level := knobs.level_of(self.batching):  # transformers' preset: its fields
+            for name, value in knobs.anchor_fields(level).items():
+                object.__setattr__(self, name, value)
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
         if not self.buckets.startswith("auto"):
@@ -131,13 +137,14 @@ class Strategy:
         edges: Any = None,
         prefill: str | None = "compiled",
         kv_cache: str | None = "single",
+        batching: str | None = "none",
     ) -> Strategy:
         """Build a strategy from loose values (``dynamic`` as text, options as a list, edges
         as lists)."""
         return cls(granularity, backend, mode, parse_dynamic(dynamic), bool(fullgraph),
                    tuple(options or ()), buckets or "none", marks or "none",
                    stance or "default", prefill or "compiled", kv_cache or "single",
-                   read_edges(edges))  # fmt: skip
+                   batching or "none", read_edges(edges))  # fmt: skip
 
     @property
     def shaped(self) -> bool:
@@ -149,6 +156,13 @@ class Strategy:
 
     def check_workload(self, kind: str) -> None:
         """``ConfigError`` where a field does not apply to a ``kind`` workload."""
+        if kind != "continuous" and self.batching != "none":
+            raise ConfigError("--batching is the continuous workload's")
+        if kind == "continuous" and (self.shaped or self.prefill != "compiled"
+                                     or self.kv_cache != "single"):  # fmt: skip
+            raise ConfigError("a continuous workload pads through --batching q=..,kv=..; "
+                              "buckets, marks, stances, --prefill and --kv-cache are not "
+                              "its")  # fmt: skip
         if kind != "generate" and (self.prefill, self.kv_cache) != ("compiled", "single"):
             raise ConfigError("--prefill and --kv-cache are the generate workload's")
         if kind == "generate" and (self.marks != "none" or self.stance != "default"
@@ -257,11 +271,12 @@ def read_edges(value: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 
 _FIELDS = ("granularity", "backend", "mode", "dynamic", "fullgraph", "options", "buckets", "marks",
-           "stance", "prefill", "kv_cache")  # fmt: skip
+           "stance", "prefill", "kv_cache", "batching")  # fmt: skip
 SHAPED_DEFAULTS = {"buckets": "none", "marks": "none", "stance": "default"}
 # the fields a search opens only where they matter (a traffic's shapes, generation), and their
 # defaults: a strategy at its default leaves them out of its key and its dict
-OPTIONAL_DEFAULTS = {**SHAPED_DEFAULTS, "prefill": "compiled", "kv_cache": "single"}
+OPTIONAL_DEFAULTS = {**SHAPED_DEFAULTS, "prefill": "compiled", "kv_cache": "single",
+                     "batching": "none"}  # fmt: skip
 
 
 def _normalised(s: Strategy) -> tuple[Any, ...]:
@@ -269,7 +284,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
     mode whose bundle covers the most of them absorbs them)."""
     if s.granularity == "none" or s.backend in (EAGER_BACKEND, "no"):
         return ("none", EAGER_BACKEND, None, None, False, (), "none", "none", "default",
-                "compiled", "single")  # fmt: skip
+                "compiled", "single", "none")  # fmt: skip
     fullgraph = bool(s.fullgraph)
     dynamic, marks, buckets = s.dynamic, s.marks, s.buckets
     if s.prefill == "eager":  # generating: the buckets pad a compiled prefill only
@@ -280,7 +295,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
         marks = "none"  # inputs dynamo never sees; all dynamic (backed) already
     if s.backend != "inductor":
         return (s.granularity, s.backend, None, dynamic, fullgraph, (), buckets, marks, s.stance,
-                s.prefill, s.kv_cache)  # fmt: skip
+                s.prefill, s.kv_cache, s.batching)  # fmt: skip
     mode = s.mode or "default"
     names = tuple(s.options or ())
     check_switches(names)
@@ -290,7 +305,7 @@ def _normalised(s: Strategy) -> tuple[Any, ...]:
     order = list(SWITCHES)
     return (s.granularity, s.backend, mode, dynamic, fullgraph,
             tuple(sorted(set(names), key=order.index)), buckets, marks, s.stance,
-            s.prefill, s.kv_cache)  # fmt: skip
+            s.prefill, s.kv_cache, s.batching)  # fmt: skip
 
 
 def _key(s: Strategy) -> str:
@@ -305,4 +320,5 @@ def _key(s: Strategy) -> str:
     key += f"/marks={s.marks}" if s.marks != "none" else ""
     key += f"/stance={s.stance}" if s.stance != "default" else ""
     key += f"/prefill={s.prefill}" if s.prefill != "compiled" else ""
-    return key + (f"/kv_cache={s.kv_cache}" if s.kv_cache != "single" else "")
+    key += f"/kv_cache={s.kv_cache}" if s.kv_cache != "single" else ""
+    return key + (f"/batching={s.batching}" if s.batching != "none" else "")

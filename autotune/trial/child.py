@@ -21,6 +21,7 @@ from autotune.trial import metrics
 from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
 from autotune.trial.scenarios import (
+    Continuous,
     Generate,
     Generations,
     Inference,
@@ -33,7 +34,8 @@ from autotune.trial.scenarios import (
 DYNAMO_ADVICE = ("Set TORCHDYNAMO_VERBOSE=1", "For even more developer context")  # not a reason
 SCENARIOS: dict[str, type[Scenario]] = {"inference": Inference, "train": Train,
                                         "generate": Generate, "traffic": TrafficTrial,
-                                        "generations": Generations}  # fmt: skip
+                                        "generations": Generations,
+                                        "continuous": Continuous}  # fmt: skip
 
 
 def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) -> Measurement:
@@ -55,7 +57,8 @@ def fulfil(request: Request, keep: Callable[[Measurement], None] | None = None) 
 
         return rounds.run(ctx)  # over a traffic, a rival's own trial times its rounds (served)
     w = ctx.workload
-    kind = ("generations" if w.kind == "generate" else "traffic") if w.traffic else w.kind
+    by_traffic = {"generate": "generations", "continuous": "continuous"}
+    kind = by_traffic.get(w.kind, "traffic") if w.traffic else w.kind
     scenario = SCENARIOS[kind](ctx)
     m = scenario.run()
     for kind, path in request.build_ahead.items() if m.ok else ():

@@ -1,0 +1,175 @@
+"""Batching: a continuous-batching strategy's own knobs (``Strategy.batching``), as transformers'
+``ContinuousBatchingConfig`` takes them.
+
+transformers serves many requests at once through a manager (``init_continuous_batching``,
+``generate_batch``) that packs every request's new tokens into one flat batch a step. A
+strategy's compile fields (backend, mode, ``dynamic``, ``fullgraph``, options) are the
+``CompileConfig`` of both of its paths (the varlen path, which runs prefills and mixed
+batches, and the decode fast path, which only flash attention's paged kernel has); its
+``batching`` text holds the rest, as ``key=value`` pairs in this order:
+
+- ``level=N`` (1-3): transformers' own presets, ``default_compile_level`` (1: ``dynamic=True``;
+  2: ``max-autotune-no-cudagraphs``, dynamic; 3: the same, static), with no compile config of
+  ours: the anchors every search measures (level 0 is eager, the ``none`` strategy);
+- ``q=N`` and ``kv=N``: ``q_padding_interval_size`` and ``kv_padding_interval_size`` (a compiled
+  batch's query tokens padded up to a multiple of ``q``, its cache reads to one of ``kv``;
+  transformers' presets 64 and 16,384 where not given): fewer distinct shapes, fewer compiles;
+- ``tokens=N`` and ``requests=N``: ``max_batch_tokens`` and ``max_requests_per_batch``;
+- ``graphs=none|varlen|decode|both``: ``use_cuda_graph`` per path (a GPU's; unset: transformers
+  decides).
+
+``none`` is transformers' defaults throughout. :func:`config_kwargs` is the one place these
+become ``ContinuousBatchingConfig``'s keywords (what the trial runs and the export writes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from autotune.errors import ConfigError
+
+NONE = "none"
+GRAPHS = ("none", "varlen", "decode", "both")
+# transformers' presets of default_compile_level (its initialization.resolve_compile_configs)
+LEVELS = {1: ("default", True), 2: ("max-autotune-no-cudagraphs", True),
+          3: ("max-autotune-no-cudagraphs", False)}  # fmt: skip
+ORDER = ("level", "q", "kv", "tokens", "requests", "graphs")
+
+
+@dataclass(frozen=True)
+class Batching:
+    """A continuous-batching strategy's knobs beside its compile config (see the module)."""
+
+    level: int = 0
+    q: int = 0
+    kv: int = 0
+    tokens: int = 0
+    requests: int = 0
+    graphs: str = ""
+
+    @classmethod
+    def parse(cls, text: str | None) -> Batching:
+        """``q=128,kv=256`` (any order) as a value; ``none`` or "" as transformers' defaults."""
+        if not text or text == NONE:
+            return cls()
+        found: dict[str, Any] = {}
+        for part in str(text).split(","):
+            name, _, value = part.strip().partition("=")
+            if name not in ORDER or not value or name in found:
+                raise ConfigError(f"bad batching {text!r}: write key=value pairs of "
+                                  f"{', '.join(ORDER)}, e.g. q=128,kv=256")  # fmt: skip
+            found[name] = value if name == "graphs" else _whole(name, value, text)
+        made = cls(**found)
+        if made.graphs and made.graphs not in GRAPHS:
+            raise ConfigError(f"bad batching {text!r}: graphs is one of {', '.join(GRAPHS)}")
+        if made.level not in (0, *LEVELS):
+            raise ConfigError(f"bad batching {text!r}: level is 1, 2 or 3 (0 is eager: the "
+                              "none strategy)")  # fmt: skip
+        if made.level and made != cls(level=made.level, graphs=made.graphs):
+            raise ConfigError(f"bad batching {text!r}: a level is transformers' preset alone "
+                              "(with graphs at most)")  # fmt: skip
+        return made
+
+    def spell(self) -> str:
+        """The canonical text (``none`` for transformers' defaults)."""
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                 if getattr(self, f.name)]  # fmt: skip
+        return ",".join(parts) or NONE
+
+    def use_cuda_graph(self) -> tuple[bool, bool] | None:
+        """``use_cuda_graph`` as (varlen, decode), or None where transformers decides."""
+        if not self.graphs:
+            return None
+        return self.graphs in ("varlen", "both"), self.graphs in ("decode", "both")
+
+
+def canonical(text: str | None) -> str:
+    """A batching text in its one spelling (``ConfigError`` for a bad one)."""
+    return Batching.parse(text).spell()
+
+
+def level_of(text: str) -> int:
+    """The transformers preset a batching text names (0: none)."""
+    return Batching.parse(text).level
+
+
+def anchor_fields(level: int) -> dict[str, Any]:
+    """A level's compile fields as a strategy holds them (full Inductor, breaks allowed)."""
+    mode, dynamic = LEVELS[level]
+    return {"granularity": "full", "backend": "inductor", "mode": mode, "dynamic": dynamic,
+            "fullgraph": False, "options": (), "batching": f"level={level}"}  # fmt: skip
+
+
+def compile_config(strategy: Any) -> dict[str, Any]:
+    """A compiled strategy as exactly ``CompileConfig``'s fields (an Inductor strategy with
+    options passes them with no mode: its mode's bundle is inside them)."""
+    s = strategy
+    options = s.inductor_options() if s.options else None
+    return {"fullgraph": s.fullgraph, "dynamic": s.dynamic, "backend": s.backend,
+            "mode": None if options else s.mode, "options": options}  # fmt: skip
+
+
+def config_kwargs(batching: str, compile_config: dict[str, Any] | None) -> dict[str, Any]:
+    """``ContinuousBatchingConfig``'s keywords for a strategy's ``batching`` text and its
+    ``CompileConfig`` fields (None: eager): both paths compiled alike, or the level's preset.
+    Flash attention is never switched in behind the user's back (``auto_switch_to_flash``
+    off): the attention measured is the model's own."""
+    b = Batching.parse(batching)
+    kwargs: dict[str, Any] = {"auto_switch_to_flash": False}
+    if b.level:
+        kwargs["default_compile_level"] = b.level
+    elif compile_config is not None:
+        kwargs["varlen_compile_config"] = dict(compile_config)
+        kwargs["decode_compile_config"] = dict(compile_config)
+    for name, key in (
+        ("q", "q_padding_interval_size"),
+        ("kv", "kv_padding_interval_size"),
+        ("tokens", "max_batch_tokens"),
+        ("requests", "max_requests_per_batch"),
+    ):
+        if getattr(b, name):
+            kwargs[key] = getattr(b, name)
+    if (graphs := b.use_cuda_graph()) is not None:
+        kwargs["use_cuda_graph"] = list(graphs)
+    return kwargs
+
+
+def config_object(kwargs: dict[str, Any]) -> Any:
+    """transformers' ``ContinuousBatchingConfig`` from its keywords as stored (each path's
+    ``CompileConfig`` a dict, ``use_cuda_graph`` a list)."""
+    import transformers
+
+    kwargs = dict(kwargs)
+    for name in ("varlen_compile_config", "decode_compile_config"):
+        if isinstance(kwargs.get(name), dict):
+            kwargs[name] = transformers.CompileConfig(**kwargs[name])
+    if isinstance(kwargs.get("use_cuda_graph"), list):
+        kwargs["use_cuda_graph"] = tuple(kwargs["use_cuda_graph"])
+    return transformers.ContinuousBatchingConfig(**kwargs)
+
+
+def eager_kwargs(batching: str) -> dict[str, Any]:
+    """The same serving configuration with nothing compiled (no padding, which only a compiled
+    or recorded batch does): eager's side of a trial, whose tokens the compiled side's match."""
+    b = Batching.parse(batching)
+    return config_kwargs(replace(Batching(), tokens=b.tokens, requests=b.requests).spell(), None)
+
+
+def _whole(name: str, value: str, text: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"bad batching {text!r}: {name} is a whole number of at least 1")
+    return int(value)
+
+
+PAGE = 256  # tokens a cache page holds: ContinuousBatchingConfig.page_size's default
+DEFAULT_BATCH_TOKENS = 8192  # max_batch_tokens where a strategy leaves it to transformers
+
+
+def blocks(prompts: list[int], answers: list[int], batching: str) -> int:
+    """The KV cache's blocks a traffic of ``prompts`` and ``answers`` (tokens each) needs, every
+    request in flight at once, beside a warm-up batch of the strategy's ``max_batch_tokens``:
+    transformers sizes it otherwise from free memory (60 % of a CPU's RAM, for every manager)."""
+    tokens = Batching.parse(batching).tokens or DEFAULT_BATCH_TOKENS
+    held = sum(-(-(p + a) // PAGE) for p, a in zip(prompts, answers, strict=True))
+    return held + -(-tokens // PAGE) + 1

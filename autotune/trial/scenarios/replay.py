@@ -1,0 +1,161 @@
+"""One pass of an arrival traffic through a continuous-batching manager, with the user's own
+calls: ``add_request`` at each request's arrival (or, for a closed loop, as soon as one of
+its ``concurrency`` requests in flight ends), ``get_result`` until every answer is in.
+
+Per request, from transformers' own per-token timestamps (``record_timestamps``, on
+``time.perf_counter``'s clock, as the arrivals are): TTFT from its arrival (queueing
+included), time per output token after the first, its whole time in the server, and its
+tokens. Over the pass: p50 and p90 of TTFT and TPOT, output tokens a second over the pass's
+span, and goodput (requests a second that met both targets of an SLO).
+
+:func:`manager` builds the manager as a user would (``init_continuous_batching`` with a
+``GenerationConfig`` and a ``ContinuousBatchingConfig``), its warm-up timed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune.strategy import batching
+from autotune.trial.measurement import _quantile
+
+WAIT_S = 300.0  # at most, for one answer after the last arrival: a hung manager is an error
+
+
+@dataclass
+class Served:
+    """One request as served: arrival (s from the pass's start), TTFT, TPOT and time in the
+    server (ms), and its tokens."""
+
+    arrival_s: float
+    ttft_ms: float
+    tpot_ms: float
+    total_ms: float
+    tokens: list[int]
+
+
+@dataclass
+class Pass:
+    """An arrival traffic served once: each request's figures, and the pass's span (s)."""
+
+    requests: list[Served]
+    span_s: float
+
+    def quantile(self, name: str, q: float) -> float:
+        """The ``q`` quantile of a request figure (``ttft_ms``, ``tpot_ms``, ``total_ms``)."""
+        return _quantile(sorted(getattr(r, name) for r in self.requests), q)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens a second over the pass's span (first arrival to last answer)."""
+        return sum(len(r.tokens) for r in self.requests) / max(self.span_s, 1e-9)
+
+    def goodput(self, ttft_ms: float | None, tpot_ms: float | None) -> float:
+        """Requests a second that met both targets (a missing target is met)."""
+        met = [r for r in self.requests
+               if (ttft_ms is None or r.ttft_ms <= ttft_ms)
+               and (tpot_ms is None or r.tpot_ms <= tpot_ms)]  # fmt: skip
+        return len(met) / max(self.span_s, 1e-9)
+
+    def summary(self, slo: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+        """The pass's figures, as stored."""
+        return {"ttft_p50_ms": self.quantile("ttft_ms", 0.5),
+                "ttft_p90_ms": self.quantile("ttft_ms", 0.9),
+                "tpot_p50_ms": self.quantile("tpot_ms", 0.5),
+                "tpot_p90_ms": self.quantile("tpot_ms", 0.9),
+                "total_mean_ms": sum(r.total_ms for r in self.requests) / len(self.requests),
+                "tokens_per_s": self.tokens_per_s, "goodput": self.goodput(*slo),
+                "span_s": self.span_s}  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": [asdict(r) for r in self.requests], "span_s": self.span_s}
+
+
+def manager(model: Any, config_kwargs: dict[str, Any], answers: list[int],
+            warm: bool = True) -> tuple[Any, float]:  # fmt: skip
+    """A started manager for ``model`` with ``ContinuousBatchingConfig(**config_kwargs)``,
+    greedy to each request's own length, and the seconds its warm-up and start took (time to
+    ready)."""
+    import torch
+    import transformers
+
+    generation = transformers.GenerationConfig(
+        do_sample=False, max_new_tokens=max(answers), eos_token_id=-1,
+        pad_token_id=getattr(model.config, "pad_token_id", None) or 0,
+    )  # fmt: skip
+    start = time.perf_counter()
+    with torch.inference_mode():
+        made = model.init_continuous_batching(
+            generation_config=generation,
+            continuous_batching_config=batching.config_object(config_kwargs),
+        )
+        if warm:
+            made.warmup()
+        made.start()  # its loop runs in inference mode, as its warm-up's tensors were made
+    return made, time.perf_counter() - start
+
+
+def serve(made: Any, prompts: list[list[int]], answers: list[int], arrivals: list[float],
+          concurrency: int | None = None, tag: str = "") -> Pass:  # fmt: skip
+    """Serve every request once through a started manager: at its arrival (``arrivals``, s from
+    now), or, with ``concurrency``, as a closed loop of that many in flight."""
+    n = len(prompts)
+    sent: dict[str, float] = {}
+    done: dict[str, Any] = {}
+    start = time.perf_counter()
+
+    def send(i: int, at: float) -> None:
+        rid = f"{tag}r{i}"
+        made.add_request(prompts[i], request_id=rid, max_new_tokens=answers[i],
+                         record_timestamps=True)  # fmt: skip
+        sent[rid] = at
+
+    def collect(timeout: float) -> bool:
+        result = made.get_result(timeout=timeout)
+        if result is None:
+            if not made.is_running():
+                raise RuntimeError("the continuous-batching manager stopped before every "
+                                   "answer was in")  # fmt: skip
+            return False
+        if result.error is not None:
+            raise RuntimeError(f"request {result.request_id} failed: {result.error}")
+        if result.is_finished():
+            done[result.request_id] = result
+            return True
+        return False
+
+    if concurrency:
+        for i in range(min(concurrency, n)):
+            send(i, time.perf_counter())
+        following = min(concurrency, n)
+        while len(done) < n:
+            if collect(WAIT_S) and following < n:
+                send(following, time.perf_counter())
+                following += 1
+    else:
+        for i, at in enumerate(arrivals):
+            while (wait := start + at - time.perf_counter()) > 0:
+                collect(min(wait, 0.05))
+            send(i, start + at)
+        deadline = time.perf_counter() + WAIT_S
+        while len(done) < n:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"no answer in {WAIT_S:.0f} s after the last arrival")
+            collect(1.0)
+    served = [_served(done[f"{tag}r{i}"], sent[f"{tag}r{i}"], start) for i in range(n)]
+    last = max(r.arrival_s + r.total_ms / 1e3 for r in served)
+    return Pass(served, last - min(r.arrival_s for r in served))
+
+
+def _served(result: Any, sent: float, start: float) -> Served:
+    stamps = list(result.timestamps or [])
+    tokens = list(result.generated_tokens)
+    if not stamps:  # no timestamps recorded: nothing to time it by
+        raise RuntimeError(f"request {result.request_id} came back without its timestamps")
+    gaps = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else math.nan
+    return Served(arrival_s=sent - start, ttft_ms=(stamps[0] - sent) * 1e3,
+                  tpot_ms=gaps * 1e3 if len(stamps) > 1 else 0.0,
+                  total_ms=(stamps[-1] - sent) * 1e3, tokens=tokens)  # fmt: skip

@@ -1,0 +1,61 @@
+"""The continuous-batching export (autotune/ship/continuous_batching.py): a pick as transformers'
+ContinuousBatchingConfig keywords, read back by autotune.continuous_batching_config as the object
+transformers' own generate_batch takes; what transformers serve's flags cannot carry, said."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+import autotune
+from autotune.errors import ConfigError
+from autotune.ship import continuous_batching, formats
+from autotune.strategy import Strategy
+from tests import models
+
+
+def test_the_export_is_read_back_as_the_config_generate_batch_takes(tmp_path: Path) -> None:
+    s = Strategy.create(backend="eager", dynamic=True, batching="q=32,kv=512,tokens=256")
+    block = {"strategy": s.to_dict(), "continuous": {"num_blocks": 12}}
+    text = formats.render(s, "continuous-batching", block, [], "study")
+    path = tmp_path / "cb.json"
+    path.write_text(text)
+    data = json.loads(text)
+    assert data["continuous_batching_config"]["num_blocks"] == 12
+    assert formats.strategy_of(data) == s  # exactly the pick, from autotune's block
+    config = autotune.continuous_batching_config(path)
+    assert isinstance(config, transformers.ContinuousBatchingConfig)
+    assert (config.q_padding_interval_size, config.kv_padding_interval_size) == (32, 512)
+    assert (config.num_blocks, config.max_batch_tokens) == (12, 256)
+    assert config.varlen_compile_config.backend == "eager"
+    assert config.varlen_compile_config.dynamic is True
+    torch.manual_seed(0)
+    model, _ = models.tiny_llama()
+    out = model.generate_batch([[1, 2, 3], [4, 5, 6, 7]], max_new_tokens=3, do_sample=False,
+                               continuous_batching_config=config)  # fmt: skip
+    assert [len(r.generated_tokens) for r in out.values()] == [3, 3]
+
+
+def test_an_anchor_exports_transformers_preset_alone() -> None:
+    s = Strategy.create(batching="level=2")
+    fields = continuous_batching.fields(s, 40)
+    assert fields == {"auto_switch_to_flash": False, "default_compile_level": 2,
+                      "num_blocks": 40}  # fmt: skip
+    assert continuous_batching.serve_flags(fields) == ["--cb-num-blocks 40"]
+    notes = continuous_batching.caveats(s, fields)
+    assert any("not default_compile_level" in n for n in notes)
+    eager = continuous_batching.fields(Strategy.create(granularity="none"), 40)
+    assert "varlen_compile_config" not in eager and "default_compile_level" not in eager
+
+
+@pytest.mark.parametrize("body", ['{"torch_compile": {}}', "not json"])
+def test_a_file_of_another_format_is_refused_in_one_line(tmp_path: Path, body: str) -> None:
+    path = tmp_path / "other.json"
+    path.write_text(body)
+    with pytest.raises(ConfigError) as got:
+        autotune.continuous_batching_config(path)
+    assert "\n" not in str(got.value)
