@@ -108,6 +108,13 @@ def read_file(path: str, requests: int | None = None) -> tuple[tuple[int, ...], 
     gives answers (:data:`ANSWER`'s spellings; the prompt's are :data:`PROMPT`'s);
     ``ConfigError`` naming the line for an empty file, a malformed line or a bad value, and
     for a file of more than :data:`MAX_REQUESTS` without ``requests``."""
+    found = rows(path, requests)
+    return tuple(request(f"--traffic {path} line {n}", row) for n, row in found)
+
+
+def rows(path: str, requests: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """A traffic file's rows as read, each with its line's number (:func:`read_file`'s
+    refusals, but no row's values checked)."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--traffic {path}: no such file")
@@ -119,18 +126,16 @@ def read_file(path: str, requests: int | None = None) -> tuple[tuple[int, ...], 
     if not first:
         raise ConfigError(f"--traffic {path}: the file holds no requests")
     if first.lstrip().startswith("{"):
-        rows = [(n, _json_line(path, n, line)) for n, line in enumerate(lines, 1) if line.strip()]
+        found = [(n, _json_line(path, n, line)) for n, line in enumerate(lines, 1) if line.strip()]
     else:
-        rows = _csv_rows(path, lines)
-    if not rows:
+        found = _csv_rows(path, lines)
+    if not found:
         raise ConfigError(f"--traffic {path}: the file holds no requests")
-    if not requests and len(rows) > MAX_REQUESTS:
-        raise ConfigError(f"--traffic {path}: {len(rows):,} requests, more than the "
+    if not requests and len(found) > MAX_REQUESTS:
+        raise ConfigError(f"--traffic {path}: {len(found):,} requests, more than the "
                           f"{MAX_REQUESTS:,} a study holds; --requests N takes the first "
                           "N")  # fmt: skip
-    return tuple(
-        _shape(f"--traffic {path} line {n}", row) for n, row in rows[: requests or len(rows)]
-    )
+    return found[: requests or len(found)]
 
 
 def _json_line(path: str, n: int, line: str) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
     ]
 
 
-def _shape(where: str, row: dict[str, Any]) -> tuple[int, ...]:
+def request(where: str, row: dict[str, Any]) -> tuple[int, ...]:
     """One request's ``(batch_size, seq_len[, new_tokens])`` from a row of a log; ``where``
     names the row in an error."""
     for spellings in (PROMPT, ANSWER):
@@ -195,7 +200,7 @@ def read(value: Any, key: str) -> tuple[tuple[int, ...], ...]:
     if isinstance(value, (list, tuple)):
         shapes = []
         for n, item in enumerate(value, 1):
-            pair = _shape(f"{key} request {n}", item) if isinstance(item, dict) else item
+            pair = request(f"{key} request {n}", item) if isinstance(item, dict) else item
             if (not isinstance(pair, (list, tuple)) or len(pair) not in (2, 3)
                     or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
                                for v in pair)):  # fmt: skip

@@ -1,5 +1,6 @@
-"""What is measured (batch, sequence length, dtype, device, and inference, train or generate)
-and how each trial times it (``Settings``)."""
+"""What is measured (batch, sequence length, dtype, device, and inference, train, generate or
+continuous: requests arriving at a server that batches them) and how each trial times it
+(``Settings``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import autotune.arrivals
 import autotune.device
 import autotune.traffic
 from autotune import fields
@@ -17,7 +19,8 @@ from autotune.start_kinds import DEFAULT, parse
 from autotune.traffic import ANSWER_RULE, LEAST_ANSWER
 
 DTYPES = ("float32", "bfloat16", "float16")
-KINDS = ("inference", "train", "generate")
+KINDS = ("inference", "train", "generate", "continuous")
+ANSWERED = ("generate", "continuous")  # the kinds whose requests are answered, token by token
 STOPS = ("length", "eos")  # where a generate answer ends
 SAMPLINGS = ("greedy", "sample", "model")  # how a generate answer's tokens are chosen
 DEVICE_HELP = "auto (default: cuda where there is one, else cpu), cpu, cuda or cuda:N"
@@ -43,16 +46,19 @@ class Workload:
         read=text(),
     )
     device: str = option("cpu", DEVICE_HELP, read=text())  # the command line's: auto
-    kind: str = option("inference", "inference, train, or generate (causal LMs)",
+    kind: str = option("inference", "inference, train, generate or continuous (causal LMs; "
+                       "continuous: requests arriving at a server that batches them)",
                        flag="--workload", read=text())  # fmt: skip
-    new_tokens: int = option(32, "generate: new tokens per generation (the prefill's, then one "
-                             "per decode step), or a spread of them over a traffic: 8..128",
+    new_tokens: int = option(32, "generate, continuous: new tokens per generation (the "
+                             "prefill's, then one per decode step), or a spread of them over a "
+                             "traffic: 8..128",
                              read=autotune.traffic.whole_or_spread(1))  # fmt: skip
     traffic: tuple[tuple[int, int], ...] = option(
         (),
         "FILE: the requests a deployment serves, in order (JSON lines or CSV with batch_size "
-        "and seq_len); each strategy is measured over them",
-        read=autotune.traffic.read,
+        "and seq_len; continuous: each one's arrival_s or timestamp too); each strategy is "
+        "measured over them",
+        read=autotune.arrivals.read,
     )
     stop: str = option("length", "generate: where an answer ends: length (every one of its new "
                        "tokens decoded, as the traffic's rows say) or eos (where the model "
@@ -66,14 +72,29 @@ class Workload:
     requests: int | None = option(None, "the traffic's requests played in a trial (default "
                                   f"{autotune.traffic.DEFAULT_REQUESTS} for a spread, a file's "
                                   "all)", read=whole(1), cli_type=int)  # fmt: skip
+    rate: float | None = option(None, "continuous: R requests a second, arriving as a Poisson "
+                                "process (seeded)", read=positive, cli_type=float)  # fmt: skip
+    concurrency: int | None = option(None, "continuous: a closed loop of C requests in flight, "
+                                     "each answered one replaced by the next", read=whole(1),
+                                     cli_type=int)  # fmt: skip
+    slo: str = option("", "continuous: the targets goodput counts, e.g. ttft=500ms,tpot=50ms, "
+                      "in ms or s (default none)", read=autotune.arrivals.slo_text)  # fmt: skip
     # a generate traffic's new tokens, request by request (from the file, or --new-tokens's
     # spread); empty for one shape and for the other workloads
     answers: tuple[int, ...] = ()
+    # a continuous traffic's arrivals, request by request, in seconds from the start (its
+    # file's, or drawn at --rate); empty for a closed loop (--concurrency) and other workloads
+    arrivals: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         fields.validate(self)
         object.__setattr__(self, "answers", tuple(self.answers))  # a stored list reads back
+        known = autotune.arrivals.check(self.kind, self.traffic, tuple(self.arrivals),
+                                        self.rate, self.concurrency, self.slo)  # fmt: skip
         self._draw_traffic()
+        if self.kind == "continuous":
+            known = autotune.arrivals.settle(self.traffic, known, self.rate)
+        object.__setattr__(self, "arrivals", known)
         if self.dtype not in DTYPES:
             raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)} "
                               "or auto")  # fmt: skip
@@ -81,10 +102,11 @@ class Workload:
             raise ConfigError(f"bad workload {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.batch_size < 1 or self.seq_len < 1:
             raise ConfigError("--batch-size and --seq-len must be at least 1")
-        if self.kind == "generate" and min(self.answers or (self.new_tokens,)) < LEAST_ANSWER:
+        if self.kind in ANSWERED and min(self.answers or (self.new_tokens,)) < LEAST_ANSWER:
             raise ConfigError(f"--new-tokens must be {ANSWER_RULE}")
         if self.kind != "generate" and (self.stop, self.sampling) != ("length", "greedy"):
-            raise ConfigError("--stop and --sampling are the generate workload's")
+            raise ConfigError("--stop and --sampling are the generate workload's (continuous: "
+                              "greedy, each answer to its length)")  # fmt: skip
         if self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError(f"bad device {self.device!r}: use auto, cpu, cuda or cuda:N")
 
@@ -92,10 +114,11 @@ class Workload:
         """Spreads become requests; a traffic's most frequent shape becomes the workload's
         shape (what one-shape readers of it see)."""
         requests, spread = self.traffic, autotune.traffic.is_spread
-        answers = self.new_tokens if self.kind == "generate" else None
-        if spread(self.new_tokens) and self.kind != "generate":
-            raise ConfigError("--new-tokens is the generate workload's")
-        if spread(self.batch_size) or spread(self.seq_len) or spread(self.new_tokens):
+        answers = self.new_tokens if self.kind in ANSWERED else None
+        if spread(self.new_tokens) and self.kind not in ANSWERED:
+            raise ConfigError("--new-tokens is the generate and continuous workloads'")
+        drawn = self.kind == "continuous" and not requests  # it always plays a traffic
+        if drawn or spread(self.batch_size) or spread(self.seq_len) or spread(self.new_tokens):
             if requests:
                 raise ConfigError("give a traffic file or spreads of --seq-len/--batch-size/"
                                   "--new-tokens, not both")  # fmt: skip
@@ -120,7 +143,7 @@ class Workload:
     def _answers(self, requests: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
         """A generate traffic's new tokens per request: each request's own, else
         ``--new-tokens`` for every one; none for inference (a file's answers are left out)."""
-        if self.kind != "generate":
+        if self.kind not in ANSWERED:
             return ()
         given = [r[2] if len(r) > 2 else None for r in requests]
         if all(n is None for n in given):
@@ -143,7 +166,12 @@ class Workload:
         return [shape for shape, _ in autotune.traffic.distinct(self.traffic)]
 
     def at(self, shape: tuple[int, int]) -> Workload:
-        """This workload at one shape, without its traffic (to build inputs of that shape)."""
+        """This workload at one shape, without its traffic (to build inputs of that shape; a
+        continuous request's are a generate request's: the generate workload at that shape)."""
+        if self.kind == "continuous":
+            return dataclasses.replace(self, kind="generate", batch_size=shape[0],
+                                       seq_len=shape[1], traffic=(), arrivals=(), rate=None,
+                                       concurrency=None, slo="")  # fmt: skip
         return dataclasses.replace(self, batch_size=shape[0], seq_len=shape[1], traffic=())
 
     @classmethod
@@ -170,11 +198,14 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        if self.kind != "generate":  # other workloads' stored dicts stay as they were
+        if self.kind not in ANSWERED:  # other workloads' stored dicts stay as they were
             del data["new_tokens"]
-        for name, default in (("stop", "length"), ("sampling", "greedy")):
+        for name, default in (("stop", "length"), ("sampling", "greedy"), ("rate", None),
+                              ("concurrency", None), ("slo", ""), ("arrivals", ())):  # fmt: skip
             if data[name] == default:  # as stored before these existed
                 del data[name]
+        if self.arrivals:
+            data["arrivals"] = list(self.arrivals)
         del data["requests"]  # spent: the traffic holds the requests played
         if not self.answers:
             del data["answers"]
@@ -208,9 +239,10 @@ class Workload:
         if self.traffic:
             import hashlib
 
-            digest = hashlib.sha256(json.dumps(self.traffic).encode()).hexdigest()[:6]
-            return (f"{self.kind}-traffic{len(self.traffic)}-{digest}{served}-{self.dtype}-"
-                    f"{device}")  # fmt: skip
+            played = [self.traffic, self.answers, self.arrivals] if self.arrivals else self.traffic
+            digest = hashlib.sha256(json.dumps(played).encode()).hexdigest()[:6]
+            kind = self.kind + autotune.arrivals.label(self.rate, self.concurrency)
+            return f"{kind}-traffic{len(self.traffic)}-{digest}{served}-{self.dtype}-{device}"
         return (f"{self.kind}-b{self.batch_size}-s{self.seq_len}{tokens}{served}-{self.dtype}-"
                 f"{device}")  # fmt: skip
 
@@ -252,9 +284,10 @@ class Settings:
 
 def default_objectives(kind: str = "inference") -> tuple[str, ...]:
     """The objectives a study of a workload kind has unless told: a cold start (``compile``),
-    and the kind's speed (``decode`` for generate, else ``latency``); every objective is
-    :mod:`autotune.choice.objectives`'."""
-    return ("compile", "decode" if kind == "generate" else "latency")
+    and the kind's speed (``decode`` for generate, ``ttft`` for continuous, else ``latency``);
+    every objective is :mod:`autotune.choice.objectives`'."""
+    speed = {"generate": "decode", "continuous": "ttft"}.get(kind, "latency")
+    return ("compile", speed)
 
 
 def describe(workload: Workload) -> str:
@@ -262,6 +295,8 @@ def describe(workload: Workload) -> str:
     w = workload
     served = "".join((" · answers end at eos" if w.stop == "eos" else "",
                       f" · {w.sampling} sampling" if w.sampling != "greedy" else ""))  # fmt: skip
+    if w.kind == "continuous":
+        served = " · " + autotune.arrivals.describe(w.arrivals, w.rate, w.concurrency, w.slo)
     if w.traffic:
         return f"{w.kind} · traffic of {autotune.traffic.describe(w.traffic)} · {w.dtype}{served}"
     line = f"{w.kind} · batch {w.batch_size} · seq {w.seq_len} · {w.dtype}"

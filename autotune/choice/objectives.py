@@ -56,8 +56,9 @@ def starts_needed(objectives: tuple[str, ...], starts: tuple[str, ...]) -> tuple
 
 
 def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inference") -> None:
-    """One start cost, one speed, optionally memory; decode and TTFT need a generate workload
-    (the starts the objectives name are added before: :func:`starts_needed`)."""
+    """One start cost, one speed, optionally memory; decode and TTFT need a generate or a
+    continuous workload (the starts the objectives name are added before:
+    :func:`starts_needed`)."""
     counts = [sum(o in group for o in objectives) for group in (START_COSTS, SPEEDS)]
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown or counts != [1, 1] or len(set(objectives)) != len(objectives):
@@ -68,8 +69,8 @@ def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inf
     if missing := starts_needed(objectives, starts):
         raise ConfigError(f"objective needs {', '.join(missing)} starts measured: add it to "
                           "--starts")  # fmt: skip
-    if kind != "generate" and {"decode", "ttft"} & set(objectives):
-        raise ConfigError("objectives decode and ttft need --workload generate")
+    if kind not in ("generate", "continuous") and {"decode", "ttft"} & set(objectives):
+        raise ConfigError("objectives decode and ttft need --workload generate or continuous")
 
 
 def later_start(objectives: tuple[str, ...]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,23 @@ def test_a_garbled_value_only_a_search_runs_by_is_left_out_and_no_search_runs_on
                        + re.escape(where)):  # fmt: skip
         spec.check()
     assert "unread" not in spec.to_dict()
+
+
+def test_a_continuous_spec_reads_its_arrivals_from_a_spec_file_and_back_from_the_store(
+    tmp_path: Path,
+) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text('[model]\nname = "toy-64"\n[workload]\nkind = "continuous"\nrate = 40\n'
+                    'seq_len = "4..60"\nnew_tokens = "4..16"\nrequests = 12\n'
+                    'slo = "ttft=500ms,tpot=50ms"\n')  # fmt: skip
+    spec = StudySpec.from_sources(str(toml))
+    w = spec.workload
+    assert (w.kind, w.rate, len(w.arrivals)) == ("continuous", 40.0, 12)
+    assert w.slo == "ttft=500ms,tpot=50ms"
+    assert spec.objectives == ("compile", "ttft")
+    read = StudySpec.from_dict(json.loads(json.dumps(spec.to_dict())), "s")
+    assert read == spec and read.workload.arrivals == w.arrivals
+    flagged = StudySpec.from_sources(None, model="toy-64", workload="continuous", concurrency=3)
+    assert (flagged.workload.concurrency, flagged.workload.arrivals) == (3, ())
+    with pytest.raises(ConfigError, match="not both"):  # a flag beside the file's rate
+        StudySpec.from_sources(str(toml), concurrency=3)

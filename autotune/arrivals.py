@@ -1,0 +1,258 @@
+"""Arrivals: when each request of a continuous workload reaches the server, in seconds from
+the start, and the targets its goodput counts (``--slo``). Exactly one source a workload: a
+traffic file whose rows give ``arrival_s`` or a ``timestamp`` (ISO 8601 or epoch seconds, made
+relative to the first row); ``--rate R``, Poisson arrivals seeded as
+:func:`autotune.traffic.draw`'s spreads are; or ``--concurrency C``, a closed loop (none). The
+prompts and answers are a generate traffic's, one sequence a request. A bad row is refused in
+one line naming it."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import autotune.traffic
+from autotune.errors import ConfigError
+
+ARRIVAL = "arrival_s"  # a row's arrival, seconds from the start
+TIMESTAMP = "timestamp"  # a row's arrival as a trace stamps it (any case: Azure's TIMESTAMP)
+SOURCES = ("a --traffic file whose rows give arrival_s or timestamp, --rate R (Poisson "
+           "arrivals, R requests a second) or --concurrency C (a closed loop)")  # fmt: skip
+SLO_KEYS = ("ttft", "tpot")  # time to first token, time per output token
+_MS = {"ms": 1.0, "s": 1000.0}
+_SLO_RULE = "targets such as ttft=500ms,tpot=50ms (ttft and/or tpot, each in ms or s)"
+
+
+class Traffic(tuple):  # type: ignore[type-arg]
+    """A traffic file's requests as :func:`autotune.traffic.read_file` reads them, with each
+    one's arrival where the file gives them (empty where it gives none), and the refusal a
+    continuous workload meets over them (``problem``; "" where none): another workload reads
+    the same file and leaves its arrival columns alone."""
+
+    path: str
+    arrivals: tuple[float, ...]
+    problem: str
+
+    def __new__(cls, requests: Any, path: str = "", arrivals: tuple[float, ...] = (),
+                problem: str = "") -> Traffic:  # fmt: skip
+        made = super().__new__(cls, requests)
+        made.path, made.arrivals, made.problem = path, tuple(arrivals), problem
+        return made
+
+
+def read(value: Any, key: str) -> tuple[tuple[int, ...], ...]:
+    """The workload's traffic reader: a file's path (read with its arrivals: a
+    :class:`Traffic`), a traffic already read, or :func:`autotune.traffic.read`'s requests."""
+    if isinstance(value, Traffic):
+        return value
+    if isinstance(value, str):
+        return read_file(value)
+    return autotune.traffic.read(value, key)
+
+
+def read_file(path: str) -> Traffic:
+    """A traffic file's requests (``ConfigError`` for what any workload refuses), with each
+    row's arrival and what a continuous workload refuses in it (one line naming the line)."""
+    found = autotune.traffic.rows(path)
+    requests = tuple(autotune.traffic.request(f"--traffic {path} line {n}", row)
+                     for n, row in found)  # fmt: skip
+    try:
+        return Traffic(requests, path, _arrivals(path, found, requests))
+    except ConfigError as exc:
+        return Traffic(requests, path, (), str(exc))
+
+
+def _arrivals(path: str, found: list[tuple[int, dict[str, Any]]],
+              requests: tuple[tuple[int, ...], ...]) -> tuple[float, ...]:  # fmt: skip
+    """Each row's arrival in seconds from the start (none where the file gives none);
+    ``ConfigError`` at the first row a continuous workload refuses."""
+    stamps = [_when(f"--traffic {path} line {n}", row) for n, row in found]
+    spelled = next((s for s, _ in stamps if s), None)
+    answered = any(len(r) > 2 for r in requests)
+    seconds: list[float] = []
+    for (n, _), (spelling, at), request in zip(found, stamps, requests, strict=True):
+        where = f"--traffic {path} line {n}"
+        if request[0] != 1:
+            raise ConfigError(f"{where}: batch_size {request[0]}: a continuous request is one "
+                              "sequence (batch_size 1)")  # fmt: skip
+        if answered and len(request) < 3:
+            raise ConfigError(f"{where}: no answer ({' or '.join(autotune.traffic.ANSWER)}), "
+                              "where other rows give theirs")  # fmt: skip
+        if spelled is None:
+            continue
+        if spelling is None or at is None:
+            raise ConfigError(f"{where}: no arrival ({ARRIVAL} or {TIMESTAMP}), where other "
+                              "rows give theirs")  # fmt: skip
+        if spelling != spelled:
+            raise ConfigError(f"{where}: {spelling}, where other rows give {spelled}: one "
+                              "spelling of the arrival a file")  # fmt: skip
+        if spelling == ARRIVAL and at < 0:
+            raise ConfigError(f"{where}: {ARRIVAL} = {at:g}, expected seconds from the start, "
+                              "at least 0")  # fmt: skip
+        if seconds and at < seconds[-1]:
+            raise ConfigError(f"{where}: arrives {seconds[-1] - at:.6g} s before the row above "
+                              "it: rows go in arrival order")  # fmt: skip
+        seconds.append(at)
+    start = seconds[0] if spelled == TIMESTAMP else 0.0
+    return tuple(round(s - start, 6) for s in seconds)
+
+
+def _when(where: str, row: dict[str, Any]) -> tuple[str | None, float | None]:
+    """A row's arrival column (its spelling, or None) and its value in seconds (a timestamp's
+    from the epoch; None where the column is there but empty)."""
+    keys = {str(k).strip().lower(): k for k in row}
+    given = [s for s in (ARRIVAL, TIMESTAMP) if s in keys]
+    if len(given) > 1:
+        raise ConfigError(f"{where}: both {ARRIVAL} and {TIMESTAMP}, two spellings of one "
+                          "arrival: give one")  # fmt: skip
+    if not given:
+        return None, None
+    value = row[keys[given[0]]]
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return given[0], None
+    if given[0] == ARRIVAL:
+        number = _number(value)
+        if number is None:
+            raise ConfigError(f"{where}: {ARRIVAL} = {value!r}, expected seconds from the "
+                              "start, at least 0")  # fmt: skip
+        return ARRIVAL, number
+    return TIMESTAMP, _timestamp(where, value)
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or its text (a CSV's cell); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _timestamp(where: str, value: Any) -> float:
+    """A trace's timestamp as seconds from the epoch: epoch seconds, or ISO 8601 (a space or
+    ``T``; ``Z`` or an offset; without one, UTC)."""
+    number = _number(value)
+    if number is not None:
+        return number
+    try:
+        stamp = datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{where}: {TIMESTAMP} {value!r} is neither ISO 8601 (2023-11-16 "
+                          "18:15:46.6805) nor epoch seconds") from None  # fmt: skip
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def poisson(requests: int, rate: float, seed: int = 0) -> tuple[float, ...]:
+    """Arrivals of a Poisson process of ``rate`` requests a second, the first at 0: gaps
+    drawn exponentially from their own seeded stream (not the prompts': a prompt's length says
+    nothing of its gap), rounded to the microsecond."""
+    rng = random.Random(f"arrivals {seed}")
+    at, found = 0.0, []
+    for i in range(requests):
+        at += rng.expovariate(rate) if i else 0.0
+        found.append(round(at, 6))
+    return tuple(found)
+
+
+def slo(text: str, key: str = "--slo") -> tuple[float | None, float | None]:
+    """``ttft=500ms,tpot=50ms`` as ``(ttft_ms, tpot_ms)``, each None where not given (``""``:
+    no target); ms or s (``ttft=0.5s``); ``ConfigError`` in one line for anything else."""
+    if not isinstance(text, str):
+        raise ConfigError(f"{key} = {text!r}: expected {_SLO_RULE}")
+    found: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        match = re.fullmatch(r"([a-z_]+)\s*=\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)", part.lower())
+        if not match:
+            raise ConfigError(f"{key} = {text!r}: {part!r} is not NAME=TIME: expected "
+                              f"{_SLO_RULE}")  # fmt: skip
+        name, value = match[1], float(match[2]) * _MS[match[3]]
+        if name not in SLO_KEYS or name in found:
+            why = "given twice" if name in found else "is no target"
+            raise ConfigError(f"{key} = {text!r}: {name} {why}: expected {_SLO_RULE}")
+        if value <= 0:
+            raise ConfigError(f"{key} = {text!r}: {name} must be above 0")
+        found[name] = value
+    return found.get("ttft"), found.get("tpot")
+
+
+def slo_text(value: Any, key: str) -> str:
+    """A config reader for ``--slo``: the text, checked by :func:`slo`."""
+    slo(value, key)
+    return value.strip()
+
+
+def check(kind: str, traffic: Any, given: tuple[float, ...], rate: float | None,
+          concurrency: int | None, targets: str) -> tuple[float, ...]:  # fmt: skip
+    """A workload's arrivals before its requests are drawn: the file's (``traffic`` as
+    :func:`read` read it) or those ``given`` (a stored study's); ``ConfigError`` in one line
+    unless a continuous workload has exactly one source, or where another has any."""
+    if kind != "continuous":
+        if rate is not None or concurrency is not None or targets or given:
+            raise ConfigError("--rate, --concurrency, --slo and arrivals are the continuous "
+                              "workload's (--workload continuous)")  # fmt: skip
+        return ()
+    if getattr(traffic, "problem", ""):
+        raise ConfigError(traffic.problem)
+    found = getattr(traffic, "arrivals", ())
+    if rate is not None and concurrency is not None:
+        raise ConfigError("give --rate or --concurrency, not both: arrivals at a rate, or a "
+                          "closed loop")  # fmt: skip
+    if found and (rate is not None or concurrency is not None):
+        raise ConfigError(f"--traffic {traffic.path} gives each request's arrival: drop "
+                          f"--{'rate' if rate is not None else 'concurrency'}, or give a file "
+                          f"without {ARRIVAL} or {TIMESTAMP}")  # fmt: skip
+    if given and (found or concurrency is not None):
+        beside = "a file that gives its own" if found else "--concurrency: a closed loop has none"
+        raise ConfigError(f"arrivals given beside {beside}")
+    for n, at in enumerate(given, 1):
+        before = given[n - 2] if n > 1 else 0.0
+        if _number(at) is None or isinstance(at, str) or at < before:
+            raise ConfigError(f"arrivals request {n}: {at!r}, expected seconds from the start, "
+                              "at least 0 and in order")  # fmt: skip
+    if not (found or given or rate is not None or concurrency is not None):
+        raise ConfigError(f"--workload continuous needs its arrivals: {SOURCES}")
+    return tuple(float(at) for at in found or given)
+
+
+def settle(traffic: tuple[tuple[int, ...], ...], known: tuple[float, ...],
+           rate: float | None) -> tuple[float, ...]:  # fmt: skip
+    """A continuous workload's arrivals for its requests as drawn or read: ``known`` (a file's
+    first requests', as ``--requests`` cuts them), else drawn at ``rate``, else none (a closed
+    loop); ``ConfigError`` for a request of more than one sequence."""
+    for n, (batch, *_) in enumerate(traffic, 1):
+        if batch != 1:
+            raise ConfigError(f"traffic request {n}: batch_size {batch}: a continuous request "
+                              "is one sequence (batch_size 1)")  # fmt: skip
+    if known:
+        if len(known) < len(traffic):
+            raise ConfigError(f"arrivals: {len(known)} for {len(traffic)} requests")
+        return known[: len(traffic)]
+    return poisson(len(traffic), rate) if rate is not None else ()
+
+
+def label(rate: float | None, concurrency: int | None) -> str:
+    """A study slug's word for the arrivals: ``-rate40``, ``-c4``, or "" (a file's)."""
+    if rate is not None:
+        return f"-rate{rate:g}"
+    return f"-c{concurrency}" if concurrency is not None else ""
+
+
+def describe(arrivals: tuple[float, ...], rate: float | None, concurrency: int | None,
+             targets: str) -> str:  # fmt: skip
+    """The arrivals in a few words, as a workload's one line shows them."""
+    if concurrency is not None:
+        words = f"closed loop of {concurrency} in flight"
+    elif rate is not None:
+        words = f"Poisson arrivals at {rate:g}/s"
+    else:
+        words = f"arrivals over {arrivals[-1]:.3g} s" if arrivals else "arrivals"
+    return words + (f" · SLO {targets}" if targets else "")
