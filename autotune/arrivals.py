@@ -256,3 +256,15 @@ def describe(arrivals: tuple[float, ...], rate: float | None, concurrency: int |
     else:
         words = f"arrivals over {arrivals[-1]:.3g} s" if arrivals else "arrivals"
     return words + (f" · SLO {targets}" if targets else "")
+
+
+def rate_of(workload: Any) -> float | None:
+    """Requests a second a continuous workload arrives at: its ``--rate``, else its arrivals'
+    (requests over their span); None for a closed loop and the other workloads."""
+    w = workload
+    if w.kind != "continuous" or not w.arrivals:
+        return None
+    if w.rate:
+        return float(w.rate)
+    span = w.arrivals[-1] - w.arrivals[0]
+    return (len(w.arrivals) - 1) / span if span > 0 else None

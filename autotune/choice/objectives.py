@@ -101,9 +101,13 @@ UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}  # amortized:TIME's u
 _TIME = re.compile(rf"(.+?)({'|'.join(UNITS)})")
 
 
-def lifetime(calls: int | None) -> str:
+def lifetime(calls: int | None, rate: float | None = None) -> str:
     """The default policy: the lowest time to ready + ``calls`` x latency, and where ``calls``
-    is not given, over ``DEFAULT_LIFETIME`` of serving (``amortized:1h``)."""
+    is not given, over ``DEFAULT_LIFETIME`` of serving (``amortized:1h``); for requests that
+    arrive at ``rate`` a second (a continuous workload's), the requests of that lifetime, each
+    costing its time in the server."""
+    if not calls and rate:
+        calls = round(rate * parse_policy(f"amortized:{DEFAULT_LIFETIME}")[1][0])
     return f"amortized:{calls}" if calls else f"amortized:{DEFAULT_LIFETIME}"
 
 

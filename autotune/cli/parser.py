@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kv-cache", default="single", help="generating over a traffic: one static "
                    "KV cache for the longest request (single), or one a bucket of prompt plus "
                    "answer lengths (pow2, quantiles)")  # fmt: skip
+    s.add_argument("--batching", default="none", help="continuous: transformers' "
+                   "ContinuousBatchingConfig knobs, key=value joined by +: level (1-3), q and "
+                   "kv (padding intervals), tokens, requests, graphs")  # fmt: skip
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
@@ -127,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(r)
     sp = r.add_argument_group("space (comma lists narrow the default space)")
     for name in ("granularity", "backend", "mode", "dynamic", "fullgraph", "buckets", "marks",
-                 "stance", "prefill", "kv_cache"):  # fmt: skip
+                 "stance", "prefill", "kv_cache", "batching"):  # fmt: skip
         sp.add_argument(f"--{name.replace('_', '-')}", metavar="LIST")
     sp.add_argument("--options", metavar="LIST", help="inductor switches: freezing, cpp_wrapper, "
                     "max_autotune (cudagraphs on CUDA), or none")  # fmt: skip

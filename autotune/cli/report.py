@@ -65,12 +65,21 @@ def summary(m: Measurement) -> str:
     )
     lines += starts_lines(m)
     lines += traffic_lines(m)
-    if m.ttft and m.eager_ttft:
+    continuous = w is not None and w.kind == "continuous"
+    if continuous and m.latency and m.eager_latency and m.ttft:
+        lat, eag, ttft = m.latency, m.eager_latency, m.ttft
+        lines.append(f"served     {lat.median_ms:.3f} ms a request in the server (the median "
+                     f"of {len(lat.samples_ms)} passes' means; eager {eag.median_ms:.3f} -> "
+                     f"{m.speedup:.2f}x); TTFT p90 {ttft.median_ms:.3f} ms (eager "
+                     f"{m.eager_ttft.median_ms if m.eager_ttft else 0:.3f})")  # fmt: skip
+    elif m.ttft and m.eager_ttft:
         lines.append(
             f"TTFT       {m.ttft.median_ms:.3f} ms median prefill (eager "
             f"{m.eager_ttft.median_ms:.3f} ms -> {m.eager_ttft.median_ms / m.ttft.median_ms:.2f}x)"
         )
-    if m.latency and m.eager_latency and m.ttft:
+    if continuous:
+        pass
+    elif m.latency and m.eager_latency and m.ttft:
         lat, eag = m.latency, m.eager_latency
         lines.append(
             f"decode     {lat.median_ms:.3f} ms per token median (p10 {lat.p10_ms:.3f}, p90 "

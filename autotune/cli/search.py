@@ -37,6 +37,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         args.stance,
         prefill=args.prefill,
         kv_cache=args.kv_cache,
+        batching=args.batching,
     )
     strategy.validate()
     strategy.check_workload(workload.kind)

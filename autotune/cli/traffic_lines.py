@@ -47,6 +47,8 @@ def traffic_lines(m: Measurement) -> list[str]:
     t = m.traffic
     if not t:
         return []
+    if "continuous" in t:
+        return continuous_lines(t["continuous"])
     ready, eager = seconds(t["ready_s"]), seconds(t["eager_ready_s"])
     warmed = "" if "prewarmed_s" not in t else f", pre-warmed {seconds(t['prewarmed_s'])}"
     lines = [f"traffic    ready after {ready} (eager {eager}{warmed}); "
@@ -98,3 +100,26 @@ def static_line(m: Measurement) -> list[str]:
             f"{st['tpot_ms']:.3f} ms a token, TTFT {st['ttft_ms']:.3f} ms: the static cache "
             f"alone gives {m.eager_latency.median_ms / st['tpot_ms']:.2f}x a token, compiling on "
             f"it {st['tpot_ms'] / m.latency.median_ms:.2f}x more"]  # fmt: skip
+
+
+def continuous_lines(c: dict) -> list[str]:
+    """A continuous trial's warm-up, first pass and steady pass in three lines."""
+    first, steady = c["first"], c["steady"]
+
+    def pair(name: str, side: dict, eager: dict, unit: str = " ms") -> str:
+        return f"{side[name]:.3g}{unit} (eager {eager[name]:.3g})"
+
+    stalls = c["stalls_s"]
+    return [
+        f"continuous ready after {seconds(c['ready_s'])}; first pass: {len(stalls)} compiles "
+        f"after warm-up ({sum(stalls):.2f} s of stalls), TTFT p90 "
+        f"{pair('ttft_p90_ms', first['compiled'], first['eager'])}",
+        f"           steady: TTFT p50 {pair('ttft_p50_ms', steady['compiled'], steady['eager'])}"
+        f", p90 {pair('ttft_p90_ms', steady['compiled'], steady['eager'])}; TPOT p50 "
+        f"{pair('tpot_p50_ms', steady['compiled'], steady['eager'])}; "
+        f"{pair('tokens_per_s', steady['compiled'], steady['eager'], ' tokens/s')}; goodput "
+        f"{pair('goodput', steady['compiled'], steady['eager'], ' requests/s')}",
+        "           served with ContinuousBatchingConfig("
+        + ", ".join(f"{k}={v!r}" for k, v in c["config"].items())
+        + ")",
+    ]

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.strategy import Strategy
+from autotune.strategy import Strategy, batching
 from autotune.trial.measurement import Measurement
 
 ANCHORS = (
@@ -75,7 +75,8 @@ def cost(s: Strategy) -> tuple[int, int, int, int]:
 
 
 def anchors(free: Iterable[Strategy], members: Iterable[Strategy]) -> list[Strategy]:
-    """The anchors among ``free``, in order: eager; Dynamo alone (``full/eager``); ``full``,
+    """The anchors among ``free``, in order: eager; transformers' continuous-batching presets
+    (``batching=level=N``, a continuous workload's); Dynamo alone (``full/eager``); ``full``,
     ``regional`` and ``nested`` Inductor at its defaults; ``full`` Inductor at its most effort
     (the dearest mode and every option of the space's ``members``), the likely other end of the
     front; and ``full`` Inductor at its defaults with each option alone, which tell apart what
@@ -88,7 +89,9 @@ def anchors(free: Iterable[Strategy], members: Iterable[Strategy]) -> list[Strat
     full = ANCHORS[2].key
     alone = [s for s in dear if len(s.options) == 1
              and dataclasses.replace(s, options=()).key == full]  # fmt: skip
-    return [a for a in (*ANCHORS, *most, *alone) if a.key in keys]
+    levels = sorted((s for s in members if batching.level_of(s.batching)),
+                    key=lambda s: s.batching)  # fmt: skip
+    return [a for a in (ANCHORS[0], *levels, *ANCHORS[1:], *most, *alone) if a.key in keys]
 
 
 def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strategy]:
@@ -97,7 +100,7 @@ def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strate
     the same granularity and ``dynamic`` with ``fullgraph=True`` when ``m`` ran with graph
     breaks (``fullgraph=True`` refuses any)."""
     s = m.strategy
-    if s.granularity == "none":
+    if s.granularity == "none" or batching.level_of(s.batching):  # a preset: never fullgraph
         return []
     if m.ok and m.graphs is not None and m.graphs.breaks and not s.fullgraph:
         same = _traced(dataclasses.replace(s, fullgraph=True))
@@ -105,7 +108,8 @@ def implied_failures(m: Measurement, members: Iterable[Strategy]) -> list[Strate
         same = _traced(s)
     else:
         return []
-    return [t for t in members if _traced(t) == same and t != s]
+    return [t for t in members
+            if _traced(t) == same and t != s and not batching.level_of(t.batching)]  # fmt: skip
 
 
 def _traced(s: Strategy) -> tuple[Any, ...]:

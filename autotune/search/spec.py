@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import fields
+from autotune.arrivals import rate_of
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
-from autotune.choice.objectives import DEFAULT_LIFETIME
+from autotune.choice.objectives import DEFAULT_LIFETIME, lifetime
 from autotune.errors import AutotuneError, AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, parse_duration, parse_memory, text, whole
 from autotune.start_kinds import parse
@@ -140,8 +141,8 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         fields.validate(self)
-        if self.policy is None:
-            object.__setattr__(self, "policy", objectives.lifetime(self.calls))
+        if self.policy is None:  # a continuous workload's: its requests over the lifetime
+            object.__setattr__(self, "policy", lifetime(self.calls, rate_of(self.workload)))
         if self.objectives is None:
             object.__setattr__(self, "objectives", default_objectives(self.workload.kind))
         unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
@@ -197,7 +198,7 @@ class StudySpec:
         values = fields.read(Workload, tables["workload"], "[workload] ")
         workload = Workload.create(**values) if resolve_device else Workload(**values)
         space = Space.default(workload.device, workload.kind)
-        space = space.for_traffic(workload.traffic, workload.kind)
+        space = space.for_traffic(workload.traffic, workload.kind, workload.answers)
         space = space.narrow(**tables["space"])
         settings = Settings(**fields.read(Settings, {"seed": model.seed, **search}, "[search] "))
         chosen = fields.read(cls, search, "[search] ")

@@ -6,7 +6,7 @@ transformers serves many requests at once through a manager (``init_continuous_b
 strategy's compile fields (backend, mode, ``dynamic``, ``fullgraph``, options) are the
 ``CompileConfig`` of both of its paths (the varlen path, which runs prefills and mixed
 batches, and the decode fast path, which only flash attention's paged kernel has); its
-``batching`` text holds the rest, as ``key=value`` pairs in this order:
+``batching`` text holds the rest, as ``key=value`` pairs joined by ``+``, in this order:
 
 - ``level=N`` (1-3): transformers' own presets, ``default_compile_level`` (1: ``dynamic=True``;
   2: ``max-autotune-no-cudagraphs``, dynamic; 3: the same, static), with no compile config of
@@ -50,15 +50,16 @@ class Batching:
 
     @classmethod
     def parse(cls, text: str | None) -> Batching:
-        """``q=128,kv=256`` (any order) as a value; ``none`` or "" as transformers' defaults."""
+        """``q=128+kv=256`` (any order; a comma for a plus where no list is split on commas)
+        as a value; ``none`` or "" as transformers' defaults."""
         if not text or text == NONE:
             return cls()
         found: dict[str, Any] = {}
-        for part in str(text).split(","):
+        for part in str(text).replace(",", "+").split("+"):
             name, _, value = part.strip().partition("=")
             if name not in ORDER or not value or name in found:
                 raise ConfigError(f"bad batching {text!r}: write key=value pairs of "
-                                  f"{', '.join(ORDER)}, e.g. q=128,kv=256")  # fmt: skip
+                                  f"{', '.join(ORDER)}, e.g. q=128+kv=256")  # fmt: skip
             found[name] = value if name == "graphs" else _whole(name, value, text)
         made = cls(**found)
         if made.graphs and made.graphs not in GRAPHS:
@@ -75,7 +76,7 @@ class Batching:
         """The canonical text (``none`` for transformers' defaults)."""
         parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
                  if getattr(self, f.name)]  # fmt: skip
-        return ",".join(parts) or NONE
+        return "+".join(parts) or NONE
 
     def use_cuda_graph(self) -> tuple[bool, bool] | None:
         """``use_cuda_graph`` as (varlen, decode), or None where transformers decides."""
@@ -173,3 +174,19 @@ def blocks(prompts: list[int], answers: list[int], batching: str) -> int:
     tokens = Batching.parse(batching).tokens or DEFAULT_BATCH_TOKENS
     held = sum(-(-(p + a) // PAGE) for p, a in zip(prompts, answers, strict=True))
     return held + -(-tokens // PAGE) + 1
+
+
+def candidates(prompts: list[int], answers: list[int]) -> tuple[str, ...]:
+    """The batching values a search tries over a traffic of ``prompts`` and ``answers``:
+    transformers' defaults and its three presets (the anchors), then padding fitted to the
+    traffic: one KV interval that holds the longest request whole (``kv``), with it a query
+    interval of the longest prompt (``q``), and both with batches of at most two such prompts
+    (``tokens``), whose warm-up compiles a far smaller batch than the default 8,192 tokens."""
+    kv = _pow2(max(p + a for p, a in zip(prompts, answers, strict=True)))
+    q = _pow2(max(prompts))
+    return (NONE, *(f"level={n}" for n in LEVELS), f"kv={kv}", f"q={q}+kv={kv}",
+            f"q={q}+kv={kv}+tokens={2 * q}")  # fmt: skip
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()

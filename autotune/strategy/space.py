@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import ConfigError
-from autotune.strategy import torch_facts
+from autotune.strategy import batching, torch_facts
 from autotune.strategy.inductor import (
     INFERENCE_ONLY,
     ONLY_UNDER_MODE,
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 DIMENSIONS = ("granularity", "backend", "mode", "dynamic", "fullgraph")
 SHAPED = ("buckets", "marks", "stance")  # dimensions a traffic opens (one shape: moot)
-OPTIONAL = (*SHAPED, "prefill", "kv_cache")  # ...and generation's: searched where opened
+# ...and generation's, and continuous batching's: searched where opened
+OPTIONAL = (*SHAPED, "prefill", "kv_cache", "batching")
 KEYS = (*DIMENSIONS, "options", *OPTIONAL)  # the space's lists: the fields, the switches
 OPTIONAL_VALUES = {"buckets": BUCKETS, "marks": MARKS, "stance": STANCES, "prefill": PREFILLS,
                    "kv_cache": KV_CACHES}  # fmt: skip
@@ -88,6 +89,7 @@ class Space:
     stance: tuple[str, ...] = ("default",)
     prefill: tuple[str, ...] = ("compiled",)
     kv_cache: tuple[str, ...] = ("single",)
+    batching: tuple[str, ...] = ("none",)
 
     @property
     def dimensions(self) -> tuple[str, ...]:
@@ -96,11 +98,16 @@ class Space:
         return DIMENSIONS + tuple(n for n in OPTIONAL if len(getattr(self, n)) > 1
                                   or getattr(self, n)[0] != OPTIONAL_DEFAULTS[n])  # fmt: skip
 
-    def for_traffic(self, requests: tuple[tuple[int, int], ...], kind: str = "inference") -> Space:
+    def for_traffic(self, requests: tuple[tuple[int, int], ...], kind: str = "inference",
+                    answers: tuple[int, ...] = ()) -> Space:  # fmt: skip
         """The space over a traffic: padding buckets, a stance, and marks (backed and unbacked)
         on each dimension that varies (at one shape they are moot: no trial is spent there);
         a generate traffic's, a KV cache a bucket and its prefill padded to buckets (not yet
-        auto buckets, marks or stances)."""
+        auto buckets, marks or stances); a continuous one's, its batching candidates
+        (:func:`autotune.strategy.batching.candidates`, of its ``answers`` too)."""
+        if kind == "continuous":
+            prompts = [s for _, s in requests]
+            return dataclasses.replace(self, batching=batching.candidates(prompts, answers))
         if len(set(requests)) < 2:
             return self
         if kind == "generate":
@@ -144,8 +151,13 @@ class Space:
             if not isinstance(values, (list, tuple)):
                 values = [values]
             parse = {"dynamic": parse_dynamic, "fullgraph": _parse_bool}.get(name, str)
-            known = is_buckets if name == "buckets" else OPTIONAL_VALUES.get(name, ()).__contains__
+            known = {"buckets": is_buckets, "batching": _is_batching}.get(
+                name, OPTIONAL_VALUES.get(name, ()).__contains__
+            )
             if name in OPTIONAL and not all(known(str(v)) for v in values):
+                if name == "batching":
+                    raise ConfigError(f"bad batching {list(values)}: each is key=value pairs "
+                                      f"of {', '.join(batching.ORDER)}, or none")  # fmt: skip
                 more = " or auto:K (K from 1 to 64)" if name == "buckets" else ""
                 raise ConfigError(
                     f"bad {name} {list(values)}: use {', '.join(OPTIONAL_VALUES[name])}{more}"
@@ -187,15 +199,17 @@ class Space:
                     for o in self.switch_sets(m) if b == "inductor" else ((),):
                         for d in self.dynamic:
                             for f in self.fullgraph:
-                                for k, mk, st, p, kv in itertools.product(
+                                for k, mk, st, p, kv, bt in itertools.product(
                                     self.buckets,
                                     self.marks,
                                     self.stance,
                                     self.prefill,
                                     self.kv_cache,
+                                    self.batching,
                                 ):
                                     s = Strategy.create(g, b, m, d, f, o, k, mk, st,
-                                                        prefill=p, kv_cache=kv)  # fmt: skip
+                                                        prefill=p, kv_cache=kv,
+                                                        batching=bt)  # fmt: skip
                                     seen.setdefault(s.key, s)
         return list(seen.values())
 
@@ -251,6 +265,8 @@ class Space:
         switches = {n: n in s.options for n in self.options}
         if s.granularity == "none":
             return {**fixed, "granularity": "none", **switches}
+        if batching.level_of(s.batching):  # transformers' preset: it sets the other fields
+            return {**fixed, "batching": s.batching, **dict.fromkeys(switches, False)}
         mode = s.mode if s.backend == "inductor" else fixed["mode"]
         shaped = {n: getattr(s, n) for n in self.dimensions if n in OPTIONAL}
         return {"granularity": s.granularity, "backend": s.backend, "mode": mode,
@@ -270,6 +286,14 @@ class Space:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Space:
         return cls().narrow(**data)
+
+
+def _is_batching(text: str) -> bool:
+    try:
+        batching.canonical(text)
+    except ConfigError:
+        return False
+    return True
 
 
 def _cuda_mode(mode: str) -> bool:

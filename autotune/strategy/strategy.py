@@ -160,7 +160,7 @@ class Strategy:
             raise ConfigError("--batching is the continuous workload's")
         if kind == "continuous" and (self.shaped or self.prefill != "compiled"
                                      or self.kv_cache != "single"):  # fmt: skip
-            raise ConfigError("a continuous workload pads through --batching q=..,kv=..; "
+            raise ConfigError("a continuous workload pads through --batching q=..+kv=..; "
                               "buckets, marks, stances, --prefill and --kv-cache are not "
                               "its")  # fmt: skip
         if kind != "generate" and (self.prefill, self.kv_cache) != ("compiled", "single"):

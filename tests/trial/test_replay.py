@@ -85,7 +85,7 @@ def test_a_replay_s_compiles_after_warm_up_are_a_plain_loop_s() -> None:
             made, _ = replay.manager(model, kwargs, answers)
             before = metrics.compile_counts()[0]
             stalls: list[int] = []
-            with metrics.around_compiles(lambda: None, lambda: stalls.append(1)):
+            with metrics.around_compiles(lambda: None, lambda s=stalls: s.append(1)):
                 served = replay.serve(made, prompts, answers, arrivals)
             made.stop(block=True)
             counts[who] = (len(stalls), metrics.compile_counts()[0] - before)
@@ -93,7 +93,8 @@ def test_a_replay_s_compiles_after_warm_up_are_a_plain_loop_s() -> None:
             continue
         with torch.inference_mode():
             manager = model.init_continuous_batching(
-                continuous_batching_config=batching.config_object(kwargs))
+                continuous_batching_config=batching.config_object(kwargs)
+            )
             manager.warmup()
             manager.start()
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
