@@ -481,3 +481,17 @@ def changing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         return out
 
     return run
+
+
+def negating_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """A backend wrong everywhere: it negates every floating output of three dimensions (hidden
+    states, logits), so that a greedy answer's tokens change."""
+
+    def run(*args: object) -> object:
+        out = gm(*args)
+        return type(out)(
+            -t if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() == 3 else t
+            for t in out
+        )
+
+    return run

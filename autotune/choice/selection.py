@@ -104,6 +104,9 @@ def measured_starts(m: Measurement) -> dict[str, float]:
             and (value := m.start_s(kind)) is not None}  # fmt: skip
 
 
+PER = {"generate": "token", "continuous": "request"}  # a workload's latency: a cost per what
+
+
 @dataclass(frozen=True)
 class Point:
     """A feasible measured strategy, as the policies see it."""
@@ -122,6 +125,7 @@ class Point:
     tokens_per_s: float | None = None  # generate: the whole generation, on the common scale
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
     no_graphs: str = ""  # where a CUDA-graph strategy ran without them: all, or K of N graphs
+    per: str = "call"  # what latency_ms is a cost of: a call, a decoded token, a request served
 
     @classmethod
     def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:
@@ -138,6 +142,7 @@ class Point:
             ttft_ms=ttft_on_baseline(m, base_ttft),
             tokens_per_s=tokens_per_s_on_baseline(m, baseline.tokens_per_s if baseline else None),
             limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
+            per=PER.get(m.workload.kind if m.workload else "", "call"),
         )  # fmt: skip
 
     def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:

@@ -131,7 +131,7 @@ def lifetime_line(chosen: Point, points: list[Point], calls: float,
     latency) says so, and the break-even in serving time too."""
     eager = next((p for p in points if p.key == "none"), None)
     ranked = sorted(points, key=lambda p: (p.total_s(calls), p.latency_ms))
-    unit = "tokens" if any(p.ttft_ms is not None for p in points) else "calls"  # generate's
+    unit = f"{points[0].per}s" if points else "calls"
     over = f"over {calls:,.0f} {unit}"
     if serving_s is not None:
         per_call = serving_s * 1e3 / calls

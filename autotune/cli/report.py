@@ -200,7 +200,11 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
         row += [speedup + flags,
                 "—" if p.memory_mb is None else f"{p.memory_mb:.0f} MiB"]  # fmt: skip
         rows.append(tuple(row))
-    speed = ["decode / token", "TTFT", "tokens/s"] if generate else ["latency"]
+    served = any(p.per == "request" for p in front)  # a continuous study's
+    speed = ["latency"]
+    if generate:
+        speed = (["in server / request", "TTFT p90", "tokens/s"] if served
+                 else ["decode / token", "TTFT", "tokens/s"])  # fmt: skip
     labels = [BY_NAME[k].label for k in ("cold", *later)]
     header = ("  strategy", *labels, *speed, "speedup", "peak memory")
     note = (

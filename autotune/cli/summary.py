@@ -95,6 +95,8 @@ class Finished:
             return []
         row = next((r for r in self.rows if r.key == key), None)
         m = Measurement.from_dict(row.payload) if row is not None else None
+        if m is not None and m.traffic and "continuous" in m.traffic:
+            return traffic_lines.traffic_lines(m)[:2]
         if m is None or not m.traffic or "ready_s" not in m.traffic:
             return []
         out = traffic_lines.traffic_lines(m)[:1]
@@ -104,6 +106,17 @@ class Finished:
                        f"{w['eager_ttft_ms']} ms), {w['tpot_ms']} ms a token (eager "
                        f"{w['eager_tpot_ms']} ms)")  # fmt: skip
         return out
+
+    def presets(self) -> list[str]:
+        """A continuous study's pick beside transformers' presets (:mod:`.presets`)."""
+        from autotune.choice import presets
+
+        if self.spec.workload.kind != "continuous":
+            return []
+        assert self.tuned.chosen is not None
+        statuses = [(r.payload.get("strategy") or {}, r.status) for r in self.rows]
+        found = presets.line(self.tuned.chosen, self.told.points, statuses, self.spec.policy)
+        return [found] if found else []
 
     def lines(self) -> list[str]:
         """The summary a person reads."""
@@ -123,6 +136,7 @@ class Finished:
         out += ["\nPareto front (cold compile vs median latency, feasible trials and eager):",
                 report.front_table(self.told.front, t.chosen.key, s.settings.starts),
                 f"\nchosen ({s.policy}): {t.chosen.key}", *self.served(t.chosen.key),
+                *self.presets(),
                 *self.told.lines(), *(f"note: {note}" for note in t.notes)]  # fmt: skip
         if loaded := report.load_note([r.payload for r in self.rows]):
             out.append(loaded)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autotune import catalog
+from autotune import catalog, usercode
 from autotune.errors import NotApplicable
 from autotune.strategy import batching
 from autotune.trial import metrics
@@ -32,6 +32,7 @@ from autotune.trial.scenarios.base import Scenario
 from autotune.trial.scenarios.replay import Pass
 
 RULE = "tokens exact against eager's, every request of the traffic"
+PATHS = ("varlen_compile_config", "decode_compile_config")
 
 
 class Continuous(Scenario):
@@ -55,6 +56,11 @@ class Continuous(Scenario):
         blocks = batching.blocks([len(p) for p in self.prompts], self.answers, s.batching)
         compiled = batching.compile_config(s) if s.granularity != "none" else None
         self.kwargs = {**batching.config_kwargs(s.batching, compiled), "num_blocks": blocks}
+        self.served = self.kwargs  # as run: an import-path backend, the function it names
+        if compiled is not None and usercode.is_code(s.backend):
+            function = s.compile_kwargs()["backend"]
+            self.served = {**self.kwargs, **{k: {**self.kwargs[k], "backend": function}
+                                             for k in PATHS if k in self.kwargs}}  # fmt: skip
         self.eager_kwargs = {**batching.eager_kwargs(s.batching), "num_blocks": blocks}
         self.stalls: list[float] = []
         self.began = 0.0
@@ -76,7 +82,7 @@ class Continuous(Scenario):
         if ctx.strategy.granularity == "none":
             self.compiled, ready, got = self.eager, 0.0, expected
         else:
-            self.compiled, ready = replay.manager(self.model, self.kwargs, self.answers)
+            self.compiled, ready = replay.manager(self.model, self.served, self.answers)
             with metrics.around_compiles(self._began, self._ended):
                 got = self.serve(self.compiled)
         m.compile_s = ready + sum(self.stalls)

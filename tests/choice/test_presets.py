@@ -1,0 +1,36 @@
+"""A continuous study's pick beside transformers' presets (autotune/choice/presets.py): each
+level's lifetime cost as measured, or why it has none, and the pick against the best."""
+
+from __future__ import annotations
+
+from autotune.choice import presets
+from autotune.choice.selection import Point
+from autotune.strategy import Strategy
+
+
+def _point(s: Strategy, compile_s: float, latency_ms: float) -> Point:
+    return Point(s.key, s.to_dict(), compile_s, latency_ms, None, 1.0, 0, per="request")
+
+
+EAGER = Strategy.create("none")
+LEVEL1 = Strategy.create(batching="level=1")
+LEVEL2 = Strategy.create(batching="level=2")
+PICK = Strategy.create(backend="aot_eager", batching="q=64+kv=64")
+
+
+def test_the_pick_is_set_beside_each_preset_over_its_lifetime() -> None:
+    points = [_point(EAGER, 0.0, 20.0), _point(LEVEL1, 40.0, 15.0), _point(PICK, 5.0, 10.0)]
+    statuses = [(p.strategy, "ok") for p in points] + [(LEVEL2.to_dict(), "failed")]
+    line = presets.line(points[2], points, statuses, "amortized:1000")
+    # 1000 requests: eager 0 + 20 s, level 1 40 + 15 s, the pick 5 + 10 s
+    assert "level 0 (eager) 20.0 s" in line and "level 1 55.0 s" in line
+    assert "level 2 failed" in line and "level 3 not measured" in line
+    assert "the pick 15.0 s, 5.0 s less than the best preset, level 0" in line
+    assert "over 1,000 requests" in line
+
+
+def test_a_preset_picked_says_so_and_a_study_without_presets_says_nothing() -> None:
+    points = [_point(EAGER, 0.0, 20.0), _point(LEVEL1, 1.0, 5.0)]
+    line = presets.line(points[1], points, [], "amortized:1000")
+    assert line.endswith("the pick is the best preset")
+    assert presets.line(points[1], [_point(PICK, 1.0, 5.0)], [], "amortized:10") == ""
