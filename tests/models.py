@@ -495,3 +495,23 @@ def negating_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         )
 
     return run
+
+
+def dawdling_llama() -> tuple[torch.nn.Module, tuple]:
+    """tiny-llama, 4 ms slower a forward where it runs eager (a sleep that Dynamo's trace leaves
+    out): any compiled strategy serves it faster than eager, as a large model's would."""
+    import transformers
+
+    class Dawdling(transformers.LlamaForCausalLM):
+        def forward(self, *args: object, **kwargs: object) -> object:
+            if not torch.compiler.is_compiling():
+                time.sleep(0.004)
+            return super().forward(*args, **kwargs)
+
+    model, inputs = tiny_llama()
+    model.__class__ = Dawdling
+    return model, inputs
+
+
+dawdling_llama.supports_generate = True  # type: ignore[attr-defined]
+dawdling_llama.make_inputs = tiny_llama.make_inputs  # type: ignore[attr-defined]

@@ -148,6 +148,45 @@ def agreed(key: str, loop: dict[str, Any], wall_s: float,
             f"process, counted by Dynamo, {wall_s:.1f} s)")  # fmt: skip
 
 
+def continuous_differences(trial: Measurement, loop: dict[str, Any]) -> list[str]:
+    """Where a continuous loop (``loop``) differs from its trial: the graphs compiled after the
+    warm-up, each request's tokens (against the trial's first pass), and, on a quiet machine,
+    the median pass's TTFT and time per token beyond the trial's noise."""
+    c = (trial.traffic or {}).get("continuous") or {}
+    found = []
+    if loop["graphs"] != c.get("graphs"):
+        found.append(f"{loop['graphs']} graph(s) compiled after the warm-up in the loop, "
+                     f"{c.get('graphs')} in the trial")  # fmt: skip
+    for n, (a, b) in enumerate(zip(c.get("first_tokens") or [], loop["tokens"], strict=False), 1):
+        if a != b:
+            found.append(f"request {n}'s tokens are not the trial's")
+    if load(trial, loop) > LOADED:
+        return found
+    steady = c.get("steady", {}).get("compiled", {})
+    for key, what in (("ttft_p50_ms", "to the first token"), ("tpot_p50_ms", "a token")):
+        measured, served = steady.get(key), loop.get(key)
+        tolerance = noise(trial, "ttft_ms" if key.startswith("ttft") else "tpot_ms")
+        if measured and served and abs(served / measured - 1) > tolerance:
+            found.append(f"its median pass took {served:.3g} ms {what} in the loop, "
+                         f"{measured:.3g} ms in the trial (beyond its noise, "
+                         f"±{tolerance:.0%})")  # fmt: skip
+    return found
+
+
+def continuous_agreed(key: str, trial: Measurement, loop: dict[str, Any], wall_s: float) -> str:
+    """The line of a continuous strategy whose loop agreed with its trial."""
+    said = (
+        ""
+        if load(trial, loop) <= LOADED
+        else f", times not judged: other processes took {load(trial, loop):.0%} of the CPU"
+    )
+    return (f"served as measured: {key}: {loop['graphs']} graph(s) compiled after a warm-up of "
+            f"{loop['ready_s']:.1f} s, every request's tokens as the trial's, TTFT "
+            f"{loop['ttft_p50_ms']:.3g} ms and {loop['tpot_p50_ms']:.3g} ms a token at the "
+            f"median pass{said} (a plain loop through {loop['through']} in a fresh process, "
+            f"counted by Dynamo, {wall_s:.1f} s)")  # fmt: skip
+
+
 def loop_s(trial: Measurement) -> float:
     """What a strategy's loop should take, from its trial: the trial's process less its
     timed rounds (the process, the build, the first pass, the gate), and the compiled model's
@@ -190,7 +229,13 @@ def prove(
             shown.lines.append(f"not served as measured: {key}: the plain loop {m.status}: "
                                f"{shorten(m.reason, 200)}; not confirmed")  # fmt: skip
             continue
-        found = differences(trial.traffic or {}, m.traffic) + times(trial, m.traffic)
+        if "continuous" in m.traffic:  # many requests at once: counted over the traffic
+            found = continuous_differences(trial, m.traffic["continuous"])
+            if not found:
+                shown.lines.append(continuous_agreed(key, trial, m.traffic["continuous"], wall))
+                continue
+        else:
+            found = differences(trial.traffic or {}, m.traffic) + times(trial, m.traffic)
         if not found:
             shown.lines.append(agreed(key, m.traffic, wall, trial.traffic, load(trial, m.traffic)))
             continue

@@ -111,9 +111,11 @@ def served_file(strategy: Strategy, workload: Workload, path: str | Path) -> Pat
     """``strategy`` exported to ``path`` as a confirmation's server loop loads it
     (:mod:`autotune.trial.server_loop`): in the ``torch`` format (which every strategy fits),
     with what :func:`autotune.apply` serves by (:func:`served_fields`), as a study's export of
-    any format has it."""
+    any format has it; a continuous workload's in the ``continuous-batching`` format, which
+    its loop reads with :func:`autotune.continuous_batching_config`."""
     block = {"strategy": strategy.to_dict(), **served_fields(strategy, workload)}
-    Path(path).write_text(formats.render(strategy, "torch", block, [], "") + "\n")
+    fmt = "continuous-batching" if workload.kind == "continuous" else "torch"
+    Path(path).write_text(formats.render(strategy, fmt, block, [], "") + "\n")
     return Path(path)
 
 

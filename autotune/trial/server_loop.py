@@ -53,6 +53,8 @@ def serve(request: Request) -> Measurement:
     assert request.exported is not None
     if request.workload.kind == "generate":
         return generate(request)
+    if request.workload.kind == "continuous":
+        return continuous(request)
     ctx = begin(request)
     ctx.phase("building the model")
     model, _ = catalog.build(ctx.ref, ctx.workload)
@@ -130,6 +132,50 @@ def generate(request: Request) -> Measurement:
     found["graphs"] = metrics.compile_counts()[0]
     found["through"] = "autotune.apply_generation"
     return Measurement(*request.base(), "ok", traffic=found, timings=ctx.timings)
+
+
+def continuous(request: Request, passes: int = 3) -> Measurement:
+    """A continuous traffic's plain loop: the manager a user builds from the exported file
+    (``init_continuous_batching`` with :func:`autotune.continuous_batching_config`), warmed up
+    and started, the traffic served at its arrivals once (the graphs Dynamo compiled after the
+    warm-up, by its own counter; each request's tokens), then ``passes`` times more (the median
+    pass's TTFT and time per token). Nothing else runs in its process: no eager side."""
+    import statistics
+
+    import autotune
+    from autotune.trial.scenarios import replay
+
+    assert request.exported is not None
+    ctx = begin(request)
+    ctx.phase("building the model")
+    w = ctx.workload
+    model, _ = catalog.build(ctx.ref, w)
+    prompts = replay.prompts(model, w, request.seed)
+    config = autotune.continuous_batching_config(request.exported)
+    if usercode.is_code(ctx.strategy.backend):  # named on the user's own command line
+        function = usercode.resolve(ctx.strategy.backend, "backend")
+        for path in (config.varlen_compile_config, config.decode_compile_config):
+            if path is not None:
+                path.backend = function
+    ctx.phase("serving the traffic in a plain loop")
+    made, ready = replay.manager(model, config, list(w.answers))
+    try:
+        before = metrics.compile_counts()[0]
+        first = replay.serve(made, prompts, list(w.answers), list(w.arrivals), w.concurrency)
+        graphs = metrics.compile_counts()[0] - before
+        with metrics.others_cpu() as load:
+            later = [replay.serve(made, prompts, list(w.answers), list(w.arrivals),
+                                  w.concurrency, tag=f"{k}-") for k in range(passes)]  # fmt: skip
+    finally:
+        made.stop(block=True)
+    found: dict[str, Any] = {"through": "autotune.continuous_batching_config",
+                             "ready_s": ready, "graphs": graphs,
+                             "tokens": [r.tokens for r in first.requests]}  # fmt: skip
+    for name in ("ttft_p50_ms", "tpot_p50_ms"):
+        found[name] = statistics.median(p.summary()[name] for p in later)
+    if "share" in load:
+        found["others_cpu"] = load["share"]
+    return Measurement(*request.base(), "ok", traffic={"continuous": found}, timings=ctx.timings)
 
 
 def _serve_requests(

@@ -39,17 +39,12 @@ class Continuous(Scenario):
     """``--workload continuous`` (see the module's docstring)."""
 
     def setup(self) -> None:
-        import torch
-
         ctx, w = self.ctx, self.ctx.workload
         self.model, _ = catalog.build(ctx.ref, w)
         if not hasattr(self.model, "init_continuous_batching"):
             raise NotApplicable(f"{ctx.ref} has no init_continuous_batching: continuous "
                                 "batching serves transformers' causal LMs")  # fmt: skip
-        vocab = int(self.model.config.get_text_config().vocab_size)
-        draw = torch.Generator().manual_seed(ctx.seed)
-        self.prompts = [torch.randint(0, vocab, (s,), generator=draw).tolist()
-                        for _, s in w.traffic]  # fmt: skip
+        self.prompts = replay.prompts(self.model, w, ctx.seed)
         self.answers = list(w.answers)
         self.arrivals = list(w.arrivals)
         s = ctx.strategy
@@ -63,6 +58,7 @@ class Continuous(Scenario):
                                              for k in PATHS if k in self.kwargs}}  # fmt: skip
         self.eager_kwargs = {**batching.eager_kwargs(s.batching), "num_blocks": blocks}
         self.stalls: list[float] = []
+        self.graphs = 0  # graphs the first pass compiled after the warm-up (Dynamo's counter)
         self.began = 0.0
         self.passes = 0
 
@@ -83,8 +79,10 @@ class Continuous(Scenario):
             self.compiled, ready, got = self.eager, 0.0, expected
         else:
             self.compiled, ready = replay.manager(self.model, self.served, self.answers)
+            before = metrics.compile_counts()[0]
             with metrics.around_compiles(self._began, self._ended):
                 got = self.serve(self.compiled)
+            self.graphs = metrics.compile_counts()[0] - before
         m.compile_s = ready + sum(self.stalls)
         ctx.timings["ready_s"] = ready
         self.first_passes = {"eager": expected, "compiled": got}
@@ -126,6 +124,8 @@ class Continuous(Scenario):
         m.traffic = {"continuous": {
             "ready_s": self.ctx.timings["ready_s"],
             "stalls_s": list(self.stalls),
+            "graphs": self.graphs,
+            "first_tokens": [r.tokens for r in first["compiled"].requests],
             "first": {side: p.summary(slo) for side, p in first.items()},
             "steady": {side: p.summary(slo) for side, p in last.items()},
             "requests": {side: p.to_dict()["requests"] for side, p in last.items()},

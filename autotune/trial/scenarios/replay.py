@@ -74,11 +74,20 @@ class Pass:
         return {"requests": [asdict(r) for r in self.requests], "span_s": self.span_s}
 
 
-def manager(model: Any, config_kwargs: dict[str, Any], answers: list[int],
-            warm: bool = True) -> tuple[Any, float]:  # fmt: skip
-    """A started manager for ``model`` with ``ContinuousBatchingConfig(**config_kwargs)``,
-    greedy to each request's own length, and the seconds its warm-up and start took (time to
-    ready)."""
+def prompts(model: Any, workload: Any, seed: int) -> list[list[int]]:
+    """Each request's prompt: token ids of its length, drawn from the model's vocabulary by
+    ``seed`` (the trial and the self-check's loop draw the same)."""
+    import torch
+
+    vocab = int(model.config.get_text_config().vocab_size)
+    draw = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (s,), generator=draw).tolist() for _, s in workload.traffic]
+
+
+def manager(model: Any, config: Any, answers: list[int], warm: bool = True) -> tuple[Any, float]:
+    """A started manager for ``model`` with ``config`` (a ``ContinuousBatchingConfig``, or its
+    keywords), greedy to each request's own length, and the seconds its warm-up and start took
+    (time to ready)."""
     import torch
     import transformers
 
@@ -90,7 +99,9 @@ def manager(model: Any, config_kwargs: dict[str, Any], answers: list[int],
     with torch.inference_mode():
         made = model.init_continuous_batching(
             generation_config=generation,
-            continuous_batching_config=batching.config_object(config_kwargs),
+            continuous_batching_config=(
+                batching.config_object(config) if isinstance(config, dict) else config
+            ),
         )
         if warm:
             made.warmup()
