@@ -199,6 +199,16 @@ class PeakMemory:
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+    def pools_mb(self) -> float:
+        """MiB that CUDA graphs' private pools hold now (0 on a CPU): Inductor's CUDA-graph
+        trees record every graph into one pool a device, so this is that pool's size, shared by
+        every graph recorded, not a figure per graph (or per bucket)."""
+        if not is_cuda(self.device):
+            return 0.0
+        import torch
+
+        return self.pools(torch.device(resolve(self.device))) / 2**20
+
     @staticmethod
     def pools(where: Any) -> int:
         """Bytes reserved on ``where`` in private pools (CUDA graphs'): the allocator's segments

@@ -216,14 +216,14 @@ def cuda_graphs(where: str) -> Found:
         m = measure(ModelRef("toy-64"), Workload.create(device=where), strategy, QUICK)
         g = m.graphs
         recording = m.timings.get("cuda_graph_recording_s", 0)
-        pools = m.timings.get("cuda_graph_pools_mb", 0.0)
+        pool = m.timings.get("cuda_graph_pool_mb", 0.0)  # one pool, every graph's
         recorded, later = recordings_of(m)
         ok = m.feasible and g is not None and not g.cudagraph_skips and recorded_once(m)
         skip = f"; skips {g.cudagraph_skips}: {g.cudagraph_skip_reason}" if g else ""
         mem, right = memory_of(m), bool(m.accuracy and m.accuracy.passed)
         figures[granularity] = {
             "status": m.status, "speedup": m.speedup, "compile_s": m.compile_s,
-            "recording_s": recording, "pools_mb": pools, "recorded": recorded,
+            "recording_s": recording, "pool_mb": pool, "recorded": recorded,
             "recorded_later": later,
             "skips": g.cudagraph_skips if g else None,
             "right_answers": right, **mem,
@@ -231,8 +231,8 @@ def cuda_graphs(where: str) -> Found:
         }  # fmt: skip
         lines.append(f"{verdict(ok)} toy-64 {granularity} reduce-overhead: {m.status}, "
                      f"{m.speedup or 0:.2f}x, compile {m.compile_s or 0:.1f} s ({recorded} "
-                     f"CUDA graphs recorded in {recording:.2f} s, {later} after; pools "
-                     f"{pools:.0f} MiB){skip}; answers right: "
+                     f"CUDA graphs recorded in {recording:.2f} s, {later} after; one pool "
+                     f"of {pool:.0f} MiB, all graphs'){skip}; answers right: "
                      f"{right}; peak eager "
                      f"{mem['eager_peak_mb'] or 0:.0f} MiB, compiled "
                      f"{mem['compiled_peak_mb'] or 0:.0f} MiB; starts "
@@ -319,7 +319,7 @@ def generate(where: str) -> Found:
     figures = {"decode_ms": m.latency.median_ms, "eager_decode_ms": m.eager_latency.median_ms,
                "ttft_ms": m.ttft.median_ms, "tokens_per_s": m.tokens_per_s,
                "compile_s": m.compile_s, "skips": skips,
-               "pools_mb": m.timings.get("cuda_graph_pools_mb")}  # fmt: skip
+               "pool_mb": m.timings.get("cuda_graph_pool_mb")}  # fmt: skip
     return Found([
         f"{verdict(skips == 0)} gemma-2b generate reduce-overhead: decode "
         f"{m.latency.median_ms:.2f} ms/token (eager {m.eager_latency.median_ms:.2f}), TTFT "
@@ -720,12 +720,14 @@ def generate_traffic(where: str, strategies: tuple[Strategy, ...]) -> Found:
 TTFT_WITHIN = 1.2  # check 13: a strategy's weighted TTFT at most a fifth over eager's
 
 
-def recorded_bounds(strategy: Strategy, caches: int, played: int) -> tuple[int, int]:
+def recorded_bounds(strategy: Strategy, caches: int, played: int,
+                    moved: int = 0) -> tuple[int, int]:  # fmt: skip
     """The CUDA graphs a generate traffic's first pass records, from both sides: a decode graph a
-    cache length at least; at most that, one more, and, where the prefill is compiled, one
-    prefill graph a distinct request (batch, prompt and cache) its first pass played."""
+    cache length at least; at most that, one more, where the prefill is compiled one prefill
+    graph a distinct request (batch, prompt and cache) its first pass played, and one a later
+    arrival played again where a later dynamic graph took its key over (``moved``)."""
     low = caches
-    return low, low + 1 + (played if strategy.prefill == "compiled" else 0)
+    return low, low + 1 + (played if strategy.prefill == "compiled" else 0) + moved
 
 
 def generations_verdict(m: Any, strategy: Strategy) -> tuple[str, dict[str, Any]]:
@@ -737,7 +739,8 @@ def generations_verdict(m: Any, strategy: Strategy) -> tuple[str, dict[str, Any]
     :data:`TTFT_WITHIN` of eager's."""
     t, (skips, why) = m.traffic or {}, graphs_lost(m)
     recorded, caches = sum(t.get("recorded", [])), t.get("cache_lens") or [0]
-    low, high = recorded_bounds(strategy, len(caches), len(t.get("played", [])))
+    low, high = recorded_bounds(strategy, len(caches), len(t.get("played", [])),
+                                len(t.get("moved", [])))  # fmt: skip
     _, again = recordings_of(m)
     w = t.get("weighted", {})
     tpot, eager_tpot = w.get("tpot_ms", 0.0), w.get("eager_tpot_ms", 0.0)

@@ -494,6 +494,30 @@ def negating_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
             for t in out
         )
 
+
+RECORD_S = 0.5  # what recording_backend's recording of a CUDA graph takes
+
+
+def recording_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """Dynamo's graph as it is, run as Inductor's CUDA-graph trees run a graph on a GPU: its
+    first call at a set of sizes warms up, its second records (:data:`RECORD_S`, logged as the
+    trees log a recording, from a function named ``record_function``), later ones replay. A
+    dynamic graph records again at each new set of sizes, as the trees do."""
+    from torch._inductor import cudagraph_trees
+
+    calls: dict[tuple, int] = {}
+
+    def record_function() -> None:
+        cudagraph_trees.log.debug("Recording function=%s", "partition_0")
+        time.sleep(RECORD_S)
+
+    def run(*args: object) -> object:
+        key = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args)
+        calls[key] = calls.get(key, 0) + 1
+        if calls[key] == 2:
+            record_function()
+        return gm(*args)
+
     return run
 
 
@@ -515,3 +539,46 @@ def dawdling_llama() -> tuple[torch.nn.Module, tuple]:
 
 dawdling_llama.supports_generate = True  # type: ignore[attr-defined]
 dawdling_llama.make_inputs = tiny_llama.make_inputs  # type: ignore[attr-defined]
+
+
+PREFILL_S, PREFILL_MB = 0.5, 256  # what an eager prefill of the models below costs
+
+
+def _eager_prefill(sleeps: bool, allocates: bool) -> torch.nn.Module:
+    """The tiny Llama whose prefill (a forward of more than one token), run eager, sleeps
+    :data:`PREFILL_S` and/or fills :data:`PREFILL_MB` MiB for a moment; compiled, neither (Dynamo
+    traces the branch away): an eager prefill told apart from a compiled graph's recording, and
+    eager's memory from the compiled side's."""
+    import functools
+
+    import transformers
+
+    class EagerPrefill(transformers.LlamaForCausalLM):
+        @functools.wraps(transformers.LlamaForCausalLM.forward)
+        def forward(self, *args: object, **kwargs: object) -> object:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            compiling = torch.compiler.is_compiling()  # first: Dynamo guards nothing here
+            if not compiling and isinstance(ids, torch.Tensor) and ids.shape[-1] > 1:
+                if sleeps:
+                    time.sleep(PREFILL_S)
+                if allocates:
+                    torch.ones(PREFILL_MB * 2**18).sum()
+            return super().forward(*args, **kwargs)
+
+    model, _ = tiny_llama()
+    slow = EagerPrefill(model.config).eval()
+    slow.load_state_dict(model.state_dict())
+    return slow
+
+
+def slow_eager_prefill() -> tuple[torch.nn.Module, tuple]:
+    return _eager_prefill(True, False), (torch.randint(0, TINY_LLAMA["vocab_size"], (1, 8)),)
+
+
+def heavy_eager_prefill() -> tuple[torch.nn.Module, tuple]:
+    return _eager_prefill(False, True), (torch.randint(0, TINY_LLAMA["vocab_size"], (1, 8)),)
+
+
+for _tiny in (slow_eager_prefill, heavy_eager_prefill):
+    _tiny.supports_generate = True  # type: ignore[attr-defined]
+    _tiny.make_inputs = tiny_llama.make_inputs  # type: ignore[attr-defined]

@@ -65,6 +65,11 @@ def traffic_lines(m: Measurement) -> list[str]:
         more = "…" if len(t["ran_eager"]) > 8 else ""
         lines.append(f"           requests {shown}{more} ran eager (a new shape past the "
                      "recompile limit, or under eager_on_recompile)")  # fmt: skip
+    if moved := t.get("moved"):
+        lines.append(f"           requests {', '.join(map(str, moved[:8]))}"
+                     f"{'…' if len(moved) > 8 else ''} ran another graph than their shape's "
+                     "first arrival (a later dynamic graph took it over): played again, a "
+                     "recording there a stall")  # fmt: skip
     lines += bucket_lines(m)
     if "answers" in t:  # a generate traffic
         answers = t["answers"]

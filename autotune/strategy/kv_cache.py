@@ -77,6 +77,15 @@ def cache_keyword(forward: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
+def cache_mb(cache: Any) -> float:
+    """MiB that a KV cache's tensors hold (0 for None, or one not allocated yet)."""
+    import torch
+
+    tensors = [getattr(layer, name, None) for layer in getattr(cache, "layers", None) or ()
+               for name in ("keys", "values")]  # fmt: skip
+    return sum(t.numel() * t.element_size() for t in tensors if torch.is_tensor(t)) / 2**20
+
+
 def serving(gen: Any, strategy: Any, single: int, found: tuple[int, ...] | None,
             traffic: Sequence[Sequence[int]] = ()) -> Callable[..., Any]:  # fmt: skip
     """``gen.generate`` that hands each call the static cache of its bucket (made once a batch

@@ -191,9 +191,10 @@ def test_no_timed_call_pays_an_allocation_the_other_side_did_not(monkeypatch) ->
 
 def test_a_trial_reads_what_its_cuda_graphs_recorded_into_their_pools(allocator) -> None:
     """Check 2 asked ``recording > 0`` of the second call's time, which is stored whatever that
-    call did; the pools hold a recorded graph's memory, and hold nothing where none was."""
+    call did; the pool holds a recorded graph's memory, and holds nothing where none was. It is
+    one pool, which every graph shares (``cuda_graph_pool_mb``), not a figure a graph."""
     m = trial_on(allocator, Pooled)
-    assert m.timings["cuda_graph_pools_mb"] == POOL
+    assert m.timings["cuda_graph_pool_mb"] == POOL
 
     class Unrecorded(Pooled):
         def first(self) -> None:
@@ -201,4 +202,35 @@ def test_a_trial_reads_what_its_cuda_graphs_recorded_into_their_pools(allocator)
             self.ctx.result.compile_s = 1.0
 
     allocator.pools.clear()
-    assert trial_on(allocator, Unrecorded).timings["cuda_graph_pools_mb"] == 0
+    assert trial_on(allocator, Unrecorded).timings["cuda_graph_pool_mb"] == 0
+
+
+CACHES, EAGER_FIRST = 30, 50  # MiB: the compiled side's KV caches; eager's first pass, a moment
+
+
+class Caching(Pooled):
+    """A generation's trial as the allocator sees it: the compiled side's KV caches (a cache a
+    bucket) are allocated once and kept for its rounds, and live while eager's peak is read;
+    the first calls play eager's first pass (a larger call) between the compiled side's parts,
+    as a generate traffic's first pass does."""
+
+    def first(self) -> None:
+        self.allocator.live += CACHES  # the compiled side's caches, before its first call
+        self.allocator.call(EAGER_FIRST)  # eager's whole first generation
+        with self.compiled_part():
+            self.allocator.call(CALL)  # the compiled side's, then its repeat
+            self.allocator.record()
+        self.allocator.call(EAGER_FIRST)  # the next request's eager generation
+        self.ctx.result.compile_s = 1.0
+
+    def others_mb(self, side: str) -> float:
+        return 0.0 if side == "compiled" else float(CACHES)
+
+
+def test_each_side_s_peak_leaves_out_the_others_caches_and_eager_s_first_pass(allocator) -> None:
+    """Eager's peak held every bucket's cache, and the first calls' peak eager's first pass."""
+    m = trial_on(allocator, Caching)
+    assert m.memory is not None
+    assert m.memory.eager_peak_mb == WEIGHTS + CALL  # not + CACHES
+    assert m.memory.compiled_peak_mb == WEIGHTS + CACHES + POOL
+    assert m.memory.compile_peak_mb == WEIGHTS + CACHES + CALL + POOL  # not EAGER_FIRST

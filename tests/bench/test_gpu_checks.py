@@ -154,13 +154,17 @@ def test_check_13_bounds_its_recordings_from_both_sides_and_asserts_its_speed() 
     assert gpu.generations_verdict(traffic_measured([3, 3, 3]), OVERHEAD)[0].startswith("FAIL")
     tie, _ = gpu.generations_verdict(traffic_measured([1, 1, 0], near_tie=True), eager)
     assert tie.startswith("PASS"), tie  # the trial's own tolerance: a near tie passes
+    moved = traffic_measured([1, 1, 1, 1])  # request 4's key: a later dynamic graph's now
+    assert gpu.generations_verdict(moved, eager)[0].startswith("FAIL")
+    moved.traffic["moved"] = [4]  # type: ignore[index]  # played again there: one more
+    assert gpu.generations_verdict(moved, eager)[0].startswith("PASS")
 
 
 def test_check_2_counts_recordings_not_memory_in_the_pools() -> None:
     """A warm-up run allocates in the private pools before any recording: a pool with memory
     in it passed check 2 with no graph recorded."""
     m = measured(0)
-    m.timings = {"cuda_graph_pools_mb": 12.0, "cuda_graph_recordings": 0.0,
+    m.timings = {"cuda_graph_pool_mb": 12.0, "cuda_graph_recordings": 0.0,
                  "cuda_graph_recordings_later": 0.0}  # fmt: skip
     assert not gpu.recorded_once(m)
     m.timings.update(cuda_graph_recordings=1.0)

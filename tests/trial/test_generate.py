@@ -388,3 +388,21 @@ def test_a_timed_prefill_leaves_the_cache_s_reset_out(monkeypatch: pytest.Monkey
         run = gen.run(first=first)
         assert run.tokens.shape == (prompt.shape[0], 3)
         assert run.prefill_s < 0.2, run.prefill_s
+
+
+@pytest.mark.slow
+def test_an_eager_prefill_is_no_cuda_graph_recording() -> None:
+    """CUDA graphs record at a graph's second call: the decode step's at the second step, the
+    prefill's in a second generation, whose prefill time the first calls added to compile_s.
+    A prefill left eager records nothing, and its time (here 0.5 s) is no recording. The
+    backend records as CUDA-graph trees do (0.5 s); recordings are counted from its log."""
+    from autotune.trial.request import Request
+    from autotune.trial.scenarios import begin
+
+    torch._dynamo.reset()
+    eager_prefill = Strategy.create("full", "tests.models:recording_backend", prefill="eager")
+    w = Workload(batch_size=1, seq_len=8, kind="generate", new_tokens=4)
+    slow = ModelRef("tests.models:slow_eager_prefill")
+    m = generate.Generate(begin(Request.trial(slow, w, eager_prefill, QUICK))).run()
+    recording = m.timings["cuda_graph_recording_s"]  # the decode step's, at its second step
+    assert models.RECORD_S <= recording < models.RECORD_S + models.PREFILL_S, recording

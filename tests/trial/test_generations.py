@@ -1,7 +1,9 @@
 """The generate workload over a traffic (autotune/trial/scenarios/generations.py): prompts and
 answers of many lengths read as logs spell them, each request a whole greedy generation against
 one static cache sized for the traffic, and the graphs each request compiled equal to what a
-plain ``generate`` loop over the same traffic compiles, counted by Dynamo."""
+plain ``generate`` loop over the same traffic compiles, counted by Dynamo. A length that a later
+dynamic prefill took over is played again where it records, no later arrival's TTFT holds a
+recording, and each side's peak memory leaves out the other sides' caches and eager's calls."""
 
 from __future__ import annotations
 
@@ -13,8 +15,12 @@ import torch
 
 from autotune.catalog import ModelRef
 from autotune.errors import ConfigError
-from autotune.strategy import Strategy
+from autotune.strategy import Strategy, kv_cache
+from autotune.trial.request import Request
+from autotune.trial.scenarios import begin
+from autotune.trial.scenarios.generations import Generations
 from autotune.workload import Settings, Workload
+from tests.models import PREFILL_MB, RECORD_S, TINY_LLAMA
 
 LLAMA = ModelRef("tests.models:tiny_llama")
 QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
@@ -114,3 +120,56 @@ def test_a_decode_perturbing_backend_fails_the_gate_over_a_generate_traffic() ->
     m = measure(LLAMA, Workload(**SPREAD), wrong, QUICK)
     assert m.ok and m.accuracy is not None
     assert not m.accuracy.passed and "request 1" in m.accuracy.detail, m.accuracy.detail
+
+
+def generated(prompts: list[int], strategy: Strategy, model: str = "tiny_llama",
+              answer: int = 4) -> Generations:  # fmt: skip
+    """A generate traffic's trial (each prompt one request of ``answer`` tokens), run in this
+    process so that a test can watch it."""
+    torch._dynamo.reset()
+    w = Workload(kind="generate", traffic=tuple((1, p) for p in prompts),
+                 answers=(answer,) * len(prompts))  # fmt: skip
+    few = Settings(iters=2, warmup=1, starts=("cold",), timeout_s=300)
+    request = Request.trial(ModelRef(f"tests.models:{model}"), w, strategy, few)
+    scenario = Generations(begin(request))
+    scenario.run()
+    return scenario
+
+
+@pytest.mark.slow
+def test_a_length_a_later_dynamic_prefill_took_over_records_there_and_ttft_holds_none() -> None:
+    """Prompt 8 compiles a static prefill, prompt 16 a dynamic one, which Dynamo then looks up
+    first: request 3 (prompt 8 again) warms it up and records it at 8, as a server would, a
+    stall the first pass missed. And a later arrival's TTFT came from the repeat whose prefill
+    recorded its graph: each later arrival now stands at a call that recorded nothing. The
+    backend records as CUDA-graph trees do, at a graph's second call at each set of sizes."""
+    from autotune.cli.traffic_lines import traffic_lines
+
+    recording = Strategy.create("full", "tests.models:recording_backend")
+    m = generated([8, 16, 8, 8], recording).ctx.result
+    t = m.traffic
+    assert max(t["ttft_ms"][2:]) < RECORD_S * 1e3, t["ttft_ms"]
+    # 1: the decode step's and the prefill's; 2: the dynamic prefill's; 3: its recording at 8
+    assert t["recorded"] == [2, 1, 1, 0] and t["stalls"] == 3
+    assert t["stall_ms"][2] >= RECORD_S * 1e3 - t["eager_first_ms"][2] and t["stall_ms"][3] == 0
+    assert t["moved"] == [3] and "requests 3 ran another graph" in "\n".join(traffic_lines(m))
+
+
+@pytest.mark.slow
+def test_each_side_s_peak_leaves_out_the_other_sides_caches_and_eager_s_first_calls() -> None:
+    """One process holds every side's caches while each side's peak is read: eager's held every
+    bucket's cache, and a cache a bucket eager static's full-length one. And the first calls'
+    peak held eager's first pass: eager's prefill here fills 256 MiB for a moment (a compiled
+    prefill does not), and the compile's peak read it."""
+    buckets = Strategy.create("full", "eager", kv_cache="pow2")
+    scenario = generated([8, 40], buckets, "heavy_eager_prefill")
+    m = scenario.ctx.result
+    assert m.memory is not None and m.memory.eager_peak_mb > 0
+    assert m.memory.compile_peak_mb < m.memory.eager_peak_mb - PREFILL_MB / 2, m.memory
+    caches = {side: [kv_cache.cache_mb(c) for c in held]
+              for side, held in scenario.held_caches().items()}  # fmt: skip
+    per_position = 2 * 2 * TINY_LLAMA["num_key_value_heads"] * 16 * 4 / 2**20  # K, V: 2 layers
+    assert sorted(caches["compiled"]) == [16 * per_position, 64 * per_position]  # two buckets
+    assert caches["static"] == [44 * per_position] and caches["eager"] == []
+    assert scenario.others_mb("eager") == sum(caches["compiled"]) + sum(caches["static"])
+    assert scenario.others_mb("compiled") == sum(caches["static"])

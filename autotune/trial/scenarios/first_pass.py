@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from typing import Any, Protocol
 
 from autotune import device, traffic
-from autotune.trial import metrics, recompiles
+from autotune.trial import dispatch, metrics, recompiles
 
 Shape = tuple[int, int]
 
@@ -50,7 +50,8 @@ class FirstPass:
         self.repeat: dict[str, dict[Shape, float]] = {"eager": {}, "compiled": {}}
         self.timed: dict[str, list[float | None]] = {"eager": [], "compiled": []}
         self.found: dict[str, Any] = {"compiles": [], "recorded": [], "reasons": [],
-                                      "stall_ms": [], "played": []}  # fmt: skip
+                                      "stall_ms": [], "played": [], "moved": []}  # fmt: skip
+        self.marks: dict[Shape, int] = {}  # where Dynamo's records stood at a shape's last play
         self.by_stance: set[int] = set()  # requests a stance ran (partly) eager
         # a shape's repeat latency stands for its later arrivals, or finds a CUDA graph's
         # recording: a shape that arrives once has no later arrival to stand for
@@ -96,6 +97,7 @@ class FirstPass:
             s.compiled_shapes.append(shape)
             s.eager_shapes.discard(shape)
         s.graphs_at[shape] += compiles
+        self.marks[shape] = dispatch.mark()
         self.timed["compiled"].append(took)
         self.found["compiles"].append(compiles)
         self.found["reasons"] += [[n, r] for r in after[2][len(before[2]) :]]
@@ -154,7 +156,8 @@ class FirstPass:
 
     def first_arrival(self, n: int, shape: Shape) -> None:
         """Request ``n``, a shape's first arrival: eager's call, the compiled model's, its
-        repeat where one stands for later arrivals, then the probe."""
+        repeat where one stands for later arrivals (a call that neither compiled nor recorded a
+        CUDA graph: those before it are stalls, :func:`.dispatch.settled`), then the probe."""
         s, found, repeat = self.scenario, self.found, self.repeat
         found["played"].append(n)
         eager_ms, recorded = self.eager_first(shape), self.recordings()
@@ -165,25 +168,51 @@ class FirstPass:
             self.timed["compiled"].append(took)
             found["compiles"].append(0)
         stall = max(0.0, took - eager_ms) if compiles else 0.0
-        if not self.confirming and shape in self.repeated:  # its repeat latency
-            again, more = (self.counted(n, shape, functools.partial(self.ms, "compiled", shape))
-                           if self.compiled_side else (repeat["eager"][shape], 0))  # fmt: skip
-            if s.graphs or more:  # a CUDA graph recorded, or a graph compiled, there
-                stall += max(0.0, again - repeat["eager"][shape])
-                again = self.ms("compiled", shape)
-            repeat["compiled"][shape] = again
+        repeated = not self.confirming and shape in self.repeated
+        if repeated and self.compiled_side:
+            repeat["compiled"][shape], more = dispatch.settled(
+                self.repeat_call(n, shape), float, repeat["eager"][shape], self.recordings
+            )
+            stall += more
         else:
-            repeat["compiled"][shape] = took
-        if self.compiled_side:  # the probe: a compile in it is this request's stall too
-            began = time.perf_counter()
-            eager, more = self.counted(n, shape, functools.partial(s.ran_eager, shape))
-            if more:
-                probe_ms = (time.perf_counter() - began) * 1e3
-                stall += max(0.0, probe_ms - repeat["eager"].get(shape, eager_ms))
+            repeat["compiled"][shape] = repeat["eager"][shape] if repeated else took
+        if self.compiled_side:  # the probe: a compile or a recording in it is a stall too
+            was = self.recordings()
+            probe_s, (eager, more) = device.wall(
+                functools.partial(self.counted, n, shape, functools.partial(s.ran_eager, shape)),
+                self.device)  # fmt: skip
+            if more or self.recordings() > was:
+                stall += max(0.0, probe_s * 1e3 - repeat["eager"].get(shape, eager_ms))
             if eager:
                 s.eager_shapes.add(shape)
         found["recorded"].append(self.recordings() - recorded)  # the repeat's recording too
         found["stall_ms"].append(stall)
+        self.marks[shape] = dispatch.mark()
+
+    def repeat_call(self, n: int, shape: Shape) -> dispatch.Call[float]:
+        """The compiled model's repeat at ``shape`` for request ``n``, as :mod:`..dispatch`
+        calls it: its milliseconds, and the graphs it compiled (the request's)."""
+        return functools.partial(self.counted, n, shape, functools.partial(self.ms, "compiled",
+                                                                           shape))  # fmt: skip
+
+    def revisit(self, n: int, shape: Shape) -> None:
+        """Request ``n``, a later arrival of ``shape`` after graphs compiled at other shapes:
+        played again where it may run another graph now (:func:`.dispatch.revisit`: a dynamic
+        graph takes over a static one's shape), its warm-up, compiles and recording its
+        stall, its later arrivals at the new graph's latency."""
+        if shape not in self.marks or not self.compiled_side or self.confirming:
+            return
+        if fresh := dispatch.compiled_since(self.marks[shape]):
+            was = self.recordings()
+            eager = self.repeat["eager"].get(shape, self.first[shape])
+            again, stall = dispatch.revisit(self.repeat_call(n, shape), float, eager, fresh,
+                                            self.recordings)  # fmt: skip
+            if again is not None:
+                self.found["moved"].append(n)
+                self.repeat["compiled"][shape] = self.timed["compiled"][-1] = again
+            self.found["recorded"][-1] = self.recordings() - was
+            self.found["stall_ms"][-1] = stall
+        self.marks[shape] = dispatch.mark()
 
     def calls(self, shape: Shape) -> int:
         """Eager's calls of a new shape in the first pass: its first, and a repeat where the
@@ -243,11 +272,12 @@ class FirstPass:
                 if self.first_by and len(self.first) == 1:
                     self.kept = self.sample()
                 continue
-            for side in self.timed:  # a repeat changes nothing a first pass measures
-                self.timed[side].append(None)
+            for side in self.timed:  # at its shape's repeat latency, as it stands now
+                self.timed[side].append(self.repeat[side].get(shape))
             found["compiles"].append(0)
             found["recorded"].append(0)
             found["stall_ms"].append(0.0)
+            self.revisit(n, shape)  # unless the shape runs another graph now
         for side, values in self.timed.items():
             found[f"{side}_ms"] = [self.repeat[side][s] if v is None else v
                                    for v, s in zip(values, requests, strict=True)]  # fmt: skip

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import catalog, device
 from autotune.errors import ConfigError
 from autotune.strategy import granularity
-from autotune.strategy.kv_cache import cache_keyword
+from autotune.strategy.kv_cache import cache_keyword, cache_mb
 from autotune.trial import accuracy, metrics
 from autotune.trial.accuracy import SMALL
 from autotune.trial.measurement import Latency, TokenCheck
@@ -218,19 +218,35 @@ class Generate(Scenario):
         self.static = Generation(self.model, new_cache(self.model, w), self.prompt, n, where, d)
         self.static.run()
         cache = new_cache(self.model, w, like=self.static.cache)  # fixed addresses first
-        graphs = device.marks_steps(where, ctx.strategy.uses_cuda_graphs())
         self.gen = Generation(self.compiled, cache, self.prompt, n, where, d)
         ctx.memory.reset()
+        was = self.recorded()
         run = self.gen.run(first=True)  # cold: prefill's graphs, decode's recompile and graphs
         cold = run.prefill_s + (run.steps_s or [0.0])[0]
         m.compile_s = 0.0 if ctx.strategy.granularity == "none" else cold
-        # CUDA graphs record on a function's second call: compiling too
-        if graphs and len(run.steps_s) > 1:
-            recording = run.steps_s[1] + self.gen.run(first=True).prefill_s
+        # CUDA graphs record on a graph's second call (Inductor's log counts them): compiling
+        # too. The decode step's records at the second step, the prefill's in a second
+        # generation; a prefill left eager records nothing, and its time is no recording
+        if self.recorded() > was and len(run.steps_s) > 1:
+            recording, middle = run.steps_s[1], self.recorded()
+            again = self.gen.run(first=True)
+            recording += again.prefill_s if self.recorded() > middle else 0.0
             m.compile_s += recording
             ctx.timings["cuda_graph_recording_s"] = recording
         m.accuracy = self.judge_logits(run)
         self.tokens = self.check(run, "")
+
+    def held_caches(self) -> dict[str, list[Any]]:
+        """Each side's KV caches, kept for the rounds (eager's: none, ``generate`` makes its
+        own at each call)."""
+        return {"eager": [], "compiled": [self.gen.cache], "static": [self.static.cache]}
+
+    def others_mb(self, side: str) -> float:
+        """The other sides' KV caches, alive in this process while ``side``'s peak is read:
+        eager is not charged the compiled side's caches, nor a cache a bucket eager static's
+        full-length one."""
+        return sum(cache_mb(c) for other, held in self.held_caches().items() if other != side
+                   for c in held)  # fmt: skip
 
     def judge_logits(self, run: Run) -> Any:
         """The prefill's logits against the reference's; the first decode step's too when its

@@ -39,7 +39,7 @@ from typing import Any
 
 from autotune import catalog, traffic
 from autotune.strategy import granularity, kv_cache
-from autotune.trial import cudagraph_logs, metrics, timing
+from autotune.trial import cudagraph_logs, dispatch, metrics, timing
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios import served
 from autotune.trial.scenarios.base import Scenario
@@ -49,6 +49,10 @@ from autotune.trial.scenarios.served import Run
 Key = tuple[int, int, int]  # a request's batch, prompt length and (compiled side's) cache length
 REPEAT_STEPS = 4  # decode steps of a repeat's and a steady round's generation
 SIDES = ("eager", "compiled", "static")  # the steady rounds' (see the module's text)
+
+
+def _total(run: Run) -> float:
+    return run.total_s
 
 
 class Generations(Generate):
@@ -97,6 +101,9 @@ class Generations(Generate):
             found[size] = new_cache(self.model, w.at((batch, w.seq_len)), like, size[1])
         return found[size]
 
+    def held_caches(self) -> dict[str, list[Any]]:
+        return {"eager": [], **{side: list(found.values()) for side, found in self.caches.items()}}
+
     def generation(self, side: str, key: Key, new_tokens: int, whole: bool = False
                    ) -> Generation:  # fmt: skip
         """A side's generation at ``key``: a request's ``whole`` answer as the decoding ends
@@ -116,48 +123,57 @@ class Generations(Generate):
     def play(self, recordings: Callable[[], int]) -> None:
         """The first pass (see the module's text), CUDA graphs' ``recordings`` read as it goes:
         a prompt length's prefill graph records at its second call, the repeat's, whose time
-        over eager's repeat is a stall too."""
+        over eager's repeat is a stall too; the repeat a later arrival stands at is a call that
+        neither compiled nor recorded (:func:`.dispatch.settled`). A later arrival after graphs
+        compiled at other keys is played again where it may run another graph now
+        (:func:`.dispatch.revisit`: a dynamic prefill takes over a static one's length)."""
         ctx, m, w = self.ctx, self.ctx.result, self.ctx.workload
         per: dict[str, list[Any]] = {k: [] for k in (
             "ttft_ms", "tpot_ms", "eager_ttft_ms", "eager_tpot_ms", "stall_ms", "compiles",
             "first_ms", "eager_first_ms", "recorded")}  # fmt: skip
-        ran_eager, reasons, played, verdicts = [], [], [], []
+        ran_eager, reasons, played, verdicts, moved = [], [], [], [], []
         repeats: dict[Key, tuple[Run, Run]] = {}
+        marks: dict[Key, int] = {}  # where Dynamo's records stood when a key was last played
         ended: dict[Key, tuple[int, int]] = {}  # a played answer's (most, tokens) by its shape
         self.tokens = TokenCheck(True, 0, 0)
         self.eager_shapes: set[Key] = set()
         for n, (shape, answer) in enumerate(zip(self.keys, w.answers, strict=True), 1):
+            before, was = metrics.compile_counts(), recordings()
             if shape in repeats:
-                e, c = repeats[shape]
-                graphs, stall, runs, recorded = 0, 0.0, (e, c), 0
+                stall, short = 0.0, repeats[shape][0]
                 ran = shape in self.eager_shapes
+                if fresh := dispatch.compiled_since(marks[shape]):
+                    with self.compiled_part():
+                        again, stall = dispatch.revisit(self.repeat(shape), _total, short.total_s,
+                                                        fresh, recordings)  # fmt: skip
+                    if again is not None:
+                        moved.append(n)
+                        repeats[shape] = (short, again)
+                runs = repeats[shape]
             else:
                 played.append(n)
                 e = self.generation("eager", shape, answer, True).run(first=True, margins=True)
+                short = self.generation("eager", shape, REPEAT_STEPS + 1).run()
                 ended[shape] = (answer, e.tokens.shape[1])
-                before, was = metrics.compile_counts(), recordings()
-                c = self.generation("compiled", shape, answer, True).run(first=True)
-                after = metrics.compile_counts()
-                graphs, ran = after[0] - before[0], after[1] > before[1]
-                stall = max(0.0, c.total_s - e.total_s) if graphs or recordings() > was else 0.0
-                reasons += [(n, r) for r in after[2][len(before[2]) :]]
+                with self.compiled_part():
+                    c = self.generation("compiled", shape, answer, True).run(first=True)
+                    middle = metrics.compile_counts()
+                    compiled = middle[0] > before[0] or recordings() > was
+                    stall = max(0.0, c.total_s - e.total_s) if compiled else 0.0
+                    # the prefill's graph records at its second call: a repeat that does
+                    # neither stands for the later arrivals
+                    again, more = dispatch.settled(self.repeat(shape), _total, short.total_s,
+                                                   recordings)  # fmt: skip
+                stall += more
+                ran = middle[1] > before[1]
                 if ran:
                     self.eager_shapes.add(shape)
-                verdicts.append((shape, self.judge_pair(e, c, shape)))
-                if self.tokens.passed:  # under the gate's tolerance, as a steady trial's
-                    found = check_tokens(e.tokens, c.tokens, f" in request {n}", e.margins,
-                                         self.tie(verdicts[-1][1]))  # fmt: skip
-                    self.tokens = found if not found.passed else TokenCheck(
-                        True, self.tokens.tokens + found.tokens,
-                        self.tokens.matched + found.matched,
-                        self.tokens.detail or found.detail,
-                        self.tokens.near_tie or found.near_tie)  # fmt: skip
-                short = self.generation("eager", shape, REPEAT_STEPS + 1).run()
-                middle = recordings()
-                again = self.generation("compiled", shape, REPEAT_STEPS + 1).run()
-                if recordings() > middle:  # the prefill's graph, recorded at its second call
-                    stall += max(0.0, again.total_s - short.total_s)
-                repeats[shape], runs, recorded = (short, again), (e, c), recordings() - was
+                self.check_pair(n, shape, e, c, verdicts)
+                repeats[shape], runs = (short, again), (e, c)
+            after = metrics.compile_counts()
+            graphs, recorded = after[0] - before[0], recordings() - was
+            reasons += [(n, r) for r in after[2][len(before[2]) :]]
+            marks[shape] = dispatch.mark()
             if ran:
                 ran_eager.append(n)
             most, got = ended[shape]  # greedy: a prompt's answer ends where it ended before
@@ -182,7 +198,7 @@ class Generations(Generate):
             "answers": list(w.answers), "ended": list(self.lengths), "cache_len": w.cache_len,
             "cache_lens": sorted({k[2] for k in self.keys}), **per,
             "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
-            "stalls": stalls,
+            "stalls": stalls, "moved": moved,
             "worst_stall_ms": max(per["stall_ms"]), "reasons": reasons, "ran_eager": ran_eager,
         }  # fmt: skip
         m.accuracy = self.worst(verdicts)
@@ -193,6 +209,30 @@ class Generations(Generate):
         for side in self.steady:
             for shape in self.weights:
                 self.steady[side][shape] = self.generation(side, shape, REPEAT_STEPS + 1)
+
+    def repeat(self, key: Key) -> Callable[[], tuple[Run, int]]:
+        """The compiled side's repeat at ``key`` (a short generation), as
+        :mod:`..dispatch` calls it: the run, and the graphs it compiled."""
+
+        def call() -> tuple[Run, int]:
+            before = metrics.compile_counts()[0]
+            run = self.generation("compiled", key, REPEAT_STEPS + 1).run()
+            return run, metrics.compile_counts()[0] - before
+
+        return call
+
+    def check_pair(self, n: int, key: Key, e: Run, c: Run, verdicts: list[Any]) -> None:
+        """Request ``n``'s first generations at ``key``: their logits judged, their tokens
+        checked under the gate's tolerance, as a steady trial's."""
+        verdicts.append((key, self.judge_pair(e, c, key)))
+        if not self.tokens.passed:
+            return
+        found = check_tokens(e.tokens, c.tokens, f" in request {n}", e.margins,
+                             self.tie(verdicts[-1][1]))  # fmt: skip
+        was = self.tokens
+        self.tokens = found if not found.passed else TokenCheck(
+            True, was.tokens + found.tokens, was.matched + found.matched,
+            was.detail or found.detail, was.near_tie or found.near_tie)  # fmt: skip
 
     def judge_pair(self, e: Run, c: Run, key: Key) -> Any:
         """One pair's prefill and first decode logits against eager's (the prefill's alone

@@ -131,7 +131,7 @@ class TrafficTrial(Inference):
             "ready_s": eager_ready + m.compile_s, "eager_ready_s": eager_ready,
             "first_ms": found["compiled_ms"], "eager_first_ms": found["eager_ms"],
             "stall_ms": found["stall_ms"], "compiles": found["compiles"],
-            "recorded": found["recorded"],
+            "recorded": found["recorded"], "moved": found["moved"],
             "stalls": stalls_of(found["compiles"], found["recorded"]),
             "worst_stall_ms": max(found["stall_ms"]), "reasons": found["reasons"],
             "ran_eager": found["ran_eager"],
