@@ -96,8 +96,8 @@ def main() -> None:
     w = Workload(kind="continuous", rate=args.rate, seq_len="4..40", new_tokens="2..8",
                  requests=12)  # fmt: skip
     strategy = Strategy.create(backend=args.backend, batching=args.batching)
-    m = measure(ModelRef("tests.models:tiny_llama"), w, strategy,
-                Settings(iters=args.passes, warmup=1, starts=("cold",), timeout_s=600))  # fmt: skip
+    settings = Settings(iters=args.passes, warmup=1, starts=("cold",), timeout_s=600)
+    m = measure(ModelRef("tests.models:tiny_llama"), w, strategy, settings)
     assert m.ok, m.reason
     c = m.traffic["continuous"]
     with tempfile.TemporaryDirectory() as tmp:

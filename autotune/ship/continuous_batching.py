@@ -55,9 +55,9 @@ def caveats(strategy: Strategy, kwargs: dict[str, Any]) -> list[str]:
     left = [k for k in kwargs if k not in ("num_blocks", "max_batch_tokens", "use_cuda_graph",
                                            "auto_switch_to_flash")]  # fmt: skip
     if left:
-        notes.append("transformers serve's flags carry only "
-                     f"{', '.join(carried) or 'none of it'}; not {', '.join(left)}: serve with "
-                     "init_continuous_batching and this config instead")  # fmt: skip
+        said = f"only {', '.join(carried)}" if carried else "none of it"
+        notes.append(f"transformers serve's flags carry {said}; not {', '.join(left)}: serve "
+                     "with init_continuous_batching and this config instead")  # fmt: skip
     return notes
 
 

@@ -146,3 +146,34 @@ def test_served_times_are_judged_on_a_quiet_machine_and_said_under_load() -> Non
                          timings={"first_others_cpu": 0.6})  # fmt: skip
     assert as_served().times(loaded, loop) == []
     assert as_served().times(trial, {**loop, "tpot_ms": [1.1] * n}) == []  # within its noise
+
+
+def test_a_continuous_loop_agrees_over_the_traffic_or_says_where_it_does_not() -> None:
+    """A continuous strategy's loop against its trial: the graphs compiled after the warm-up,
+    each request's tokens, and (on a quiet machine) the median pass's times."""
+    from autotune.trial.measurement import Latency
+
+    steady = Latency.from_samples([0.010] * 6)
+    c = {"graphs": 9, "first_tokens": [[1, 2], [3, 4, 5]],
+         "steady": {"compiled": {"ttft_p50_ms": 8.0, "tpot_p50_ms": 4.0}}}  # fmt: skip
+    w = Workload(kind="continuous", rate=40.0, seq_len="4..40", new_tokens="2..8", requests=2)
+    trial = Measurement(Strategy.create("full", "eager"), MATMULS, w, "ok",
+                        traffic={"continuous": c}, latency=steady, eager_latency=steady,
+                        ttft=steady, eager_ttft=steady)  # fmt: skip
+    loop = {"graphs": 9, "tokens": [[1, 2], [3, 4, 5]], "ttft_p50_ms": 8.5, "tpot_p50_ms": 4.1,
+            "ready_s": 6.0, "through": "autotune.continuous_batching_config"}  # fmt: skip
+    assert as_served().continuous_differences(trial, loop) == []
+    assert (
+        as_served()
+        .continuous_agreed("k", trial, loop, 3.0)
+        .startswith("served as measured: k: 9 graph(s) compiled after a warm-up of 6.0 s")
+    )
+    wrong = {**loop, "graphs": 12, "tokens": [[1, 2], [3, 9, 5]], "tpot_p50_ms": 9.0}
+    assert as_served().continuous_differences(trial, wrong) == [
+        "12 graph(s) compiled after the warm-up in the loop, 9 in the trial",
+        "request 2's tokens are not the trial's",
+        "its median pass took 9 ms a token in the loop, 4 ms in the trial (beyond its noise, "
+        "±25%)",
+    ]
+    loaded = {**wrong, "others_cpu": 0.6}  # times said, not judged, under load
+    assert len(as_served().continuous_differences(trial, loaded)) == 2

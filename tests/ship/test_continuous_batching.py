@@ -62,22 +62,22 @@ def test_a_file_of_another_format_is_refused_in_one_line(tmp_path: Path, body: s
 
 
 @pytest.mark.slow
-def test_a_continuous_search_finds_the_stalls_sets_presets_beside_and_exports(
-    tmp_path: Path,
-) -> None:
-    """The whole command: a strategy whose warm-up leaves compiles to the traffic is measured
-    with its stalls (and beaten in lifetime cost by eager, which has none), the presets line
-    set beside the pick, and the export read back as transformers' object."""
+def test_a_continuous_search_confirms_serves_and_exports_its_pick(tmp_path: Path) -> None:
+    """The whole command, on a model that eager serves slower than any compile: the compiled
+    strategy is measured with the stalls its warm-up left, set beside the presets, confirmed
+    against eager in a process of its own, served as measured by a plain loop through its
+    export in another, and the export read back as transformers' object."""
     import os
     import subprocess
     import sys
 
     out = tmp_path / "cb.json"
-    cmd = [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_llama",
-           "--workload", "continuous", "--rate", "40", "--seq-len", "4..40", "--new-tokens",
-           "2..8", "--requests", "8", "--granularity", "none,full", "--backend", "eager",
+    cmd = [sys.executable, "-m", "autotune.cli", "search", "--model",
+           "tests.models:dawdling_llama", "--workload", "continuous", "--rate", "40",
+           "--seq-len", "4..40", "--new-tokens", "2..8", "--requests", "8",
+           "--granularity", "none,full", "--backend", "eager",
            "--dynamic", "none", "--fullgraph", "false", "--batching", "none,q=32+kv=512",
-           "--iters", "4", "--warmup", "1", "--starts", "cold", "--no-progress", "--no-confirm",
+           "--iters", "4", "--warmup", "1", "--starts", "cold", "--no-progress",
            "--format", "continuous-batching", "--out", str(out),
            "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--study", "cb"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -86,6 +86,10 @@ def test_a_continuous_search_finds_the_stalls_sets_presets_beside_and_exports(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "presets    over 144,000 requests: level 0 (eager)" in done.stdout
     assert "level 1 not measured" in done.stdout  # outside this narrowed space
+    pick = "full/eager/-/dynamic=auto/breaks-ok/batching=q=32+kv=512"
+    assert f"chosen (amortized:144000): {pick}" in done.stdout
+    assert f"confirmed: {pick} beat eager" in done.stdout
+    assert f"served as measured: {pick}: " in done.stdout
     study = autotune.load_study("cb", f"sqlite:///{tmp_path / 'a.db'}")
     stalled = [m for m in study.measurements() if m.ok and m.strategy.granularity != "none"]
     assert stalled and all(m.traffic["continuous"]["stalls_s"] for m in stalled)

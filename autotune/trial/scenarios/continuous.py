@@ -25,7 +25,7 @@ from typing import Any
 from autotune import catalog, usercode
 from autotune.errors import NotApplicable
 from autotune.strategy import batching
-from autotune.trial import metrics
+from autotune.trial import metrics, timing
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import replay
 from autotune.trial.scenarios.base import Scenario
@@ -106,6 +106,12 @@ class Continuous(Scenario):
     def seconds(self, sample: Any) -> float:
         return sample.summary()["total_mean_ms"] / 1e3
 
+    def after_round(self, samples: dict[str, list[Any]]) -> bool:
+        if self.ctx.request.kind == "confirm":  # all its rounds, unless none could show it
+            served = {k: [self.seconds(s) for s in v] for k, v in samples.items()}
+            return timing.none_can_show(served, self.ctx.request.iters, "eager")
+        return Scenario.after_round(self, samples)
+
     def record(self, samples: dict[str, list[Any]]) -> None:
         m, w = self.ctx.result, self.ctx.workload
         slo = _slo(w)
@@ -119,7 +125,7 @@ class Continuous(Scenario):
         m.eager_latency, m.eager_ttft, m.eager_tokens_per_s = stats(samples["eager"])
         m.latency, m.ttft, m.tokens_per_s = stats(samples["compiled"])
         m.speedup = m.eager_latency.median_ms / m.latency.median_ms
-        first, last = self.first_passes, {k: v[-1] for k, v in samples.items()}
+        first, last = self.first_passes, {k: self._median(v) for k, v in samples.items()}
         m.compile_s = self.ctx.timings["ready_s"] + sum(self.stalls)
         m.traffic = {"continuous": {
             "ready_s": self.ctx.timings["ready_s"],
@@ -127,10 +133,18 @@ class Continuous(Scenario):
             "graphs": self.graphs,
             "first_tokens": [r.tokens for r in first["compiled"].requests],
             "first": {side: p.summary(slo) for side, p in first.items()},
-            "steady": {side: p.summary(slo) for side, p in last.items()},
+            "steady": {side: p.summary(slo) for side, p in last.items()},  # the median pass
             "requests": {side: p.to_dict()["requests"] for side, p in last.items()},
             "config": self.kwargs,
         }}  # fmt: skip
+        if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them
+            m.rounds = {"none": [self.seconds(x) * 1e3 for x in samples["eager"]],
+                        self.ctx.strategy.key: [self.seconds(x) * 1e3
+                                                for x in samples["compiled"]]}  # fmt: skip
+
+    def _median(self, passes: list[Pass]) -> Pass:
+        """The pass whose time in the server is the median of a side's (the lower middle)."""
+        return sorted(passes, key=self.seconds)[(len(passes) - 1) // 2]
 
     def run(self) -> Any:
         try:
