@@ -69,6 +69,12 @@ FAILs):
 14. The same traffic with the prefill padded to pow2 buckets and a cache a bucket, as 13.
 15. A traffic (check 10's) with ``--buckets auto`` and ``reduce-overhead``: its pilot's edges,
     the predicted and measured cost, right answers, no fallback, none recorded again.
+16. Continuous batching (gemma-2b, one layer, 12 requests at 8 a second) with transformers'
+    own CUDA graphs on both paths (``batching=graphs=both``, Inductor): every request's
+    tokens as eager's, the stalls after the warm-up, TTFT and time per token against eager's
+    in the same process. The decode fast path, and its CUDA graphs, are flash attention's
+    paged kernel alone: with no ``flash_attn`` installed the model keeps sdpa and the check
+    says so. Never run yet: its time is a guess.
 """
 
 from __future__ import annotations
@@ -847,8 +853,42 @@ def eager_beside_graphs(where: str) -> Found:
     return Found(lines, {"in_process": here, "trials": peaks})
 
 
+CONTINUOUS = Workload(kind="continuous", rate=8.0, seq_len="16..128", new_tokens="8..32",
+                      requests=12, dtype="bfloat16")  # fmt: skip  # check 16's traffic
+GRAPHED = Strategy.create("full", "inductor", batching="graphs=both+q=64+kv=1024")
+
+
+def continuous(where: str) -> Found:
+    """Check 16: continuous batching with transformers' CUDA graphs (see the module's text)."""
+    import importlib.util
+
+    flash = importlib.util.find_spec("flash_attn") is not None
+    said = ("flash_attn installed: transformers' decode fast path can record" if flash else
+            "no flash_attn here (its wheel is built from source): the model keeps sdpa, so "
+            "only the varlen path can record")  # fmt: skip
+    m = measure(ModelRef("gemma-2b", layers=1), dataclasses.replace(CONTINUOUS, device=where),
+                GRAPHED, TIMED)  # fmt: skip
+    if not m.ok:
+        return Found([f"FAIL continuous batching: {why_failed(m)}", said])
+    c = m.traffic["continuous"]
+    steady = c["steady"]
+    ok = bool(m.accuracy and m.accuracy.passed)
+    stalls = c["stalls_s"]
+    figures = {"ready_s": c["ready_s"], "stalls": len(stalls), "stall_s": sum(stalls),
+               "graphs": c["graphs"], "flash_attn": flash, "speedup": m.speedup,
+               **{f"{side}_{k}": steady[side][k] for side in ("eager", "compiled")
+                  for k in ("ttft_p50_ms", "tpot_p50_ms", "tokens_per_s")}}  # fmt: skip
+    f = {k: f"{v:.3g}" for k, v in figures.items() if isinstance(v, float)}
+    line = (f"{verdict(ok)} continuous batching {GRAPHED.key}: ready after {f['ready_s']} s, "
+            f"{len(stalls)} compiles after it ({f['stall_s']} s), TTFT p50 "
+            f"{f['compiled_ttft_p50_ms']} ms (eager {f['eager_ttft_p50_ms']}), "
+            f"{f['compiled_tpot_p50_ms']} ms a token (eager {f['eager_tpot_p50_ms']}), tokens "
+            f"as eager's {ok}")  # fmt: skip
+    return Found([line, said], figures)
+
+
 def plan() -> list[tuple[int, Check]]:
-    """Every check, by its number: the probe (0), then checks 1 to 15."""
+    """Every check, by its number: the probe (0), then checks 1 to 16."""
     one = Workload(device="cpu")
     bf16 = Workload(device="cpu", dtype="bfloat16")
     gen = Workload(device="cpu", dtype="bfloat16", kind="generate", new_tokens=4)
@@ -877,6 +917,8 @@ def plan() -> list[tuple[int, Check]]:
         Check("generate over a traffic", [(short, generations_cpu)], generations),
         Check("padded prefill, a cache a bucket", [(short, generations_cpu)], padded_prefill),
         Check("a traffic with buckets=auto", [(short, TRAFFIC)], auto_buckets),
+        Check("continuous batching, CUDA graphs",
+              [(short, dataclasses.replace(CONTINUOUS, device="cpu"))], continuous),
     ]))  # fmt: skip
 
 
@@ -903,14 +945,16 @@ EXPECTED_S = {
     13: 300,  # a guess, never run
     14: 150,  # a guess: check 13's traffic, one strategy
     15: 120,  # a guess: a pilot and a trial of check 10's traffic
+    16: 150,  # a guess: one continuous trial, a one-layer gemma-2b's Inductor compile
 }
 CALL_S = 9 * 60  # one call of a lent machine, at most (its own limit is 10 minutes)
 PART_S = 420  # what one call packs, by the expected seconds above
 LEASE_S, START_S = 15 * 60, 180  # a lease, and the machine's start within it
 LEASE_WORK_S = LEASE_S - START_S - 60  # a lease's two calls together: a minute for both starts
 # What changed since the last lent GPU goes first: the probe, then checks 13 and 6 (their
-# recordings bounded from both sides), the padded prefill with a cache a bucket, --buckets auto
-CHANGED = (0, 13, 6, 14, 15)
+# recordings bounded from both sides), the padded prefill with a cache a bucket, --buckets auto,
+# continuous batching
+CHANGED = (0, 13, 6, 14, 15, 16)
 
 
 def ordered(checks: list[tuple[int, Check]]) -> list[tuple[int, Check]]:

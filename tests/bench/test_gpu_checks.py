@@ -82,7 +82,7 @@ def test_each_part_fits_a_lent_machine_s_call_two_a_lease_what_changed_first() -
     6, the padded prefill with a cache a bucket, --buckets auto), in calls of at most 9
     minutes, two within a 15-minute lease that counts the machine's start."""
     checks = gpu.plan()
-    assert [n for n, _ in checks] == list(range(16))  # the probe is check 0
+    assert [n for n, _ in checks] == list(range(17))  # the probe is check 0
     for gpus in (1, 2):
         split = gpu.parts(checks, gpus)
         assert sorted(n for part in split for n, _ in part) == [n for n, _ in checks]

@@ -43,3 +43,17 @@ def test_a_backend_that_changes_the_tokens_fails_the_gate() -> None:
     assert m.ok, m.reason
     assert not m.accuracy.passed
     assert "differs from eager's" in m.accuracy.detail
+
+
+@pytest.mark.slow
+def test_a_sliding_window_model_is_served_and_judged_alike() -> None:
+    """Gemma-2's sliding-window layers (a paged cache of each kind, no decode fast path):
+    its compiled strategy's tokens are eager's over the traffic."""
+    w = Workload(**{**POISSON, "requests": 6})
+    s = Strategy.create(backend="eager", batching="q=32+kv=512")
+    m = measure(ModelRef("tests.models:tiny_gemma2"), w, s, QUICK)
+    assert m.ok, m.reason
+    assert m.accuracy.passed, m.accuracy.detail
+    assert [len(r["tokens"]) for r in m.traffic["continuous"]["requests"]["eager"]] == list(
+        w.answers
+    )
