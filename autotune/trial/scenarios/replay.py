@@ -14,13 +14,13 @@ span, and goodput (requests a second that met both targets of an SLO).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from autotune.strategy import batching
 from autotune.trial.measurement import _quantile
+from autotune.trial.scenarios import served
 
 WAIT_S = 300.0  # at most, for one answer after the last arrival: a hung manager is an error
 
@@ -166,7 +166,7 @@ def _served(result: Any, sent: float, start: float) -> Served:
     tokens = list(result.generated_tokens)
     if not stamps:  # no timestamps recorded: nothing to time it by
         raise RuntimeError(f"request {result.request_id} came back without its timestamps")
-    gaps = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else math.nan
-    return Served(arrival_s=sent - start, ttft_ms=(stamps[0] - sent) * 1e3,
-                  tpot_ms=gaps * 1e3 if len(stamps) > 1 else 0.0,
+    ttft_s, steps_s = served.figures(sent, stamps)
+    return Served(arrival_s=sent - start, ttft_ms=ttft_s * 1e3,
+                  tpot_ms=sum(steps_s) / len(steps_s) * 1e3 if steps_s else 0.0,
                   total_ms=(stamps[-1] - sent) * 1e3, tokens=tokens)  # fmt: skip

@@ -128,6 +128,13 @@ def generates(model: Any) -> bool:
     return isinstance(model, GenerationMixin) and callable(getattr(model, "generate", None))
 
 
+def figures(began: float, stamps: list[float]) -> tuple[float, list[float]]:
+    """A request's figures from its tokens' stamps on the host clock, as every generating
+    trial reads them (one ``generate``, a continuous batch's requests): its TTFT from ``began``
+    (its call, or its arrival: queueing included) and each later token's seconds."""
+    return stamps[0] - began, [b - a for a, b in itertools.pairwise(stamps)]
+
+
 def stamper() -> Any:
     """A streamer that stamps each ``put`` (the prompt, then each new token) on the host clock."""
     return _stamps()()
@@ -184,8 +191,7 @@ def run(
         out = model.generate(prompt, **kwargs)
     ids = out.sequences if logits else out
     times = stamps.times[1:]  # the first put is the prompt's
-    result = Run(ids[:, prompt.shape[1] :], times[0] - began,
-                 [b - a for a, b in itertools.pairwise(times)])  # fmt: skip
+    result = Run(ids[:, prompt.shape[1] :], *figures(began, times))
     if logits:
         result.prefill_logits = out.logits[0].float().clone()
         result.first_logits = out.logits[1].float().clone() if len(out.logits) > 1 else None
