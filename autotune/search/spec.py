@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import fields
-from autotune.arrivals import rate_of
+from autotune import arrivals, fields
 from autotune.catalog import ModelRef
 from autotune.choice import objectives
-from autotune.choice.objectives import DEFAULT_LIFETIME, lifetime
+from autotune.choice.objectives import DEFAULT_LIFETIME
 from autotune.errors import AutotuneError, AutotuneWarning, ConfigError
 from autotune.fields import boolean, option, parse_duration, parse_memory, text, whole
 from autotune.start_kinds import parse
@@ -142,7 +141,8 @@ class StudySpec:
     def __post_init__(self) -> None:
         fields.validate(self)
         if self.policy is None:  # a continuous workload's: its requests over the lifetime
-            object.__setattr__(self, "policy", lifetime(self.calls, rate_of(self.workload)))
+            rate = arrivals.rate_of(self.workload)
+            object.__setattr__(self, "policy", objectives.lifetime(self.calls, rate))
         if self.objectives is None:
             object.__setattr__(self, "objectives", default_objectives(self.workload.kind))
         unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
@@ -196,13 +196,13 @@ class StudySpec:
             tables["model"]["seed"] = search["seed"]
         model = ModelRef(**fields.read(ModelRef, tables["model"], "[model] "))
         values = fields.read(Workload, tables["workload"], "[workload] ")
-        workload = Workload.create(**values) if resolve_device else Workload(**values)
-        space = Space.default(workload.device, workload.kind)
-        space = space.for_traffic(workload.traffic, workload.kind, workload.answers)
+        w = Workload.create(**values) if resolve_device else Workload(**values)
+        space = Space.default(w.device, w.kind).for_traffic(w.traffic, w.kind, w.answers,
+                                                            w.is_cuda)  # fmt: skip
         space = space.narrow(**tables["space"])
         settings = Settings(**fields.read(Settings, {"seed": model.seed, **search}, "[search] "))
         chosen = fields.read(cls, search, "[search] ")
-        return cls(model=model, workload=workload, space=space, settings=settings, **chosen)
+        return cls(model=model, workload=w, space=space, settings=settings, **chosen)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

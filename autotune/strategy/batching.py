@@ -176,16 +176,18 @@ def blocks(prompts: list[int], answers: list[int], batching: str) -> int:
     return held + -(-tokens // PAGE) + 1
 
 
-def candidates(prompts: list[int], answers: list[int]) -> tuple[str, ...]:
+def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tuple[str, ...]:
     """The batching values a search tries over a traffic of ``prompts`` and ``answers``:
     transformers' defaults and its three presets (the anchors), then padding fitted to the
     traffic: one KV interval that holds the longest request whole (``kv``), with it a query
     interval of the longest prompt (``q``), and both with batches of at most two such prompts
-    (``tokens``), whose warm-up compiles a far smaller batch than the default 8,192 tokens."""
+    (``tokens``), whose warm-up compiles a far smaller batch than the default 8,192 tokens;
+    on a GPU (``cuda``) each of those also with transformers' CUDA graphs on both paths."""
     kv = _pow2(max(p + a for p, a in zip(prompts, answers, strict=True)))
     q = _pow2(max(prompts))
-    return (NONE, *(f"level={n}" for n in LEVELS), f"kv={kv}", f"q={q}+kv={kv}",
-            f"q={q}+kv={kv}+tokens={2 * q}")  # fmt: skip
+    fitted = (f"kv={kv}", f"q={q}+kv={kv}", f"q={q}+kv={kv}+tokens={2 * q}")
+    graphed = tuple(f"{f}+graphs=both" for f in fitted) if cuda else ()
+    return (NONE, *(f"level={n}" for n in LEVELS), *fitted, *graphed)
 
 
 def _pow2(n: int) -> int:

@@ -99,15 +99,17 @@ class Space:
                                   or getattr(self, n)[0] != OPTIONAL_DEFAULTS[n])  # fmt: skip
 
     def for_traffic(self, requests: tuple[tuple[int, int], ...], kind: str = "inference",
-                    answers: tuple[int, ...] = ()) -> Space:  # fmt: skip
+                    answers: tuple[int, ...] = (), cuda: bool = False) -> Space:  # fmt: skip
         """The space over a traffic: padding buckets, a stance, and marks (backed and unbacked)
         on each dimension that varies (at one shape they are moot: no trial is spent there);
         a generate traffic's, a KV cache a bucket and its prefill padded to buckets (not yet
         auto buckets, marks or stances); a continuous one's, its batching candidates
-        (:func:`autotune.strategy.batching.candidates`, of its ``answers`` too)."""
+        (:func:`autotune.strategy.batching.candidates`, of its ``answers`` too; with CUDA
+        graphs where ``cuda``)."""
         if kind == "continuous":
             prompts = [s for _, s in requests]
-            return dataclasses.replace(self, batching=batching.candidates(prompts, answers))
+            found = batching.candidates(prompts, list(answers), cuda)
+            return dataclasses.replace(self, batching=found)
         if len(set(requests)) < 2:
             return self
         if kind == "generate":

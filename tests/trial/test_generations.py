@@ -59,7 +59,9 @@ def test_bad_answers_are_refused_in_one_line(tmp_path: Path) -> None:
         ConfigError, match="line 3: output_tokens = 1, expected a whole number of at least 2"
     ):
         Workload(kind="generate", traffic=str(one))
-    with pytest.raises(ConfigError, match="--new-tokens is the generate and continuous workloads'"):
+    with pytest.raises(
+        ConfigError, match="--new-tokens is the generate and continuous workloads'"
+    ):
         Workload(seq_len="8..16", new_tokens="4..8")
 
 
