@@ -108,7 +108,7 @@ def static_line(m: Measurement) -> list[str]:
 
 
 def continuous_lines(c: dict) -> list[str]:
-    """A continuous trial's warm-up, first pass and steady pass in three lines."""
+    """A continuous trial's warm-up, first pass, steady pass, config and padding."""
     first, steady = c["first"], c["steady"]
 
     def pair(name: str, side: dict, eager: dict, unit: str = " ms") -> str:
@@ -127,4 +127,16 @@ def continuous_lines(c: dict) -> list[str]:
         "           served with ContinuousBatchingConfig("
         + ", ".join(f"{k}={v!r}" for k, v in c["config"].items())
         + ")",
+        *padding_line(c.get("padding") or {}),
+    ]
+
+
+def padding_line(p: dict) -> list[str]:
+    """A continuous strategy's padding over eager's batches, where it has any."""
+    if not p:
+        return []
+    return [
+        f"           padding over eager's {p['batches']:.0f} batches: query tokens "
+        f"+{p['q_waste']:.0%}, attention reads +{p['kv_waste']:.0%}, {p['shapes']:.0f} "
+        "padded shapes (varlen path)"
     ]

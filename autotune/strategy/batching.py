@@ -192,3 +192,33 @@ def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tu
 
 def _pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
+
+
+def padding(steps: list[tuple[int, int]], text: str, blocks: int) -> dict[str, float]:
+    """What a strategy's padding costs on the varlen path, over a traffic's batches as eager
+    served them (``steps``: each batch's query tokens and the cache tokens it read before them),
+    padded as transformers pads a compiled batch (a multiple of the query interval, at most
+    ``max_batch_tokens``; the cache read to a multiple of the KV interval, at most the cache):
+    padded query tokens over real ones, padded attention reads over real ones, and the distinct
+    padded shapes (what a static compile makes graphs of)."""
+    b = Batching.parse(text)
+    if not steps:
+        return {}
+    q_step, kv_step = b.q or PRESET_Q, b.kv or PRESET_KV
+    most_q, most_kv = b.tokens or DEFAULT_BATCH_TOKENS, blocks * PAGE
+    shapes, real_q, padded_q, real_kv, padded_kv = set(), 0, 0, 0, 0
+    for q, past in steps:
+        pq = min(_up(q, q_step), most_q)
+        pkv = min(_up(past, kv_step), most_kv) if past else 0
+        shapes.add((pq, pkv))
+        real_q, padded_q = real_q + q, padded_q + pq
+        real_kv, padded_kv = real_kv + q + past, padded_kv + pq + pkv
+    return {"q_waste": padded_q / real_q - 1, "kv_waste": padded_kv / real_kv - 1,
+            "shapes": float(len(shapes)), "batches": float(len(steps))}  # fmt: skip
+
+
+PRESET_Q, PRESET_KV = 64, 16384  # transformers' padding intervals where a strategy sets none
+
+
+def _up(n: int, step: int) -> int:
+    return -(-n // step) * step

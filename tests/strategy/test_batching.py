@@ -69,3 +69,16 @@ def test_batching_is_the_continuous_workload_s() -> None:
     with pytest.raises(ConfigError, match="not its"):
         Strategy.create(buckets="pow2").check_workload("continuous")
     Strategy.create(batching="q=64").check_workload("continuous")
+
+
+def test_padding_is_priced_over_eager_s_batches_as_transformers_pads() -> None:
+    # four batches: a first prefill (no cache read), a prefill after it, two decode steps
+    steps = [(34, 0), (21, 34), (2, 55), (1, 19)]
+    found = batching.padding(steps, "q=32+kv=64", blocks=10)
+    # queries 34, 21, 2, 1 padded to 64, 32, 32, 32: 160 for 58; reads to 64 + 0, 32 + 64 x 3
+    assert found["q_waste"] == pytest.approx(160 / 58 - 1)
+    assert found["kv_waste"] == pytest.approx((64 + 3 * 96) / (34 + 55 + 57 + 20) - 1)
+    assert (found["shapes"], found["batches"]) == (2, 4)
+    capped = batching.padding(steps, "q=32+kv=64+tokens=32", blocks=1)  # at most 32, 256 read
+    assert capped["q_waste"] == pytest.approx(4 * 32 / 58 - 1)
+    assert batching.padding([], "q=32", blocks=10) == {}

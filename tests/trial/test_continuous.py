@@ -28,11 +28,13 @@ def test_a_continuous_trial_counts_the_stalls_its_warm_up_left() -> None:
     assert m.compile_s == pytest.approx(c["ready_s"] + sum(c["stalls_s"]))
     assert m.accuracy.passed, m.accuracy.detail
     assert c["config"]["q_padding_interval_size"] == 32
+    assert c["padding"]["batches"] >= 2 and c["padding"]["q_waste"] >= 0  # eager's batches
     assert len(c["requests"]["compiled"]) == len(w.traffic) == 8
     assert [len(r["tokens"]) for r in c["requests"]["compiled"]] == list(w.answers)
     assert m.latency.median_ms > 0 and m.ttft.median_ms > 0 and m.tokens_per_s > 0
     eager = measure(LLAMA, w, Strategy.create("none"), QUICK)
     assert eager.ok and eager.traffic["continuous"]["stalls_s"] == []
+    assert eager.traffic["continuous"]["padding"] == {}  # eager pads nothing
     assert eager.compile_s == 0
 
 

@@ -11,7 +11,9 @@ calls (:mod:`.replay`), in the trial's fresh cold process.
    compiles after the warm-up is a **stall** (its seconds, from Dynamo's own compile
    callbacks), paid by the requests in flight; a recompile limit hit means later requests ran
    eager. The compiled side's tokens must equal eager's, request by request, all of them.
-   ``compile_s`` is time to ready plus the stalls.
+   ``compile_s`` is time to ready plus the stalls. Eager's batches (each one's query tokens
+   and the cache it read) price the strategy's padding on the varlen path
+   (:func:`autotune.strategy.batching.padding`).
 3. **Steady passes**, eager's and the strategy's interleaved: a round is one pass of each;
    its sample is the mean time a request spends in the server (``latency``), with p90 TTFT
    (``ttft``), TPOT and tokens a second beside it.
@@ -73,7 +75,8 @@ class Continuous(Scenario):
         ctx, m = self.ctx, self.ctx.result
         t = time.perf_counter()
         self.eager, _ = replay.manager(self.model, self.eager_kwargs, self.answers)
-        expected = self.serve(self.eager)
+        with replay.batches(self.model) as self.steps:  # eager's batches, as it formed them
+            expected = self.serve(self.eager)
         m.eager_first_s = time.perf_counter() - t
         if ctx.strategy.granularity == "none":
             self.compiled, ready, got = self.eager, 0.0, expected
@@ -136,6 +139,8 @@ class Continuous(Scenario):
             "steady": {side: p.summary(slo) for side, p in last.items()},  # the median pass
             "requests": {side: p.to_dict()["requests"] for side, p in last.items()},
             "config": self.kwargs,
+            "padding": ({} if self.ctx.strategy.granularity == "none" else batching.padding(
+                self.steps, self.ctx.strategy.batching, self.kwargs["num_blocks"])),
         }}  # fmt: skip
         if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them
             m.rounds = {"none": [self.seconds(x) * 1e3 for x in samples["eager"]],

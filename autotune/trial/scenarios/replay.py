@@ -14,7 +14,9 @@ span, and goodput (requests a second that met both targets of an SLO).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -107,6 +109,27 @@ def manager(model: Any, config: Any, answers: list[int], warm: bool = True) -> t
             made.warmup()
         made.start()  # its loop runs in inference mode, as its warm-up's tensors were made
     return made, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def batches(model: Any) -> Iterator[list[tuple[int, int]]]:
+    """Yield a list that gets, for each batch ``model`` runs in the block, its query tokens and
+    the cache tokens it read before them (a forward pre-hook: for an eager manager only, whose
+    calls Dynamo does not trace)."""
+    found: list[tuple[int, int]] = []
+
+    def seen(_: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        reads = kwargs.get("read_index") or []
+        q = int(ids.shape[-1])
+        read = max((int(r.numel()) for r in reads), default=0)
+        found.append((q, max(0, read - q)))
+
+    handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        yield found
+    finally:
+        handle.remove()
 
 
 def serve(made: Any, prompts: list[list[int]], answers: list[int], arrivals: list[float],
