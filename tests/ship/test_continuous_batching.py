@@ -33,6 +33,15 @@ def test_the_export_is_read_back_as_the_config_generate_batch_takes(tmp_path: Pa
     assert (config.num_blocks, config.max_batch_tokens) == (12, 256)
     assert config.varlen_compile_config.backend == "eager"
     assert config.varlen_compile_config.dynamic is True
+
+
+@pytest.mark.slow
+def test_generate_batch_serves_with_the_config_read_back(tmp_path: Path) -> None:
+    s = Strategy.create(backend="eager", dynamic=True, batching="q=32+kv=512+tokens=256")
+    block = {"strategy": s.to_dict(), "continuous": {"num_blocks": 12}}
+    path = tmp_path / "cb.json"
+    path.write_text(formats.render(s, "continuous-batching", block, [], "study"))
+    config = autotune.continuous_batching_config(path)
     torch.manual_seed(0)
     model, _ = models.tiny_llama()
     out = model.generate_batch([[1, 2, 3], [4, 5, 6, 7]], max_new_tokens=3, do_sample=False,
