@@ -92,3 +92,16 @@ def generated_graphs(gen: Any, model: Any, requests: list[tuple[int, int]]) -> l
             expected = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
         assert torch.equal(out, expected), (seq, n)
     return graphs
+
+
+def traffic_trial(ref: Any, workload: Any, strategy: Any, settings: Any) -> Any:
+    """A traffic's trial (its scenario) run in this process, so that a test can watch it."""
+    import torch
+
+    from autotune.trial.request import Request
+    from autotune.trial.scenarios import TrafficTrial, begin
+
+    torch._dynamo.reset()
+    scenario = TrafficTrial(begin(Request.trial(ref, workload, strategy, settings)))
+    scenario.run()
+    return scenario

@@ -10,13 +10,12 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from autotune import ModelRef, Strategy, Workload, device, measure
 from autotune.search.plan import FIRST_PASS_CALLS, Plan
-from autotune.trial.request import Request
-from autotune.trial.scenarios import TrafficTrial, begin
+from autotune.trial.scenarios import TrafficTrial
 from autotune.workload import Settings
+from tests.helpers import traffic_trial
 from tests.models import RECORD_S
 
 TRAFFIC = Workload(seq_len="8,12,16,20,24,28,32,36,40,44,48,52", requests=12)
@@ -79,10 +78,7 @@ QUICK = Settings(iters=2, warmup=1, starts=("cold",), timeout_s=300)
 
 def served(workload: Workload, strategy: Strategy) -> TrafficTrial:
     """A traffic's trial run in this process, so that a test can watch it."""
-    torch._dynamo.reset()
-    scenario = TrafficTrial(begin(Request.trial(LLAMA, workload, strategy, QUICK)))
-    scenario.run()
-    return scenario
+    return traffic_trial(LLAMA, workload, strategy, QUICK)
 
 
 @pytest.mark.slow

@@ -22,11 +22,11 @@ from autotune.trial.child import fulfil
 from autotune.trial.measurement import Measurement
 from autotune.trial.parent import confirm, measure
 from autotune.trial.request import Request
-from autotune.trial.scenarios import TrafficTrial, begin, judged
+from autotune.trial.scenarios import TrafficTrial, judged
 from autotune.trial.scenarios.judged import judged_outputs
 from autotune.workload import Settings, Workload
 from tests import models
-from tests.helpers import point, stored
+from tests.helpers import point, stored, traffic_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ModelRef("tests.models:tiny_llama")
@@ -37,10 +37,7 @@ pytestmark = pytest.mark.xdist_group("served")  # its fixture runs once, beside 
 
 def served(workload: Workload, strategy: Strategy) -> TrafficTrial:
     """A traffic's scenario, run in this process (so that a test can watch it)."""
-    torch._dynamo.reset()
-    scenario = TrafficTrial(begin(Request.trial(LLAMA, workload, strategy, QUICK)))
-    scenario.run()
-    return scenario
+    return traffic_trial(LLAMA, workload, strategy, QUICK)
 
 
 @pytest.mark.slow

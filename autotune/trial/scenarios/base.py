@@ -179,6 +179,12 @@ class Scenario(ABC):
             return False
         return timing.settled(*self.tally, self.ctx.request.iters - ran)
 
+    def confirm_ends(self, samples: dict[str, list[Any]]) -> bool:
+        """A confirmation's trial over a traffic times all its rounds, unless no more rounds
+        could show it faster than eager (then "not shown" is what all would say)."""
+        timed = {k: [self.seconds(s) for s in v] for k, v in samples.items()}
+        return timing.none_can_show(timed, self.ctx.request.iters, "eager")
+
     def cannot_reach(self, samples: dict[str, list[Any]]) -> bool:
         """The cheap rung's check on its rounds ``samples``: True, with the measurement marked
         ``cheap`` and why, where the strategy cannot reach the front; else it goes on, marked

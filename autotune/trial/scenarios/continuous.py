@@ -27,7 +27,7 @@ from typing import Any
 from autotune import catalog, usercode
 from autotune.errors import NotApplicable
 from autotune.strategy import batching
-from autotune.trial import metrics, timing
+from autotune.trial import metrics
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import replay
 from autotune.trial.scenarios.base import Scenario
@@ -110,9 +110,8 @@ class Continuous(Scenario):
         return sample.summary()["total_mean_ms"] / 1e3
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
-        if self.ctx.request.kind == "confirm":  # all its rounds, unless none could show it
-            served = {k: [self.seconds(s) for s in v] for k, v in samples.items()}
-            return timing.none_can_show(served, self.ctx.request.iters, "eager")
+        if self.ctx.request.kind == "confirm":
+            return self.confirm_ends(samples)
         return Scenario.after_round(self, samples)
 
     def record(self, samples: dict[str, list[Any]]) -> None:

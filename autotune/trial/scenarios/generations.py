@@ -39,7 +39,7 @@ from typing import Any
 
 from autotune import catalog, traffic
 from autotune.strategy import granularity, kv_cache
-from autotune.trial import cudagraph_logs, dispatch, metrics, timing
+from autotune.trial import cudagraph_logs, dispatch, metrics
 from autotune.trial.measurement import Latency, TokenCheck
 from autotune.trial.scenarios import served
 from autotune.trial.scenarios.base import Scenario
@@ -275,9 +275,8 @@ class Generations(Generate):
         return sum(self.weights[s] * r.prefill_s for s, r in sample.items())
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
-        if self.ctx.request.kind == "confirm":  # all its rounds, unless none could show it
-            decode = {k: [self.seconds(s) for s in v] for k, v in samples.items()}
-            return timing.none_can_show(decode, self.ctx.request.iters, "eager")
+        if self.ctx.request.kind == "confirm":
+            return self.confirm_ends(samples)
         return Scenario.after_round(self, samples)
 
     def record(self, samples: dict[str, list[Any]]) -> None:
