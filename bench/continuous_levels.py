@@ -18,12 +18,12 @@ study's own workload and settings. Prints a Markdown table. Run:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 import autotune
 from autotune.strategy import Strategy
@@ -55,7 +55,10 @@ def search(args: argparse.Namespace, folder: str) -> tuple[str, float]:
     subprocess.run(argv, cwd=folder, env=env, check=True)
     wall = time.perf_counter() - began
     with open(f"{folder}/cb.json") as f:
-        print(f"\nexported ({args.time_budget} budget, {wall / 60:.1f} min):\n{f.read()}")
+        exported = json.load(f)
+    print(f"\nexported ({args.time_budget} budget, {wall / 60:.1f} min): "
+          f"{exported['autotune']['key']}, ContinuousBatchingConfig(**"
+          f"{exported['continuous_batching_config']})")  # fmt: skip
     return storage, wall
 
 
@@ -65,19 +68,19 @@ def first_ok(found: list[Measurement], key: str) -> Measurement | None:
 
 
 def row(name: str, m: Measurement, hours: float, rate: float, note: str) -> str:
-    """One table row: lifetime cost, stalls, p90 TTFT, tokens a second, speedup."""
-    c = m.traffic["continuous"]
-    steady = c["steady"]["compiled"]
+    """One table row: lifetime cost, stalls, p90 TTFT and tokens a second (the medians over
+    the steady passes), speedup against the trial's own interleaved eager."""
+    c = m.traffic["continuous"] if m.traffic else {"ready_s": 0.0, "stalls_s": []}
     stalls = c["stalls_s"]
-    assert m.compile_s is not None and m.latency is not None
-    requests = rate * 3600 * hours
-    serving = requests * m.latency.median_ms / 1e3
-    total = m.compile_s + serving
+    assert m.compile_s is not None and m.latency is not None and m.ttft is not None
+    total = m.compile_s + rate * 3600 * hours * m.latency.median_ms / 1e3
     speedup = 1.0 if m.strategy.key == "none" else (m.speedup or 0.0)
+    rounds = f"{len(m.latency.samples_ms)}" + (f" ({m.rung} rung)" if m.rung == "cheap" else "")
     return (f"| {name} | {total:,.0f} s | {c['ready_s']:.1f} s | {len(stalls)} "
-            f"({sum(stalls):.2f} s) | {m.latency.median_ms:.1f} ms | "
-            f"{steady['ttft_p90_ms']:.1f} ms | {steady['tokens_per_s']:.0f} | {speedup:.2f}x "
-            f"| {'yes' if m.accuracy and m.accuracy.passed else 'NO'} | {note} |")  # fmt: skip
+            f"({sum(stalls):.1f} s) | {m.latency.median_ms:.1f} ms | {m.ttft.median_ms:.1f} ms "
+            f"| {m.tokens_per_s or 0:.0f} | {speedup:.2f}x | "
+            f"{'yes' if m.accuracy and m.accuracy.passed else 'NO'} | {rounds} | "
+            f"{m.timings.get('others_cpu', 0.0):.0%} | {note} |")  # fmt: skip
 
 
 def main() -> None:
@@ -129,26 +132,28 @@ def main() -> None:
     label = label or ("eager" if pick == "none" else "")
     rows.append((f"**the pick** `{pick}`", m, f"= {label}" if label else "the search's"))
 
-    measured = sum(1 for x in found if x.ok)
+    ran = [x for x in found if not x.deduced]
     print(f"\n{args.model}" + (f" --layers {args.layers}" if args.layers else "")
           + f", {args.dtype}, Poisson {args.rate:g}/s, prompts {args.seq_len}, answers "
-          f"{args.new_tokens}, {args.requests} requests; search {wall / 60:.1f} min, "
-          f"{measured} strategies measured ok of {len(found)} stored; lifetime "
-          f"{args.hours:g} h = {args.rate * 3600 * args.hours:,.0f} requests\n")  # fmt: skip
+          f"{args.new_tokens}, {args.requests} requests; search {wall / 60:.1f} min: "
+          f"{len(ran)} strategies measured ({sum(x.ok for x in ran)} ok), "
+          f"{len(found) - len(ran)} deduced; lifetime {args.hours:g} h = "
+          f"{args.rate * 3600 * args.hours:,.0f} requests\n")  # fmt: skip
     print("| strategy | lifetime cost | time to ready | stalls after warm-up | mean time in "
-          "server | p90 TTFT (steady) | tokens/s (steady) | vs eager | tokens exact | "
+          "server | p90 TTFT | tokens/s | vs eager | tokens exact | rounds | others' CPU | "
           "measured |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, m, note in rows:
         print(row(name, m, args.hours, args.rate, note))
-    others = sorted((x for x in found if x.ok and x.latency and x.traffic
-                     and x.strategy.key not in {r[1].strategy.key for r in rows}),
-                    key=lambda x: x.compile_s or 0)  # fmt: skip
+    shown = {r[1].strategy.key for r in rows}
+    others = [x for x in ran if x.ok and x.latency and x.strategy.key not in shown]
+    others.sort(key=lambda x: (x.compile_s or 0) + args.rate * 3600 * args.hours
+                * x.latency.median_ms / 1e3)  # fmt: skip
     for x in others:
         print(row(f"`{x.strategy.key}`", x, args.hours, args.rate, "the search's"))
-    failed: list[Any] = [x for x in found if not x.ok]
-    for x in failed:
-        print(f"failed: {x.strategy.key}: {x.status} {x.reason}")
+    for x in ran:
+        if not x.ok:
+            print(f"failed: {x.strategy.key}: {x.status} {x.reason[:300]}")
 
 
 if __name__ == "__main__":
