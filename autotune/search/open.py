@@ -72,7 +72,9 @@ def open_search(
     Every search, lone or a worker, gets its :class:`~autotune.search.plan.Plan` here: its time
     budget runs from ``began`` (``time.time()``; default now, as a worker joins)."""
     began = began or time.time()
-    members = spec.space.validate(spec.workload.device)  # bad input: before any file
+    members = spec.space.validate(
+        spec.workload.device, spec.workload.kind
+    )  # bad input: before any file
     environment = fingerprint(spec.workload.device, spec.workload.dtype)  # as trials run
     name = name or spec.study_name(environment)
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -120,7 +122,7 @@ def submit(spec: StudySpec, storage: str | Store | None) -> str:
     name = spec.study or f"{spec.model.slug()}-{spec.workload.slug()}"
     if store.study(name) is not None:
         raise ConfigError(f"a study named {name!r} exists already in {mask(store.url)}")
-    members = spec.space.validate(spec.workload.device)
+    members = spec.space.validate(spec.workload.device, spec.workload.kind)
     open_optuna(store.url, name, spec, spec.settings.seed, len(members))
     store.add_study(name, spec.to_dict(), {})
     return name

@@ -94,5 +94,5 @@ def spec_from_request(data: Any, model_root: Path | None) -> StudySpec:
     except (TypeError, ValueError, AttributeError) as exc:  # a value of an unexpected shape
         raise ConfigError(f"bad spec: {usercode.line(exc)}") from None
     catalog.check(spec.model, spec.workload)  # presets and directories: reads config.json only
-    spec.space.validate(spec.workload.device)
+    spec.space.validate(spec.workload.device, spec.workload.kind)
     return spec

@@ -35,6 +35,9 @@ GRAPHS = ("none", "varlen", "decode", "both")
 LEVELS = {1: ("default", True), 2: ("max-autotune-no-cudagraphs", True),
           3: ("max-autotune-no-cudagraphs", False)}  # fmt: skip
 ORDER = ("level", "q", "kv", "tokens", "requests", "graphs")
+# A CompileConfig compiles the whole step, and paged attention is wrapped in
+# torch.compiler.disable: a continuous strategy is eager or full, never fullgraph
+GRANULARITIES = ("none", "full")
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,8 @@ class Space:
         if kind == "continuous":
             prompts = [s for _, s in requests]
             found = batching.candidates(prompts, list(answers), cuda)
-            return dataclasses.replace(self, batching=found)
+            whole = tuple(g for g in self.granularity if g in batching.GRANULARITIES)
+            return dataclasses.replace(self, batching=found, granularity=whole, fullgraph=(False,))
         if len(set(requests)) < 2:
             return self
         if kind == "generate":
@@ -167,8 +168,12 @@ class Space:
             changes[name] = tuple(dict.fromkeys(parse(v) for v in values))
         return dataclasses.replace(self, **changes)
 
-    def validate(self, device: str) -> list[Strategy]:
-        """Check every value against torch; return the members that can run on ``device``."""
+    def validate(self, device: str, kind: str = "inference") -> list[Strategy]:
+        """Check every value against torch (and a ``kind`` workload); return the members that
+        can run on ``device``."""
+        if kind == "continuous" and (set(self.granularity) - set(batching.GRANULARITIES)
+                                     or True in self.fullgraph):  # fmt: skip
+            Strategy.create(fullgraph=True).check_workload(kind)  # its one line
         for name in DIMENSIONS:
             if not getattr(self, name):
                 raise ConfigError(f"the search space is empty: no {name} value is left")

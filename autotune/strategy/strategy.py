@@ -158,6 +158,11 @@ class Strategy:
         """``ConfigError`` where a field does not apply to a ``kind`` workload."""
         if kind != "continuous" and self.batching != "none":
             raise ConfigError("--batching is the continuous workload's")
+        if kind == "continuous" and (self.granularity not in knobs.GRANULARITIES
+                                     or self.fullgraph):  # fmt: skip
+            raise ConfigError("continuous batching compiles the whole step with graph breaks "
+                              "(paged attention runs outside the graph): granularity none or "
+                              "full, fullgraph false")  # fmt: skip
         if kind == "continuous" and (self.shaped or self.prefill != "compiled"
                                      or self.kv_cache != "single"):  # fmt: skip
             raise ConfigError("a continuous workload pads through --batching q=..+kv=..; "
