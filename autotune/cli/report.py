@@ -18,7 +18,7 @@ def load_note(payloads: list[dict[str, Any]]) -> str:
     """A line where trials timed their rounds while other processes took more than
     :data:`autotune.trial.metrics.LOADED` of the CPU: their latency figures were taken under
     load ("" where none was)."""
-    timings = [p.get("timings") or {} for p in payloads]
+    timings = [p.get("timings") or {} for p in payloads if not p.get("deduced")]  # measured
     loads = [t.get("others_cpu", 0.0) for t in timings]
     loaded = [x for x in loads if x > LOADED]
     contended = sum(1 for t in timings if t.get("contended"))
@@ -59,10 +59,10 @@ def summary(m: Measurement) -> str:
         for k, v in m.phases.items()
         if k in ("dynamo_s", "inductor_s", "codegen_s", "backward_s")
     )
-    lines.append(
-        f"compile    {seconds(m.compile_s)} cold (eager first call {seconds(m.eager_first_s)})"
-        + (f"; {phases}" if phases else "")
-    )
+    first = "eager's first pass" if w is not None and w.kind == "continuous" else (
+        "eager first call")  # fmt: skip
+    lines.append(f"compile    {seconds(m.compile_s)} cold ({first} {seconds(m.eager_first_s)})"
+                 + (f"; {phases}" if phases else ""))  # fmt: skip
     lines += starts_lines(m)
     lines += traffic_lines(m)
     continuous = w is not None and w.kind == "continuous"

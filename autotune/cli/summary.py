@@ -133,7 +133,8 @@ class Finished:
             out.append(text.time_split(self.split))
         if self.ending:
             out.append(self.ending)
-        out += ["\nPareto front (cold compile vs median latency, feasible trials and eager):",
+        speed = "time in the server" if s.workload.kind == "continuous" else "median latency"
+        out += [f"\nPareto front (cold compile vs {speed}, feasible trials and eager):",
                 report.front_table(self.told.front, t.chosen.key, s.settings.starts),
                 f"\nchosen ({s.policy}): {t.chosen.key}", *self.served(t.chosen.key),
                 *self.presets(),

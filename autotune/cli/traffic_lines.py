@@ -112,7 +112,7 @@ def continuous_lines(c: dict) -> list[str]:
     first, steady = c["first"], c["steady"]
 
     def pair(name: str, side: dict, eager: dict, unit: str = " ms") -> str:
-        return f"{side[name]:.3g}{unit} (eager {eager[name]:.3g})"
+        return f"{_number(side[name])}{unit} (eager {_number(eager[name])})"
 
     stalls = c["stalls_s"]
     return [
@@ -129,6 +129,10 @@ def continuous_lines(c: dict) -> list[str]:
         + ")",
         *padding_line(c.get("padding") or {}),
     ]
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def padding_line(p: dict) -> list[str]:
