@@ -494,6 +494,8 @@ def negating_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
             for t in out
         )
 
+    return run
+
 
 RECORD_S = 0.5  # what recording_backend's recording of a CUDA graph takes
 

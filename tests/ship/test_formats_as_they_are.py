@@ -1,6 +1,7 @@
 """Each export format taken by its own tool as it is, with the lines docs/shipping.md shows, run
 as written: Accelerate's plugin, ``accelerate launch`` with the YAML, ``torch.compile`` with the
-torch file's keywords, ``model.generate`` with the transformers file."""
+torch file's keywords, ``model.generate`` with the transformers file, ``generate_batch`` and
+``init_continuous_batching`` with the continuous-batching file."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from autotune.ship import formats
 from autotune.ship.export import export
 from autotune.storage import Store
 from autotune.strategy import Strategy
@@ -70,7 +72,7 @@ def run(code: str, folder: Path, env: dict[str, str] | None = None) -> str:
 
 @pytest.mark.slow
 def test_each_python_example_runs_as_written(study: Path) -> None:
-    accelerate, compiled, generate, plain = blocks("python")
+    accelerate, compiled, generate, plain, continuous = blocks("python")
     out = run(PRELUDE + accelerate + "\nprint(type(model).__name__, "
               "accelerator.state.dynamo_plugin.backend.value)", study)  # fmt: skip
     assert out.split() == ["OptimizedModule", "AOT_EAGER"], out
@@ -83,6 +85,15 @@ def test_each_python_example_runs_as_written(study: Path) -> None:
     out = run(PRELUDE + plain + "\nprint(type(generation_config.compile_config).__name__, "
               "generation_config.compile_config.dynamic)", study)  # fmt: skip
     assert out.split() == ["CompileConfig", "False"], out
+    served = study / "continuous"  # a continuous study's export, under the name the docs use
+    served.mkdir()
+    pick = Strategy.create(backend="eager", batching="q=32+kv=512+tokens=64")
+    block = {"strategy": pick.to_dict(), "continuous": {"num_blocks": 8}}
+    (served / "best.json").write_text(formats.render(pick, "continuous-batching", block, [], ""))
+    given = "prompts = [[1, 2, 3], [4, 5, 6, 7]]\nprompt_ids = [8, 9, 10]\n"
+    out = run(PRELUDE + given + continuous + "\nprint(len(outputs), len(result.generated_tokens),"
+              " config.q_padding_interval_size)", served)  # fmt: skip
+    assert out.split() == ["2", "32", "32"], out
 
 
 @pytest.mark.slow
