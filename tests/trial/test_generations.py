@@ -20,7 +20,7 @@ from autotune.trial.request import Request
 from autotune.trial.scenarios import begin
 from autotune.trial.scenarios.generations import Generations
 from autotune.workload import Settings, Workload
-from tests.models import PREFILL_MB, RECORD_S, TINY_LLAMA
+from tests.models import RECORD_S, TINY_LLAMA
 
 LLAMA = ModelRef("tests.models:tiny_llama")
 QUICK = Settings(iters=4, warmup=1, starts=("cold",), timeout_s=300)
@@ -158,16 +158,16 @@ def test_a_length_a_later_dynamic_prefill_took_over_records_there_and_ttft_holds
 
 
 @pytest.mark.slow
-def test_each_side_s_peak_leaves_out_the_other_sides_caches_and_eager_s_first_calls() -> None:
+def test_each_side_s_peak_leaves_out_the_other_sides_caches() -> None:
     """One process holds every side's caches while each side's peak is read: eager's held every
-    bucket's cache, and a cache a bucket eager static's full-length one. And the first calls'
-    peak held eager's first pass: eager's prefill here fills 256 MiB for a moment (a compiled
-    prefill does not), and the compile's peak read it."""
+    bucket's cache, and a cache a bucket eager static's full-length one. (The first calls' peak
+    is read over the compiled side's parts only, but on a CPU it is the process's resident
+    high-water mark, which a compile's own memory moves by gigabytes from one run to another:
+    3.1 GiB in one CI run, under eager's 0.9 in others; so it is not asserted here.)"""
     buckets = Strategy.create("full", "eager", kv_cache="pow2")
     scenario = generated([8, 40], buckets, "heavy_eager_prefill")
     m = scenario.ctx.result
     assert m.memory is not None and m.memory.eager_peak_mb > 0
-    assert m.memory.compile_peak_mb < m.memory.eager_peak_mb - PREFILL_MB / 2, m.memory
     caches = {side: [kv_cache.cache_mb(c) for c in held]
               for side, held in scenario.held_caches().items()}  # fmt: skip
     per_position = 2 * 2 * TINY_LLAMA["num_key_value_heads"] * 16 * 4 / 2**20  # K, V: 2 layers
