@@ -157,7 +157,10 @@ def continuous_differences(trial: Measurement, loop: dict[str, Any]) -> list[str
     if loop["graphs"] != c.get("graphs"):
         found.append(f"{loop['graphs']} graph(s) compiled after the warm-up in the loop, "
                      f"{c.get('graphs')} in the trial")  # fmt: skip
-    for n, (a, b) in enumerate(zip(c.get("first_tokens") or [], loop["tokens"], strict=False), 1):
+    was = c.get("first_tokens") or []
+    if len(was) != len(loop["tokens"]):
+        found.append(f"the trial played {len(was)} requests, the loop {len(loop['tokens'])}")
+    for n, (a, b) in enumerate(zip(was, loop["tokens"], strict=False), 1):
         if a != b:
             found.append(f"request {n}'s tokens are not the trial's")
     if load(trial, loop) > LOADED:

@@ -13,9 +13,9 @@ from autotune.strategy import Strategy, batching
 LEVELS = (0, *batching.LEVELS)
 
 
-def level_of(key_or_strategy: dict[str, Any]) -> int | None:
+def level_of(strategy: dict[str, Any]) -> int | None:
     """The preset a stored strategy is (0: eager), or None for any other."""
-    s = Strategy.from_dict(key_or_strategy)
+    s = Strategy.from_dict(strategy)
     if s.granularity == "none":
         return 0
     return batching.level_of(s.batching) or None

@@ -72,9 +72,8 @@ def open_search(
     Every search, lone or a worker, gets its :class:`~autotune.search.plan.Plan` here: its time
     budget runs from ``began`` (``time.time()``; default now, as a worker joins)."""
     began = began or time.time()
-    members = spec.space.validate(
-        spec.workload.device, spec.workload.kind
-    )  # bad input: before any file
+    w = spec.workload
+    members = spec.space.validate(w.device, w.kind)  # bad input: before any file
     environment = fingerprint(spec.workload.device, spec.workload.dtype)  # as trials run
     name = name or spec.study_name(environment)
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"

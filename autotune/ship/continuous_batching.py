@@ -10,7 +10,7 @@ sized for the study's traffic), so that::
     outputs = model.generate_batch(prompts, continuous_batching_config=config)
     manager = model.init_continuous_batching(continuous_batching_config=config)
 
-serve as measured. ``transformers serve`` carries only some of them as flags (:func:`serve_flags`).
+serve as measured. ``transformers serve`` carries only some of them as flags (:data:`FLAGS`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ from autotune.errors import ConfigError
 from autotune.strategy import Strategy, batching
 
 KEY = "continuous_batching_config"
+# the keywords a ``transformers serve --continuous-batching`` flag carries (its --cb-* flags;
+# one use_cuda_graph for both paths)
+FLAGS = {"num_blocks": "--cb-num-blocks", "max_batch_tokens": "--cb-max-batch-tokens",
+         "use_cuda_graph": "--cb-use-cuda-graph"}  # fmt: skip
 
 
 def fields(strategy: Strategy, num_blocks: int | None) -> dict[str, Any]:
@@ -32,32 +36,22 @@ def fields(strategy: Strategy, num_blocks: int | None) -> dict[str, Any]:
     return {**kwargs, **({"num_blocks": num_blocks} if num_blocks else {})}
 
 
-def serve_flags(kwargs: dict[str, Any]) -> list[str]:
-    """The ``transformers serve --continuous-batching`` flags that carry some of ``kwargs``."""
-    flags = {"num_blocks": "--cb-num-blocks", "max_batch_tokens": "--cb-max-batch-tokens"}
-    found = [f"{flag} {kwargs[name]}" for name, flag in flags.items() if name in kwargs]
-    graphs = kwargs.get("use_cuda_graph")
-    if graphs is not None and len(set(graphs)) == 1:
-        found.append("--cb-use-cuda-graph" if graphs[0] else "--no-cb-use-cuda-graph")
-    return found
-
-
-def caveats(strategy: Strategy, kwargs: dict[str, Any]) -> list[str]:
-    """What this format, and ``transformers serve``'s flags, cannot say."""
+def caveats(strategy: Strategy) -> list[str]:
+    """What this format, and ``transformers serve``'s flags, cannot say about the strategy's
+    keywords (the export always sizes the cache: ``num_blocks`` is among them)."""
+    kwargs = fields(strategy, num_blocks=1)
+    one_graph_flag = len(set(kwargs.get("use_cuda_graph") or ())) == 1  # both paths alike
+    carried = [k for k in FLAGS if k in kwargs and (k != "use_cuda_graph" or one_graph_flag)]
+    left = [k for k in kwargs if k != "auto_switch_to_flash" and k not in carried]
     notes = []
-    if strategy.granularity not in ("none", "full"):
-        notes.append(f"a CompileConfig compiles the whole step: it cannot express granularity "
-                     f"{strategy.granularity!r}")  # fmt: skip
     if ":" in strategy.backend:
         notes.append(f"backend {strategy.backend!r} is an import path: pass the function "
                      "itself as each CompileConfig's backend")  # fmt: skip
-    carried = serve_flags(kwargs)
-    left = [k for k in kwargs if k not in ("num_blocks", "max_batch_tokens", "use_cuda_graph",
-                                           "auto_switch_to_flash")]  # fmt: skip
     if left:
-        said = f"only {', '.join(carried)}" if carried else "none of it"
-        notes.append(f"transformers serve's flags carry {said}; not {', '.join(left)}: serve "
-                     "with init_continuous_batching and this config instead")  # fmt: skip
+        said = ", ".join(f"{k} ({FLAGS[k]})" for k in carried)
+        notes.append(f"transformers serve's flags carry only {said}; not "
+                     f"{', '.join(left)}: serve with init_continuous_batching and this config "
+                     "instead")  # fmt: skip
     return notes
 
 

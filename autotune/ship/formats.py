@@ -252,9 +252,7 @@ def caveats(strategy: Strategy, fmt: str) -> list[str]:
     if fmt == "continuous-batching":
         from autotune.ship import continuous_batching
 
-        return notes + continuous_batching.caveats(
-            strategy, continuous_batching.fields(strategy, None)
-        )
+        return notes + continuous_batching.caveats(strategy)
     if strategy.prefill == "eager" or strategy.kv_cache != "single":
         notes.append(f"{fmt} cannot say how generate runs ({strategy.key}): "
                      "autotune.apply_generation(model, file) generates as measured")  # fmt: skip

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.traffic import bucket
 
 NONE = "none"
 GRAPHS = ("none", "varlen", "decode", "both")
@@ -38,6 +39,9 @@ ORDER = ("level", "q", "kv", "tokens", "requests", "graphs")
 # A CompileConfig compiles the whole step, and paged attention is wrapped in
 # torch.compiler.disable: a continuous strategy is eager or full, never fullgraph
 GRANULARITIES = ("none", "full")
+PAGE = 256  # tokens a cache page holds: ContinuousBatchingConfig.page_size's default
+DEFAULT_BATCH_TOKENS = 8192  # max_batch_tokens where a strategy leaves it to transformers
+PRESET_Q, PRESET_KV = 64, 16384  # transformers' padding intervals where a strategy sets none
 
 
 @dataclass(frozen=True)
@@ -86,11 +90,6 @@ class Batching:
         if not self.graphs:
             return None
         return self.graphs in ("varlen", "both"), self.graphs in ("decode", "both")
-
-
-def canonical(text: str | None) -> str:
-    """A batching text in its one spelling (``ConfigError`` for a bad one)."""
-    return Batching.parse(text).spell()
 
 
 def level_of(text: str) -> int:
@@ -166,17 +165,13 @@ def _whole(name: str, value: str, text: str) -> int:
     return int(value)
 
 
-PAGE = 256  # tokens a cache page holds: ContinuousBatchingConfig.page_size's default
-DEFAULT_BATCH_TOKENS = 8192  # max_batch_tokens where a strategy leaves it to transformers
-
-
 def blocks(prompts: list[int], answers: list[int], batching: str) -> int:
     """The KV cache's blocks a traffic of ``prompts`` and ``answers`` (tokens each) needs, every
     request in flight at once, beside a warm-up batch of the strategy's ``max_batch_tokens``:
     transformers sizes it otherwise from free memory (60 % of a CPU's RAM, for every manager)."""
     tokens = Batching.parse(batching).tokens or DEFAULT_BATCH_TOKENS
-    held = sum(-(-(p + a) // PAGE) for p, a in zip(prompts, answers, strict=True))
-    return held + -(-tokens // PAGE) + 1
+    held = sum(_up(p + a, PAGE) // PAGE for p, a in zip(prompts, answers, strict=True))
+    return held + _up(tokens, PAGE) // PAGE + 1
 
 
 def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tuple[str, ...]:
@@ -186,15 +181,11 @@ def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tu
     interval of the longest prompt (``q``), and both with batches of at most two such prompts
     (``tokens``), whose warm-up compiles a far smaller batch than the default 8,192 tokens;
     on a GPU (``cuda``) each of those also with transformers' CUDA graphs on both paths."""
-    kv = _pow2(max(p + a for p, a in zip(prompts, answers, strict=True)))
-    q = _pow2(max(prompts))
+    kv = bucket(max(p + a for p, a in zip(prompts, answers, strict=True)))
+    q = bucket(max(prompts))
     fitted = (f"kv={kv}", f"q={q}+kv={kv}", f"q={q}+kv={kv}+tokens={2 * q}")
     graphed = tuple(f"{f}+graphs=both" for f in fitted) if cuda else ()
     return (NONE, *(f"level={n}" for n in LEVELS), *fitted, *graphed)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def padding(steps: list[tuple[int, int]], text: str, blocks: int) -> dict[str, float]:
@@ -204,9 +195,9 @@ def padding(steps: list[tuple[int, int]], text: str, blocks: int) -> dict[str, f
     ``max_batch_tokens``; the cache read to a multiple of the KV interval, at most the cache):
     padded query tokens over real ones, padded attention reads over real ones, and the distinct
     padded shapes (what a static compile makes graphs of)."""
-    b = Batching.parse(text)
     if not steps:
         return {}
+    b = Batching.parse(text)
     q_step, kv_step = b.q or PRESET_Q, b.kv or PRESET_KV
     most_q, most_kv = b.tokens or DEFAULT_BATCH_TOKENS, blocks * PAGE
     shapes, real_q, padded_q, real_kv, padded_kv = set(), 0, 0, 0, 0
@@ -218,9 +209,6 @@ def padding(steps: list[tuple[int, int]], text: str, blocks: int) -> dict[str, f
         real_kv, padded_kv = real_kv + q + past, padded_kv + pq + pkv
     return {"q_waste": padded_q / real_q - 1, "kv_waste": padded_kv / real_kv - 1,
             "shapes": float(len(shapes)), "batches": float(len(steps))}  # fmt: skip
-
-
-PRESET_Q, PRESET_KV = 64, 16384  # transformers' padding intervals where a strategy sets none
 
 
 def _up(n: int, step: int) -> int:

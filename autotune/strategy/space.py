@@ -297,7 +297,7 @@ class Space:
 
 def _is_batching(text: str) -> bool:
     try:
-        batching.canonical(text)
+        batching.Batching.parse(text)
     except ConfigError:
         return False
     return True

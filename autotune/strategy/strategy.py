@@ -112,9 +112,10 @@ class Strategy:
         if self.kv_cache not in KV_CACHES:
             raise ConfigError(f"bad kv_cache {self.kv_cache!r}: use one of "
                               f"{', '.join(KV_CACHES)}")  # fmt: skip
-        object.__setattr__(self, "batching", knobs.canonical(self.batching))
-        if level := knobs.level_of(self.batching):  # transformers' preset: its fields
-            for name, value in knobs.anchor_fields(level).items():
+        parsed = knobs.Batching.parse(self.batching)
+        object.__setattr__(self, "batching", parsed.spell())
+        if parsed.level:  # transformers' preset: its fields
+            for name, value in knobs.anchor_fields(parsed.level).items():
                 object.__setattr__(self, name, value)
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)

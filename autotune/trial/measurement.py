@@ -24,7 +24,7 @@ def reached(log: str) -> str:
     return found[-1] if found else "starting its process"
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
+def quantile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated quantile of already sorted values."""
     if len(sorted_values) == 1:
         return sorted_values[0]
@@ -49,9 +49,9 @@ class Latency:
         ms = sorted(s * 1e3 for s in samples_s)
         return cls(
             median_ms=statistics.median(ms),
-            p10_ms=_quantile(ms, 0.10),
-            p90_ms=_quantile(ms, 0.90),
-            iqr_ms=_quantile(ms, 0.75) - _quantile(ms, 0.25),
+            p10_ms=quantile(ms, 0.10),
+            p90_ms=quantile(ms, 0.90),
+            iqr_ms=quantile(ms, 0.75) - quantile(ms, 0.25),
             samples_ms=[s * 1e3 for s in samples_s],
         )
 

@@ -175,5 +175,9 @@ def test_a_continuous_loop_agrees_over_the_traffic_or_says_where_it_does_not() -
         "its median pass took 9 ms a token in the loop, 4 ms in the trial (beyond its noise, "
         "±25%)",
     ]
+    short = {**loop, "tokens": [[1, 2]]}
+    assert as_served().continuous_differences(trial, short) == [
+        "the trial played 2 requests, the loop 1"
+    ]
     loaded = {**wrong, "others_cpu": 0.6}  # times said, not judged, under load
     assert len(as_served().continuous_differences(trial, loaded)) == 2

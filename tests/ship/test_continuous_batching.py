@@ -54,9 +54,13 @@ def test_an_anchor_exports_transformers_preset_alone() -> None:
     fields = continuous_batching.fields(s, 40)
     assert fields == {"auto_switch_to_flash": False, "default_compile_level": 2,
                       "num_blocks": 40}  # fmt: skip
-    assert continuous_batching.serve_flags(fields) == ["--cb-num-blocks 40"]
-    notes = continuous_batching.caveats(s, fields)
-    assert any("not default_compile_level" in n for n in notes)
+    (note,) = continuous_batching.caveats(s)
+    assert "carry only num_blocks (--cb-num-blocks); not default_compile_level" in note
+    graphed = Strategy.create(backend="eager", batching="tokens=64+graphs=both")
+    (note,) = continuous_batching.caveats(graphed)
+    assert ("carry only num_blocks (--cb-num-blocks), max_batch_tokens (--cb-max-batch-tokens),"
+            " use_cuda_graph (--cb-use-cuda-graph); not varlen_compile_config, "
+            "decode_compile_config") in note  # fmt: skip
     eager = continuous_batching.fields(Strategy.create(granularity="none"), 40)
     assert "varlen_compile_config" not in eager and "default_compile_level" not in eager
 

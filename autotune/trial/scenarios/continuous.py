@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autotune import catalog, usercode
+from autotune import arrivals, catalog, usercode
 from autotune.errors import NotApplicable
 from autotune.strategy import batching
 from autotune.trial import metrics
@@ -107,7 +107,7 @@ class Continuous(Scenario):
             return call()
 
     def seconds(self, sample: Any) -> float:
-        return sample.summary()["total_mean_ms"] / 1e3
+        return sample.mean_ms / 1e3
 
     def after_round(self, samples: dict[str, list[Any]]) -> bool:
         if self.ctx.request.kind == "confirm":
@@ -116,7 +116,7 @@ class Continuous(Scenario):
 
     def record(self, samples: dict[str, list[Any]]) -> None:
         m, w = self.ctx.result, self.ctx.workload
-        slo = _slo(w)
+        slo = arrivals.slo(w.slo)
 
         def stats(passes: list[Pass]) -> tuple[Latency, Latency, float]:
             latency = Latency.from_samples([self.seconds(p) for p in passes])
@@ -163,12 +163,6 @@ class Continuous(Scenario):
         managers = (getattr(self, "eager", None), getattr(self, "compiled", None))
         for made in {id(x): x for x in managers if x is not None}.values():
             made.stop(block=True, timeout=30)
-
-
-def _slo(w: Any) -> tuple[float | None, float | None]:
-    from autotune import arrivals
-
-    return arrivals.slo(w.slo) if getattr(w, "slo", "") else (None, None)
 
 
 def _tokens_verdict(expected: Pass, got: Pass) -> Accuracy:
