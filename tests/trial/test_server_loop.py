@@ -141,12 +141,13 @@ def test_a_plain_generate_loop_serves_a_generate_traffic_as_its_trial_measured(
     assert as_served.times(m, loop) == [], as_served.ratios(m.traffic, loop)
     assert "warm requests at" in as_served.agreed(strategy.key, loop, 1.0, m.traffic)
     # a trial that timed half of what generate takes (its own loop, not generate's) is caught,
-    # judged whatever the load was (a half is past any noise)
+    # judged whatever the load was (a half is past any noise); judged so, a loaded run's TTFT
+    # may differ too (CI read 2.52x against 0.99x beside it), so only the token's is required
     half = {**m.traffic, "tpot_ms": [t / 2 for t in m.traffic["tpot_ms"]]}
     quiet = {k: v for k, v in m.timings.items() if not k.endswith("others_cpu")}
     slow = as_served.times(dataclasses.replace(m, traffic=half, timings=quiet),
                            {**loop, "others_cpu": 0.0})  # fmt: skip
-    assert len(slow) == 1 and "eager's time a token in the loop" in slow[0], slow
+    assert sum("eager's time a token in the loop" in s for s in slow) == 1, slow
 
 
 @pytest.mark.slow
