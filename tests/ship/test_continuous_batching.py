@@ -90,7 +90,7 @@ def test_a_continuous_search_confirms_serves_and_exports_its_pick(tmp_path: Path
            "--seq-len", "4..40", "--new-tokens", "2..8", "--requests", "8",
            "--granularity", "none,full", "--backend", "eager",
            "--dynamic", "none", "--fullgraph", "false", "--batching", "none,q=32+kv=512",
-           "--iters", "4", "--warmup", "1", "--starts", "cold", "--no-progress",
+           "--iters", "8", "--warmup", "1", "--starts", "cold", "--no-progress",
            "--format", "continuous-batching", "--out", str(out),
            "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--study", "cb"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
