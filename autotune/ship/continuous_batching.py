@@ -32,7 +32,10 @@ FLAGS = {"num_blocks": "--cb-num-blocks", "max_batch_tokens": "--cb-max-batch-to
 def fields(strategy: Strategy, num_blocks: int | None) -> dict[str, Any]:
     """The keywords of ``ContinuousBatchingConfig`` the strategy was measured with."""
     compiled = batching.compile_config(strategy) if strategy.granularity != "none" else None
-    kwargs = batching.config_kwargs(strategy.batching, compiled)
+    try:
+        kwargs = batching.config_kwargs(strategy.batching, compiled, strategy.edges)
+    except ValueError as exc:  # pad=auto, stored without the intervals its trial chose
+        raise ConfigError(str(exc)) from None
     return {**kwargs, **({"num_blocks": num_blocks} if num_blocks else {})}
 
 

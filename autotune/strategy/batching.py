@@ -14,6 +14,9 @@ batches, and the decode fast path, which only flash attention's paged kernel has
 - ``q=N`` and ``kv=N``: ``q_padding_interval_size`` and ``kv_padding_interval_size`` (a compiled
   batch's query tokens padded up to a multiple of ``q``, its cache reads to one of ``kv``;
   transformers' presets 64 and 16,384 where not given): fewer distinct shapes, fewer compiles;
+- ``pad=auto``: both intervals chosen before the trial from a pilot's measured batches, by
+  lifetime cost (:mod:`autotune.trial.auto_padding`); the strategy's ``edges`` hold the choice
+  as ``((q,), (kv,))``;
 - ``tokens=N`` and ``requests=N``: ``max_batch_tokens`` and ``max_requests_per_batch``;
 - ``graphs=none|varlen|decode|both``: ``use_cuda_graph`` per path (a GPU's; unset: transformers
   decides).
@@ -35,7 +38,8 @@ GRAPHS = ("none", "varlen", "decode", "both")
 # transformers' presets of default_compile_level (its initialization.resolve_compile_configs)
 LEVELS = {1: ("default", True), 2: ("max-autotune-no-cudagraphs", True),
           3: ("max-autotune-no-cudagraphs", False)}  # fmt: skip
-ORDER = ("level", "q", "kv", "tokens", "requests", "graphs")
+ORDER = ("level", "q", "kv", "pad", "tokens", "requests", "graphs")
+AUTO = "auto"  # pad=auto: the intervals chosen from a pilot's batches
 # A CompileConfig compiles the whole step, and paged attention is wrapped in
 # torch.compiler.disable: a continuous strategy is eager or full, never fullgraph
 GRANULARITIES = ("none", "full")
@@ -51,6 +55,7 @@ class Batching:
     level: int = 0
     q: int = 0
     kv: int = 0
+    pad: str = ""
     tokens: int = 0
     requests: int = 0
     graphs: str = ""
@@ -67,10 +72,13 @@ class Batching:
             if name not in ORDER or not value or name in found:
                 raise ConfigError(f"bad batching {text!r}: write key=value pairs of "
                                   f"{', '.join(ORDER)}, e.g. q=128+kv=256")  # fmt: skip
-            found[name] = value if name == "graphs" else _whole(name, value, text)
+            found[name] = value if name in ("graphs", "pad") else _whole(name, value, text)
         made = cls(**found)
         if made.graphs and made.graphs not in GRAPHS:
             raise ConfigError(f"bad batching {text!r}: graphs is one of {', '.join(GRAPHS)}")
+        if made.pad and (made.pad != AUTO or made.q or made.kv):
+            raise ConfigError(f"bad batching {text!r}: pad=auto chooses both intervals: give it "
+                              "without q= and kv=")  # fmt: skip
         if made.level not in (0, *LEVELS):
             raise ConfigError(f"bad batching {text!r}: level is 1, 2 or 3 (0 is eager: the "
                               "none strategy)")  # fmt: skip
@@ -113,12 +121,14 @@ def compile_config(strategy: Any) -> dict[str, Any]:
             "mode": None if options else s.mode, "options": options}  # fmt: skip
 
 
-def config_kwargs(batching: str, compile_config: dict[str, Any] | None) -> dict[str, Any]:
+def config_kwargs(batching: str, compile_config: dict[str, Any] | None,
+                  chosen: Any = None) -> dict[str, Any]:  # fmt: skip
     """``ContinuousBatchingConfig``'s keywords for a strategy's ``batching`` text and its
-    ``CompileConfig`` fields (None: eager): both paths compiled alike, or the level's preset.
-    Flash attention is never switched in behind the user's back (``auto_switch_to_flash``
-    off): the attention measured is the model's own."""
-    b = Batching.parse(batching)
+    ``CompileConfig`` fields (None: eager): both paths compiled alike, or the level's preset;
+    ``pad=auto``'s intervals are those ``chosen`` (the strategy's ``edges``, ``((q,), (kv,))``;
+    ``ValueError`` where none are). Flash attention is never switched in behind the user's
+    back (``auto_switch_to_flash`` off): the attention measured is the model's own."""
+    b = resolved(batching, chosen)
     kwargs: dict[str, Any] = {"auto_switch_to_flash": False}
     if b.level:
         kwargs["default_compile_level"] = b.level
@@ -136,6 +146,18 @@ def config_kwargs(batching: str, compile_config: dict[str, Any] | None) -> dict[
     if (graphs := b.use_cuda_graph()) is not None:
         kwargs["use_cuda_graph"] = list(graphs)
     return kwargs
+
+
+def resolved(text: str, chosen: Any = None) -> Batching:
+    """A batching text with ``pad=auto`` replaced by the intervals ``chosen`` for it
+    (``((q,), (kv,))``); ``ValueError`` for ``pad=auto`` with none chosen."""
+    b = Batching.parse(text)
+    if not b.pad:
+        return b
+    if not chosen:
+        raise ValueError(f"batching {text}: pad=auto, and no intervals were chosen for it")
+    (q,), (kv,) = chosen
+    return replace(b, pad="", q=int(q), kv=int(kv))
 
 
 def config_object(kwargs: dict[str, Any]) -> Any:
@@ -180,35 +202,58 @@ def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tu
     traffic: one KV interval that holds the longest request whole (``kv``), with it a query
     interval of the longest prompt (``q``), and both with batches of at most two such prompts
     (``tokens``), whose warm-up compiles a far smaller batch than the default 8,192 tokens;
-    on a GPU (``cuda``) each of those also with transformers' CUDA graphs on both paths."""
+    and intervals chosen by lifetime cost from a pilot's batches (``pad=auto``). On a GPU
+    (``cuda``) each of those also with transformers' CUDA graphs on both paths."""
     kv = bucket(max(p + a for p, a in zip(prompts, answers, strict=True)))
     q = bucket(max(prompts))
-    fitted = (f"kv={kv}", f"q={q}+kv={kv}", f"q={q}+kv={kv}+tokens={2 * q}")
+    fitted = (f"kv={kv}", f"q={q}+kv={kv}", f"q={q}+kv={kv}+tokens={2 * q}", "pad=auto")
     graphed = tuple(f"{f}+graphs=both" for f in fitted) if cuda else ()
     return (NONE, *(f"level={n}" for n in LEVELS), *fitted, *graphed)
 
 
-def padding(steps: list[tuple[int, int]], text: str, blocks: int) -> dict[str, float]:
+def padding(steps: list[tuple[int, ...]], text: str, blocks: int,
+            chosen: Any = None) -> dict[str, float]:  # fmt: skip
     """What a strategy's padding costs on the varlen path, over a traffic's batches as eager
     served them (``steps``: each batch's query tokens and the cache tokens it read before them),
-    padded as transformers pads a compiled batch (a multiple of the query interval, at most
-    ``max_batch_tokens``; the cache read to a multiple of the KV interval, at most the cache):
-    padded query tokens over real ones, padded attention reads over real ones, and the distinct
-    padded shapes (what a static compile makes graphs of)."""
+    padded as transformers pads a compiled batch (:func:`padded`): padded query tokens over
+    real ones, padded attention reads over real ones, and the distinct padded shapes (what a
+    static compile makes graphs of)."""
     if not steps:
         return {}
-    b = Batching.parse(text)
-    q_step, kv_step = b.q or PRESET_Q, b.kv or PRESET_KV
-    most_q, most_kv = b.tokens or DEFAULT_BATCH_TOKENS, blocks * PAGE
+    limits = Limits.of(resolved(text, chosen), blocks)
     shapes, real_q, padded_q, real_kv, padded_kv = set(), 0, 0, 0, 0
-    for q, past in steps:
-        pq = min(_up(q, q_step), most_q)
-        pkv = min(_up(past, kv_step), most_kv) if past else 0
+    for q, past, *_ in steps:
+        pq, pkv = limits.padded(q, past)
         shapes.add((pq, pkv))
         real_q, padded_q = real_q + q, padded_q + pq
         real_kv, padded_kv = real_kv + q + past, padded_kv + pq + pkv
     return {"q_waste": padded_q / real_q - 1, "kv_waste": padded_kv / real_kv - 1,
             "shapes": float(len(shapes)), "batches": float(len(steps))}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How transformers pads a compiled batch: its query tokens up to a multiple of ``q``, at
+    most ``most_q`` (``max_batch_tokens``); the cache it reads up to a multiple of ``kv``, at
+    most ``most_kv`` (the whole cache)."""
+
+    q: int
+    kv: int
+    most_q: int
+    most_kv: int
+
+    @classmethod
+    def of(cls, b: Batching, blocks: int) -> Limits:
+        """A strategy's limits (transformers' presets where it sets none), its cache of
+        ``blocks`` pages."""
+        return cls(b.q or PRESET_Q, b.kv or PRESET_KV, b.tokens or DEFAULT_BATCH_TOKENS,
+                   blocks * PAGE)  # fmt: skip
+
+    def padded(self, q: int, past: int) -> tuple[int, int]:
+        """A batch of ``q`` query tokens that read ``past`` cached ones, as padded (as
+        transformers' ``pad_to_interval``: nothing read still pads to one interval)."""
+        return (min(_up(q, self.q) if q else self.q, self.most_q),
+                min(_up(past, self.kv) if past else self.kv, self.most_kv))  # fmt: skip
 
 
 def _up(n: int, step: int) -> int:

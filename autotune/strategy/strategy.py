@@ -89,7 +89,8 @@ class Strategy:
     prefill: str = "compiled"  # generating: the prefill compiled, or eager (decode alone)
     kv_cache: str = "single"  # generating over a traffic: one static cache, or one a bucket
     batching: str = "none"  # continuous batching: its own knobs (autotune.strategy.batching)
-    # buckets auto: the edges its trial chose, (batch edges, sequence edges); not in the key
+    # what an auto trial chose, not in the key: buckets auto's edges, (batch edges, sequence
+    # edges); batching pad=auto's intervals, ((q,), (kv,))
     edges: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
     key: str = field(init=False, repr=False, compare=False)
 
@@ -119,7 +120,7 @@ class Strategy:
                 object.__setattr__(self, name, value)
         for name, value in zip(_FIELDS, _normalised(self), strict=True):
             object.__setattr__(self, name, value)
-        if not self.buckets.startswith("auto"):
+        if not (self.buckets.startswith("auto") or parsed.pad):
             object.__setattr__(self, "edges", None)
         object.__setattr__(self, "key", _key(self))
 

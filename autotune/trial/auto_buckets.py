@@ -114,6 +114,22 @@ def measured(m: Measurement, block: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
+def pilot_runner(
+    model: ModelRef, workload: Workload, settings: Settings, reference: Reference | None,
+    work: str,
+) -> Callable[[Strategy], Measurement]:  # fmt: skip
+    """A pilot: a strategy measured cold in a child of its own under ``work``, in a few
+    rounds (:data:`PILOT_ITERS`), its cold start alone."""
+    quick = dataclasses.replace(settings, iters=min(settings.iters, PILOT_ITERS),
+                                warmup=1, starts=("cold",))  # fmt: skip
+
+    def pilot(sibling: Strategy) -> Measurement:
+        ask = Request.trial(model, workload, sibling, quick, reference)
+        return run_child(ask, work, "pilot", os.path.join(work, "pilot"), quick)
+
+    return pilot
+
+
 def edges_for(
     model: ModelRef, workload: Workload, strategy: Strategy, settings: Settings,
     reference: Reference | None, work: str,
@@ -123,11 +139,5 @@ def edges_for(
     is. The pilot runs cold in a child of its own, in a few rounds."""
     if not is_auto(strategy) or strategy.edges or not workload.traffic:
         return strategy, None
-    quick = dataclasses.replace(settings, iters=min(settings.iters, PILOT_ITERS),
-                                warmup=1, starts=("cold",))  # fmt: skip
-
-    def pilot(sibling: Strategy) -> Measurement:
-        ask = Request.trial(model, workload, sibling, quick, reference)
-        return run_child(ask, work, "pilot", os.path.join(work, "pilot"), quick)
-
-    return choose(strategy, workload.traffic, pilot)
+    return choose(strategy, workload.traffic,
+                  pilot_runner(model, workload, settings, reference, work))  # fmt: skip

@@ -27,7 +27,7 @@ from autotune.starts.later import (
     no_cache,
 )
 from autotune.strategy import Strategy
-from autotune.trial import auto_buckets
+from autotune.trial import auto_buckets, auto_padding
 from autotune.trial.measurement import Measurement, Start
 from autotune.trial.process import run_child
 from autotune.trial.reference import Reference, make
@@ -85,9 +85,14 @@ def run_trial(
         strategy, auto = auto_buckets.edges_for(
             model, workload, strategy, settings, reference, work
         )
+        if auto is None:
+            strategy, auto = auto_padding.intervals_for(
+                model, workload, strategy, settings, reference, work
+            )
     except ValueError as exc:
         shutil.rmtree(work, ignore_errors=True)
-        return Measurement(*base, "failed", reason=f"buckets {strategy.buckets}: {exc}")
+        chose = f"buckets {strategy.buckets}" if strategy.buckets != "none" else "pad=auto"
+        return Measurement(*base, "failed", reason=f"{chose}: {exc}")
     request = Request.trial(model, workload, strategy, settings, reference)
     if rung is not None:
         request = request.but(rung=rung.rounds, front=rung.front)

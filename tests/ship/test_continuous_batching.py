@@ -65,6 +65,14 @@ def test_an_anchor_exports_transformers_preset_alone() -> None:
     assert "varlen_compile_config" not in eager and "default_compile_level" not in eager
 
 
+def test_a_pad_auto_pick_exports_the_intervals_its_trial_chose() -> None:
+    chosen = Strategy.create(backend="eager", batching="pad=auto", edges=[[8], [256]])
+    fields = continuous_batching.fields(chosen, 40)
+    assert (fields["q_padding_interval_size"], fields["kv_padding_interval_size"]) == (8, 256)
+    with pytest.raises(ConfigError, match="pad=auto, and no intervals were chosen"):
+        continuous_batching.fields(Strategy.create(backend="eager", batching="pad=auto"), 40)
+
+
 @pytest.mark.parametrize("body", ['{"torch_compile": {}}', "not json"])
 def test_a_file_of_another_format_is_refused_in_one_line(tmp_path: Path, body: str) -> None:
     path = tmp_path / "other.json"

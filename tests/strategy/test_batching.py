@@ -29,7 +29,8 @@ def test_a_level_is_transformers_preset_with_its_compile_fields(level: int) -> N
 
 
 @pytest.mark.parametrize(
-    "text", ["q=0", "q=x", "speed=2", "level=4", "level=2,q=64", "q=1,q=2", "graphs=some"]
+    "text", ["q=0", "q=x", "speed=2", "level=4", "level=2,q=64", "q=1,q=2", "graphs=some",
+             "pad=some", "pad=auto+q=32", "kv=64+pad=auto", "level=1+pad=auto"],
 )
 def test_bad_batching_is_refused_in_one_line(text: str) -> None:
     with pytest.raises(ConfigError, match="bad batching") as got:
@@ -75,10 +76,25 @@ def test_padding_is_priced_over_eager_s_batches_as_transformers_pads() -> None:
     # four batches: a first prefill (no cache read), a prefill after it, two decode steps
     steps = [(34, 0), (21, 34), (2, 55), (1, 19)]
     found = batching.padding(steps, "q=32+kv=64", blocks=10)
-    # queries 34, 21, 2, 1 padded to 64, 32, 32, 32: 160 for 58; reads to 64 + 0, 32 + 64 x 3
+    # queries 34, 21, 2, 1 padded to 64, 32, 32, 32: 160 for 58; reads to 64 + 64 (nothing
+    # cached still reads one interval, as transformers' pad_to_interval pads 0), 32 + 64 x 3
     assert found["q_waste"] == pytest.approx(160 / 58 - 1)
-    assert found["kv_waste"] == pytest.approx((64 + 3 * 96) / (34 + 55 + 57 + 20) - 1)
+    assert found["kv_waste"] == pytest.approx((128 + 3 * 96) / (34 + 55 + 57 + 20) - 1)
     assert (found["shapes"], found["batches"]) == (2, 4)
     capped = batching.padding(steps, "q=32+kv=64+tokens=32", blocks=1)  # at most 32, 256 read
     assert capped["q_waste"] == pytest.approx(4 * 32 / 58 - 1)
     assert batching.padding([], "q=32", blocks=10) == {}
+
+
+def test_pad_auto_runs_the_intervals_chosen_for_it_and_keeps_its_key() -> None:
+    s = Strategy.create(backend="eager", batching="tokens=256+pad=auto")
+    assert s.key.endswith("/batching=pad=auto+tokens=256")
+    with pytest.raises(ValueError, match="no intervals were chosen"):
+        batching.config_kwargs(s.batching, batching.compile_config(s), s.edges)
+    chosen = Strategy.from_dict({**s.to_dict(), "edges": [[16], [128]]})
+    assert chosen == s and chosen.edges == ((16,), (128,))  # the choice is not in the key
+    kwargs = batching.config_kwargs(chosen.batching, batching.compile_config(chosen),
+                                    chosen.edges)  # fmt: skip
+    assert (kwargs["q_padding_interval_size"], kwargs["kv_padding_interval_size"]) == (16, 128)
+    assert kwargs["max_batch_tokens"] == 256
+    assert Strategy.create(backend="eager", batching="q=16", edges=[[16], [128]]).edges is None

@@ -26,7 +26,7 @@ from typing import Any
 
 from autotune import arrivals, catalog, usercode
 from autotune.errors import NotApplicable
-from autotune.strategy import batching
+from autotune.strategy import batching, intervals
 from autotune.trial import metrics
 from autotune.trial.measurement import Accuracy, Latency
 from autotune.trial.scenarios import replay
@@ -52,7 +52,8 @@ class Continuous(Scenario):
         s = ctx.strategy
         blocks = batching.blocks([len(p) for p in self.prompts], self.answers, s.batching)
         compiled = batching.compile_config(s) if s.granularity != "none" else None
-        self.kwargs = {**batching.config_kwargs(s.batching, compiled), "num_blocks": blocks}
+        self.kwargs = {**batching.config_kwargs(s.batching, compiled, s.edges),
+                       "num_blocks": blocks}  # fmt: skip
         self.served = self.kwargs  # as run: an import-path backend, the function it names
         if compiled is not None and usercode.is_code(s.backend):
             function = s.compile_kwargs()["backend"]
@@ -75,12 +76,15 @@ class Continuous(Scenario):
         ctx, m = self.ctx, self.ctx.result
         t = time.perf_counter()
         self.eager, _ = replay.manager(self.model, self.eager_kwargs, self.answers)
-        with replay.batches(self.model) as self.steps:  # eager's batches, as it formed them
-            expected = self.serve(self.eager)
+        expected = self.serve(self.eager)
         m.eager_first_s = time.perf_counter() - t
+        self.steps: list[tuple[int, int, float]] = []
         if ctx.strategy.granularity == "none":
             self.compiled, ready, got = self.eager, 0.0, expected
         else:
+            # eager's batches as it forms them, timed on a second pass, past its first calls
+            with replay.batches(self.model, ctx.workload.device) as self.steps:
+                self.serve(self.eager)
             self.compiled, ready = replay.manager(self.model, self.served, self.answers)
             before = metrics.compile_counts()[0]
             with metrics.around_compiles(self._began, self._ended):
@@ -139,7 +143,9 @@ class Continuous(Scenario):
             "requests": {side: p.to_dict()["requests"] for side, p in last.items()},
             "config": self.kwargs,
             "padding": ({} if self.ctx.strategy.granularity == "none" else batching.padding(
-                self.steps, self.ctx.strategy.batching, self.kwargs["num_blocks"])),
+                self.steps, self.ctx.strategy.batching, self.kwargs["num_blocks"],
+                self.ctx.strategy.edges)),
+            "batches": intervals.histogram(self.steps),  # eager's, as pad=auto prices them
         }}  # fmt: skip
         if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them
             m.rounds = {"none": [self.seconds(x) * 1e3 for x in samples["eager"]],

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import autotune.device
 from autotune.strategy import batching
 from autotune.trial.measurement import quantile
 from autotune.trial.scenarios import served
@@ -116,24 +117,33 @@ def manager(model: Any, config: Any, answers: list[int]) -> tuple[Any, float]:
 
 
 @contextlib.contextmanager
-def batches(model: Any) -> Iterator[list[tuple[int, int]]]:
-    """Yield a list that gets, for each batch ``model`` runs in the block, its query tokens and
-    the cache tokens it read before them (a forward pre-hook: for an eager manager only, whose
-    calls Dynamo does not trace)."""
-    found: list[tuple[int, int]] = []
+def batches(model: Any, device: str = "cpu") -> Iterator[list[tuple[int, int, float]]]:
+    """Yield a list that gets, for each batch ``model`` runs in the block, its query tokens,
+    the cache tokens it read before them and its forward's seconds (synchronised on
+    ``device``): forward hooks, for an eager manager only, whose calls Dynamo does not trace."""
+    found: list[tuple[int, int, float]] = []
+    began: list[tuple[int, int, float]] = []
 
     def seen(_: Any, args: Any, kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         reads = kwargs.get("read_index") or []
         q = int(ids.shape[-1])
         read = max((int(r.numel()) for r in reads), default=0)
-        found.append((q, max(0, read - q)))
+        autotune.device.synchronize(device)
+        began.append((q, max(0, read - q), time.perf_counter()))
 
-    handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+    def done(*_: Any) -> None:
+        autotune.device.synchronize(device)
+        q, past, start = began.pop()
+        found.append((q, past, time.perf_counter() - start))
+
+    handles = (model.register_forward_pre_hook(seen, with_kwargs=True),
+               model.register_forward_hook(done))  # fmt: skip
     try:
         yield found
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
 
 
 def serve(made: Any, prompts: list[list[int]], answers: list[int], arrivals: list[float],
