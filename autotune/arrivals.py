@@ -1,26 +1,41 @@
 """Arrivals: when each request of a continuous workload reaches the server, in seconds from
 the start, and the targets its goodput counts (``--slo``). Exactly one source a workload: a
-traffic file whose rows give ``arrival_s`` or a ``timestamp`` (ISO 8601 or epoch seconds, made
-relative to the first row); ``--rate R``, Poisson arrivals seeded as
-:func:`autotune.traffic.draw`'s spreads are; or ``--concurrency C``, a closed loop (none). The
-prompts and answers are a generate traffic's, one sequence a request. A bad row is refused in
-one line naming it."""
+traffic file whose rows give ``arrival_s`` (``arrival_ms``) from the start or a ``timestamp``
+(ISO 8601 or epoch seconds; ``timestamp_ms``, a number), made relative to the first row;
+``--rate R``, Poisson arrivals seeded as :func:`autotune.traffic.draw`'s spreads are; or
+``--concurrency C``, a closed loop (none). The prompts and answers are a generate traffic's,
+one sequence a request. A bad row is refused in one line naming it; so are arrivals longer
+than a trial can replay (:data:`MAX_SPAN_S`)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import autotune.traffic
 from autotune.errors import ConfigError
+from autotune.traffic_file import ANSWER, column, request, rows
 
 ARRIVAL = "arrival_s"  # a row's arrival, seconds from the start
 TIMESTAMP = "timestamp"  # a row's arrival as a trace stamps it (any case: Azure's TIMESTAMP)
+# A row's arrival's spellings, each one's unit in seconds: from the start, or stamps (from the
+# first row): epoch seconds or ISO 8601; ms, as Mooncake stamps from its start
+FROM_START = {ARRIVAL: 1.0, "arrival_ms": 1e-3}
+STAMPS = {TIMESTAMP: 1.0, "timestamp_ms": 1e-3}
+SPELLINGS = {**FROM_START, **STAMPS}
 SOURCES = ("a --traffic file whose rows give arrival_s or timestamp, --rate R (Poisson "
            "arrivals, R requests a second) or --concurrency C (a closed loop)")  # fmt: skip
+# The last arrival a trial replays (s from the start). A trial serves its traffic at least 20
+# times in one start's process: the first pass of eager and of the strategy, 3 warm-up rounds
+# of both (Settings.warmup), 6 timed rounds of both, the fewest whose sign test can show a
+# speedup (autotune.search.plan.deciding_rounds); each pass lasts until its last arrival at
+# least, and the process stops at its timeout (Settings.timeout_s, 1200 s): 60 s a pass.
+MAX_SPAN_S = 60.0
 SLO_KEYS = ("ttft", "tpot")  # time to first token, time per output token
 _MS = {"ms": 1.0, "s": 1000.0}
 _SLO_RULE = "targets such as ttft=500ms,tpot=50ms (ttft and/or tpot, each in ms or s)"
@@ -53,16 +68,17 @@ def read(value: Any, key: str) -> tuple[tuple[int, ...], ...]:
     return autotune.traffic.read(value, key)
 
 
-def read_file(path: str) -> Traffic:
-    """A traffic file's requests (``ConfigError`` for what any workload refuses), with each
-    row's arrival and what a continuous workload refuses in it (one line naming the line)."""
-    found = autotune.traffic.rows(path)
-    requests = tuple(autotune.traffic.request(f"--traffic {path} line {n}", row)
-                     for n, row in found)  # fmt: skip
+def read_file(path: str, requests: int | None = None) -> Traffic:
+    """A traffic file's requests, its first ``requests`` where given (``ConfigError`` for what
+    any workload refuses), with each row's arrival and what a continuous workload refuses in
+    it (one line naming the line)."""
+    found = rows(path, requests)
+    played = tuple(request(f"--traffic {path} line {n}", row)
+                   for n, row in found)  # fmt: skip
     try:
-        return Traffic(requests, path, _arrivals(path, found, requests))
+        return Traffic(played, path, _arrivals(path, found, played))
     except ConfigError as exc:
-        return Traffic(requests, path, (), str(exc))
+        return Traffic(played, path, (), str(exc))
 
 
 def _arrivals(path: str, found: list[tuple[int, dict[str, Any]]],
@@ -73,53 +89,53 @@ def _arrivals(path: str, found: list[tuple[int, dict[str, Any]]],
     spelled = next((s for s, _ in stamps if s), None)
     answered = any(len(r) > 2 for r in requests)
     seconds: list[float] = []
-    for (n, _), (spelling, at), request in zip(found, stamps, requests, strict=True):
+    for (n, _), (spelling, at), asked in zip(found, stamps, requests, strict=True):
         where = f"--traffic {path} line {n}"
-        if request[0] != 1:
-            raise ConfigError(f"{where}: batch_size {request[0]}: a continuous request is one "
+        if asked[0] != 1:
+            raise ConfigError(f"{where}: batch_size {asked[0]}: a continuous request is one "
                               "sequence (batch_size 1)")  # fmt: skip
-        if answered and len(request) < 3:
-            raise ConfigError(f"{where}: no answer ({' or '.join(autotune.traffic.ANSWER)}), "
+        if answered and len(asked) < 3:
+            raise ConfigError(f"{where}: no answer ({' or '.join(ANSWER)}), "
                               "where other rows give theirs")  # fmt: skip
         if spelled is None:
             continue
         if spelling is None or at is None:
-            raise ConfigError(f"{where}: no arrival ({ARRIVAL} or {TIMESTAMP}), where other "
-                              "rows give theirs")  # fmt: skip
+            raise ConfigError(f"{where}: no arrival ({spelled}), where other rows give "
+                              "theirs")  # fmt: skip
         if spelling != spelled:
             raise ConfigError(f"{where}: {spelling}, where other rows give {spelled}: one "
                               "spelling of the arrival a file")  # fmt: skip
-        if spelling == ARRIVAL and at < 0:
-            raise ConfigError(f"{where}: {ARRIVAL} = {at:g}, expected seconds from the start, "
-                              "at least 0")  # fmt: skip
         if seconds and at < seconds[-1]:
             raise ConfigError(f"{where}: arrives {seconds[-1] - at:.6g} s before the row above "
                               "it: rows go in arrival order")  # fmt: skip
         seconds.append(at)
-    start = seconds[0] if spelled == TIMESTAMP else 0.0
+    start = seconds[0] if spelled in STAMPS else 0.0
     return tuple(round(s - start, 6) for s in seconds)
 
 
 def _when(where: str, row: dict[str, Any]) -> tuple[str | None, float | None]:
-    """A row's arrival column (its spelling, or None) and its value in seconds (a timestamp's
-    from the epoch; None where the column is there but empty)."""
-    keys = {str(k).strip().lower(): k for k in row}
-    given = [s for s in (ARRIVAL, TIMESTAMP) if s in keys]
+    """A row's arrival column (its spelling, one of :data:`SPELLINGS`, or None) and its value
+    in seconds (a timestamp's from the epoch; None where the column is there but empty)."""
+    keys = {column(k): k for k in row}
+    given = [s for s in SPELLINGS if s in keys]
     if len(given) > 1:
-        raise ConfigError(f"{where}: both {ARRIVAL} and {TIMESTAMP}, two spellings of one "
-                          "arrival: give one")  # fmt: skip
+        raise ConfigError(f"{where}: both {' and '.join(given)}, two spellings of one arrival: "
+                          "give one")  # fmt: skip
     if not given:
         return None, None
-    value = row[keys[given[0]]]
+    spelling, value = given[0], row[keys[given[0]]]
     if value is None or (isinstance(value, str) and not value.strip()):
-        return given[0], None
-    if given[0] == ARRIVAL:
-        number = _number(value)
-        if number is None:
-            raise ConfigError(f"{where}: {ARRIVAL} = {value!r}, expected seconds from the "
-                              "start, at least 0")  # fmt: skip
-        return ARRIVAL, number
-    return TIMESTAMP, _timestamp(where, value)
+        return spelling, None
+    if spelling == TIMESTAMP:
+        return TIMESTAMP, _timestamp(where, value)
+    unit = "seconds" if SPELLINGS[spelling] == 1 else "milliseconds"
+    number = _number(value)
+    if spelling in FROM_START and (number is None or number < 0):
+        raise ConfigError(f"{where}: {spelling} = {value!r}, expected {unit} from the start, "
+                          "at least 0")  # fmt: skip
+    if number is None:
+        raise ConfigError(f"{where}: {spelling} = {value!r}, expected a number of {unit}")
+    return spelling, number * SPELLINGS[spelling]
 
 
 def _number(value: Any) -> float | None:
@@ -209,7 +225,7 @@ def check(kind: str, traffic: Any, given: tuple[float, ...], rate: float | None,
     if found and (rate is not None or concurrency is not None):
         raise ConfigError(f"--traffic {traffic.path} gives each request's arrival: drop "
                           f"--{'rate' if rate is not None else 'concurrency'}, or give a file "
-                          f"without {ARRIVAL} or {TIMESTAMP}")  # fmt: skip
+                          f"without {' or '.join(SPELLINGS)}")  # fmt: skip
     if given and (found or concurrency is not None):
         beside = "a file that gives its own" if found else "--concurrency: a closed loop has none"
         raise ConfigError(f"arrivals given beside {beside}")
@@ -224,10 +240,11 @@ def check(kind: str, traffic: Any, given: tuple[float, ...], rate: float | None,
 
 
 def settle(traffic: tuple[tuple[int, ...], ...], known: tuple[float, ...],
-           rate: float | None) -> tuple[float, ...]:  # fmt: skip
+           rate: float | None, path: str = "") -> tuple[float, ...]:  # fmt: skip
     """A continuous workload's arrivals for its requests as drawn or read: ``known`` (a file's
     first requests', as ``--requests`` cuts them), else drawn at ``rate``, else none (a closed
-    loop); ``ConfigError`` for a request of more than one sequence."""
+    loop); ``ConfigError`` for a request of more than one sequence, and for a file's (``path``)
+    or a rate's arrivals past :data:`MAX_SPAN_S` (a stored study's are as it played them)."""
     for n, (batch, *_) in enumerate(traffic, 1):
         if batch != 1:
             raise ConfigError(f"traffic request {n}: batch_size {batch}: a continuous request "
@@ -235,8 +252,29 @@ def settle(traffic: tuple[tuple[int, ...], ...], known: tuple[float, ...],
     if known:
         if len(known) < len(traffic):
             raise ConfigError(f"arrivals: {len(known)} for {len(traffic)} requests")
-        return known[: len(traffic)]
-    return poisson(len(traffic), rate) if rate is not None else ()
+        played = known[: len(traffic)]
+        if path:
+            _fits(played, f"--traffic {path}", lambda n: (
+                f"--requests {n} takes the first {n}, which fit" if n else "none of its first "
+                "requests fits") + "; and if its stamps are milliseconds (Mooncake's are), name "
+                "the column timestamp_ms")  # fmt: skip
+        return played
+    if rate is None:
+        return ()
+    drawn = poisson(len(traffic), rate)
+    _fits(drawn, f"--rate {rate:g}", lambda n: f"a higher --rate, or --requests {n}, fits")
+    return drawn
+
+
+def _fits(arrivals: tuple[float, ...], source: str, fix: Callable[[int], str]) -> None:
+    """``ConfigError`` in one line where the last of ``arrivals`` comes past
+    :data:`MAX_SPAN_S`, saying ``fix`` of how many first requests fit."""
+    if not arrivals or arrivals[-1] <= MAX_SPAN_S:
+        return
+    raise ConfigError(f"{source}: its {len(arrivals):,} requests arrive over "
+                      f"{arrivals[-1]:,.6g} s, longer than the {MAX_SPAN_S:g} s a trial can "
+                      "replay (it serves them at least 20 times in a start's 1200 s): "
+                      f"{fix(bisect.bisect_right(arrivals, MAX_SPAN_S))}")  # fmt: skip
 
 
 def label(rate: float | None, concurrency: int | None) -> str:

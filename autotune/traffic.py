@@ -2,37 +2,25 @@
 shape. A study measures one shape unless it is given a traffic.
 
 A traffic comes from a file (``--traffic FILE``: JSON lines or CSV with ``batch_size`` and
-``seq_len`` columns; a real request log works as it is) or from short forms: ``--seq-len
-16..512`` draws lengths log-uniformly (seeded, so the same command plays the same requests),
-``--seq-len 32,128,512`` draws from a list, the same for ``--batch-size``, and ``--requests N``
-says how many requests to play. Bad traffic is refused in one line that names its line.
+``seq_len`` columns; a real request log or a published trace works as it is:
+:mod:`autotune.traffic_file`) or from short forms: ``--seq-len 16..512`` draws lengths
+log-uniformly (seeded, so the same command plays the same requests), ``--seq-len 32,128,512``
+draws from a list, the same for ``--batch-size``, and ``--requests N`` says how many requests
+to play. Bad traffic is refused in one line that names its line.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.traffic_file import read_file, request
 
 Shape = tuple[int, int]  # (batch_size, seq_len)
-COLUMNS = ("batch_size", "seq_len")
-# A log's spellings of a request's prompt length, and of its answer's (a generate traffic's)
-PROMPT = ("seq_len", "prompt_tokens", "prompt_len", "input_len")
-ANSWER = ("new_tokens", "completion_tokens", "output_len", "output_tokens")
-# The one rule for an answer's length, wherever it is given (a flag, a file, a stored study)
-LEAST_ANSWER = 2
-ANSWER_RULE = (f"at least {LEAST_ANSWER}: the prefill gives the first token, decode steps the "
-               "rest")  # fmt: skip
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
-# A file's requests, at most, unless --requests takes its first N: the study stores the traffic
-# with every measurement. Past it the file is refused, never cut without a word.
-MAX_REQUESTS = 100_000
 STEADY_SHAPES = 8  # the distinct shapes timed in the steady state, at most (see steady())
 STATIC_COMPILES = 8  # torch's recompile limit: a static compile's graphs per code object
 QUANTILES = (0.25, 0.5, 0.75, 1.0)  # the edges of quantile buckets, in each dimension
@@ -100,95 +88,6 @@ def draw(
         return tuple((b(), s()) for _ in range(requests or DEFAULT_REQUESTS))
     a = one(answers, "--new-tokens")
     return tuple((b(), s(), a()) for _ in range(requests or DEFAULT_REQUESTS))
-
-
-def read_file(path: str, requests: int | None = None) -> tuple[tuple[int, ...], ...]:
-    """A traffic file's requests in order, all of them (the first ``requests`` where given),
-    each ``(batch_size, seq_len)``, or ``(batch_size, seq_len, new_tokens)`` where the file
-    gives answers (:data:`ANSWER`'s spellings; the prompt's are :data:`PROMPT`'s);
-    ``ConfigError`` naming the line for an empty file, a malformed line or a bad value, and
-    for a file of more than :data:`MAX_REQUESTS` without ``requests``."""
-    found = rows(path, requests)
-    return tuple(request(f"--traffic {path} line {n}", row) for n, row in found)
-
-
-def rows(path: str, requests: int | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """A traffic file's rows as read, each with its line's number (:func:`read_file`'s
-    refusals, but no row's values checked)."""
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"--traffic {path}: no such file")
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--traffic {path}: cannot read it ({exc})") from None
-    first = next((line for line in lines if line.strip()), "")
-    if not first:
-        raise ConfigError(f"--traffic {path}: the file holds no requests")
-    if first.lstrip().startswith("{"):
-        found = [(n, _json_line(path, n, line)) for n, line in enumerate(lines, 1) if line.strip()]
-    else:
-        found = _csv_rows(path, lines)
-    if not found:
-        raise ConfigError(f"--traffic {path}: the file holds no requests")
-    if not requests and len(found) > MAX_REQUESTS:
-        raise ConfigError(f"--traffic {path}: {len(found):,} requests, more than the "
-                          f"{MAX_REQUESTS:,} a study holds; --requests N takes the first "
-                          "N")  # fmt: skip
-    return found[: requests or len(found)]
-
-
-def _json_line(path: str, n: int, line: str) -> dict[str, Any]:
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise ConfigError(f"--traffic {path} line {n}: not JSON ({exc.args[0]})") from None
-    if not isinstance(row, dict):
-        raise ConfigError(f"--traffic {path} line {n}: a request is a JSON object with "
-                          f"{' and '.join(COLUMNS)}")  # fmt: skip
-    return row
-
-
-def _csv_rows(path: str, lines: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    reader = csv.DictReader(lines)
-    header = [h.strip() for h in reader.fieldnames or []]
-    if not set(PROMPT) & set(header):
-        raise ConfigError(f"--traffic {path} line 1: a CSV traffic needs a header with seq_len "
-                          f"or {', '.join(PROMPT[1:])} (and batch_size; and for generate "
-                          f"{' or '.join(ANSWER)}); JSON lines start with {{")  # fmt: skip
-    return [
-        (reader.line_num, {k.strip(): v for k, v in row.items() if k})
-        for row in reader
-        if any((v or "").strip() for v in row.values() if isinstance(v, str))
-    ]
-
-
-def request(where: str, row: dict[str, Any]) -> tuple[int, ...]:
-    """One request's ``(batch_size, seq_len[, new_tokens])`` from a row of a log; ``where``
-    names the row in an error."""
-    for spellings in (PROMPT, ANSWER):
-        if len(given := [k for k in spellings if k in row]) > 1:
-            raise ConfigError(f"{where}: both {' and '.join(given)}, two spellings of one "
-                              "length: give one")  # fmt: skip
-    prompt = next((k for k in PROMPT if k in row), None)
-    if prompt is None:
-        raise ConfigError(f"{where}: no seq_len (or {', '.join(PROMPT[1:])})")
-    answer = next((k for k in ANSWER if k in row), None)
-    values = []
-    for key in ("batch_size", prompt, *([answer] if answer else [])):
-        value = row.get(key, 1)
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        least = LEAST_ANSWER if key == answer else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            rule = (
-                f"a whole number of {ANSWER_RULE}"
-                if key == answer
-                else "a whole number of at least 1"
-            )
-            raise ConfigError(f"{where}: {key} = {value!r}, expected {rule}")
-        values.append(value)
-    return tuple(values)
 
 
 def read(value: Any, key: str) -> tuple[tuple[int, ...], ...]:

@@ -16,7 +16,7 @@ from autotune import fields
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
 from autotune.start_kinds import DEFAULT, parse
-from autotune.traffic import ANSWER_RULE, LEAST_ANSWER
+from autotune.traffic_file import ANSWER_RULE, LEAST_ANSWER
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate", "continuous")
@@ -87,13 +87,17 @@ class Workload:
     arrivals: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        first = self.requests  # a file's first N, read alone: a week's trace is never read whole
+        if isinstance(self.traffic, str) and type(first) is int and first >= 1:
+            object.__setattr__(self, "traffic", autotune.arrivals.read_file(self.traffic, first))
         fields.validate(self)
         object.__setattr__(self, "answers", tuple(self.answers))  # a stored list reads back
         known = autotune.arrivals.check(self.kind, self.traffic, tuple(self.arrivals),
                                         self.rate, self.concurrency, self.slo)  # fmt: skip
+        path = getattr(self.traffic, "path", "")  # a file's, whose arrivals are checked
         self._draw_traffic()
         if self.kind == "continuous":
-            known = autotune.arrivals.settle(self.traffic, known, self.rate)
+            known = autotune.arrivals.settle(self.traffic, known, self.rate, path)
         object.__setattr__(self, "arrivals", known)
         if self.dtype not in DTYPES:
             raise ConfigError(f"bad dtype {self.dtype!r}: use one of {', '.join(DTYPES)} "

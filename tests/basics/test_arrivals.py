@@ -255,3 +255,127 @@ def test_a_search_refuses_a_bad_continuous_command_in_one_line(
     err = capsys.readouterr().err
     assert code == 2 and needle in err and err.count("\n") == 1, err
     assert "Traceback" not in err and not (in_tmp / "studies").exists()
+
+
+# A few rows of each published LLM serving trace, as its file spells them
+AZURE_2023 = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+              "2023-11-16 18:15:51.2646720,879,162\n")  # fmt: skip
+AZURE_2024 = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2024-05-10 00:00:00.009930+00:00,2162,5\n"
+              "2024-05-10 00:00:00.018311+00:00,1245,19\n"
+              "2024-05-10 00:00:02.509930+00:00,4371,102\n")  # fmt: skip
+BURSTGPT = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,251,1338,Conversation log\n"
+            "118,GPT-4,417,276,693,API log\n")  # fmt: skip
+MOONCAKE = [
+    {"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, 2]},
+    {"timestamp": 0, "input_length": 7319, "output_length": 490, "hash_ids": [0, 14, 15]},
+    {"timestamp": 3052, "input_length": 7234, "output_length": 794, "hash_ids": [0, 28]},
+    {"timestamp": 27482, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]},
+]
+
+
+def mooncake(tmp_path: Path, stamp: str = "timestamp") -> Path:
+    """Mooncake's trace as published (its stamps in ms, under ``timestamp``), or renamed."""
+    path = tmp_path / f"mooncake-{stamp}.jsonl"
+    rows = [{stamp if k == "timestamp" else k: v for k, v in r.items()} for r in MOONCAKE]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "requests", "expected"),
+    [  # (prompt, answer, arrival in seconds from the first row)
+        ("azure2023.csv", AZURE_2023, None,
+         [(374, 44, 0.0), (396, 109, 4.314579), (879, 162, 4.584082)]),
+        ("azure2024.csv", AZURE_2024, None,
+         [(2162, 5, 0.0), (1245, 19, 0.008381), (4371, 102, 2.5)]),
+        ("BurstGPT_1.csv", BURSTGPT, 2, [(472, 18, 0.0), (1087, 251, 40.0)]),
+        ("arrival_ms.jsonl", '{"arrival_ms": 250, "Input Length": 9, "OutputLength": 3}\n'
+         '{"arrival_ms": 1500.5, "Input Length": 7, "OutputLength": 4}\n', None,
+         [(9, 3, 0.25), (7, 4, 1.5005)]),
+    ],
+)  # fmt: skip
+def test_a_published_trace_s_arrivals_read_in_seconds(
+    tmp_path: Path, name: str, text: str, requests: int | None,
+    expected: list[tuple[int, int, float]],
+) -> None:  # fmt: skip
+    """Azure's ContextTokens and GeneratedTokens, BurstGPT's "Request tokens" and seconds from
+    its start, were no prompt ("no seq_len"); each now reads as published."""
+    path = tmp_path / name
+    path.write_text(text)
+    w = continuous(traffic=str(path), requests=requests)
+    assert w.traffic == tuple((1, p) for p, _, _ in expected)
+    assert w.answers == tuple(n for _, n, _ in expected)
+    assert w.arrivals == pytest.approx([a for *_, a in expected], abs=1e-6)
+
+
+def test_mooncake_s_milliseconds_read_under_timestamp_ms(tmp_path: Path) -> None:
+    w = continuous(traffic=str(mooncake(tmp_path, "timestamp_ms")))
+    assert w.traffic == tuple((1, r["input_length"]) for r in MOONCAKE)
+    assert w.answers == tuple(r["output_length"] for r in MOONCAKE)
+    assert w.arrivals == (0.0, 0.0, 3.052, 27.482)
+
+
+def test_arrivals_longer_than_a_trial_replays_are_refused_in_one_line(tmp_path: Path) -> None:
+    """Mooncake's stamps are ms under "timestamp", read as seconds: its first 4 requests span
+    7.6 hours, and each trial would replay them at least 20 times until its timeout. Refused
+    in one line, after --requests cuts the file, naming both fixes."""
+    raw = mooncake(tmp_path)
+    with pytest.raises(ConfigError) as exc:
+        continuous(traffic=str(raw))
+    said = one_line(exc)
+    assert said.startswith(f"--traffic {raw}: its 4 requests arrive over 27,482 s, longer "
+                           "than the 60 s a trial can replay")  # fmt: skip
+    assert "--requests 2 takes the first 2, which fit" in said and "timestamp_ms" in said
+    assert continuous(traffic=str(raw), requests=2).arrivals == (0.0, 0.0)  # the first N fit
+    with pytest.raises(ConfigError) as exc:
+        continuous(traffic=str(raw), requests=3)
+    assert "its 3 requests arrive over 3,052 s" in one_line(exc)
+    burst = tmp_path / "BurstGPT_1.csv"
+    burst.write_text(BURSTGPT)  # seconds from its start: 113 s, past the limit
+    with pytest.raises(ConfigError) as exc:
+        continuous(traffic=str(burst))
+    assert "arrive over 113 s" in one_line(exc) and "--requests 2 takes" in one_line(exc)
+    edge = tmp_path / "edge.jsonl"
+    for last, fits in ((arrivals.MAX_SPAN_S, True), (arrivals.MAX_SPAN_S + 0.5, False)):
+        edge.write_text('{"arrival_s": 0, "seq_len": 8, "new_tokens": 4}\n'
+                        f'{{"arrival_s": {last}, "seq_len": 8, "new_tokens": 4}}\n')  # fmt: skip
+        if fits:
+            w = continuous(traffic=str(edge))
+            stored = {**w.to_dict(), "arrivals": [0.0, 600.0]}  # a study's, as it played them
+            assert Workload.from_dict(stored).arrivals == (0.0, 600.0)
+        else:
+            with pytest.raises(ConfigError, match=r"arrive over 60\.5 s"):
+                continuous(traffic=str(edge))
+    with pytest.raises(ConfigError) as exc:  # Poisson arrivals at 0.5/s: 48 over ~100 s
+        continuous(rate=0.5, seq_len=8, new_tokens=4)
+    assert one_line(exc).startswith("--rate 0.5: its 48 requests arrive over")
+    assert "a higher --rate, or --requests" in one_line(exc)
+
+
+def test_a_mooncake_trace_through_the_real_cli_is_one_line(tmp_path: Path) -> None:
+    raw = mooncake(tmp_path)
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}  # this checkout's autotune
+    out = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_llama",
+         "--workload", "continuous", "--traffic", str(raw), "--no-progress"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "arrive over 27,482 s" in out.stderr and "timestamp_ms" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "studies").exists()
+
+
+def test_a_burstgpt_failure_through_the_cli_is_one_line(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    burst = in_tmp / "BurstGPT_1.csv"
+    burst.write_text(BURSTGPT.replace("45,ChatGPT,1087,251,1338", "45,ChatGPT,1087,0,1087"))
+    code = main(["search", "--model", "tests.models:tiny_llama", "--workload", "continuous",
+                 "--traffic", str(burst), "--requests", "2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "line 3: Response tokens = 0" in err, err
+    assert "keep the rows of at least 2" in err and not (in_tmp / "studies").exists()

@@ -48,7 +48,7 @@ def test_a_traffic_file_reads_as_json_lines_or_csv(tmp_path: Path) -> None:
 def test_a_long_log_is_read_whole_and_one_past_the_limit_is_refused(tmp_path: Path) -> None:
     """A 12,000-line log lost its last 2,000 requests without a word (here its only long
     shape): the traffic was cut at 10,000. Now all are read; past the limit, one line."""
-    from autotune import traffic
+    from autotune import traffic_file
 
     log = tmp_path / "t.csv"
     log.write_text("seq_len\n" + "16\n" * 11_999 + "512\n")
@@ -56,7 +56,7 @@ def test_a_long_log_is_read_whole_and_one_past_the_limit_is_refused(tmp_path: Pa
     assert len(w.traffic) == 12_000 and w.traffic[-1] == (1, 512)
     assert len(Workload(traffic=str(log), requests=100).traffic) == 100  # the first N, as asked
     huge = tmp_path / "huge.csv"
-    huge.write_text("seq_len\n" + "16\n" * (traffic.MAX_REQUESTS + 1))
+    huge.write_text("seq_len\n" + "16\n" * (traffic_file.MAX_REQUESTS + 1))
     with pytest.raises(ConfigError, match="100,001 requests, more than the 100,000"):
         Workload(traffic=str(huge))
 
@@ -151,6 +151,72 @@ def test_a_traffic_row_s_answer_follows_one_rule_and_one_spelling(tmp_path: Path
         assert "expected a whole number of at least 2: the prefill gives the first token" in said
     path.write_text('{"seq_len": 8, "new_tokens": 4}\n{"seq_len": 8, "new_tokens": 2}\n')
     assert Workload(kind="generate", traffic=str(path)).answers == (4, 2)
+
+
+# A few rows of each published LLM serving trace, as its file spells them
+AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+         "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.2646720,879,162\n")  # fmt: skip
+BURSTGPT = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,251,1338,Conversation log\n"
+            "118,GPT-4,417,276,693,API log\n")  # fmt: skip
+MOONCAKE = "".join(json.dumps(row) + "\n" for row in (
+    {"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, 2]},
+    {"timestamp": 0, "input_length": 7319, "output_length": 490, "hash_ids": [0, 14, 15]},
+    {"timestamp": 3052, "input_length": 7234, "output_length": 794, "hash_ids": [0, 28]},
+    {"timestamp": 27482, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]},
+))  # fmt: skip
+TRACES = {  # (file, text, each request's prompt and answer)
+    "azure": ("trace.csv", AZURE, ((374, 44), (396, 109), (879, 162))),
+    "burstgpt": ("BurstGPT_1.csv", BURSTGPT, ((472, 18), (1087, 251), (417, 276))),
+    "mooncake": ("trace.jsonl", MOONCAKE, ((6755, 500), (7319, 490), (7234, 794), (655, 52))),
+}
+
+
+def test_a_column_reads_in_any_case_and_spelling_of_its_words() -> None:
+    from autotune.traffic_file import column
+
+    for name, read in [("ContextTokens", "context_tokens"), ("Request tokens", "request_tokens"),
+                       ("input-length", "input_length"), ("TIMESTAMP", "timestamp"),
+                       (" Response  Tokens ", "response_tokens"), ("seq_len", "seq_len"),
+                       ("arrivalMs", "arrival_ms"), ("Log Type", "log_type")]:  # fmt: skip
+        assert column(name) == read, name
+
+
+@pytest.mark.parametrize("trace", sorted(TRACES))
+def test_a_published_trace_reads_as_it_is_published(tmp_path: Path, trace: str) -> None:
+    """Azure's ContextTokens, BurstGPT's "Request tokens" and Mooncake's input_length were no
+    prompt: "no seq_len". Each trace now reads as published, its lengths and its answers."""
+    name, text, lengths = TRACES[trace]
+    path = tmp_path / name
+    path.write_text(text)
+    w = Workload(kind="generate", traffic=str(path))
+    assert w.traffic == tuple((1, p) for p, _ in lengths)
+    assert w.answers == tuple(n for _, n in lengths)
+
+
+def test_a_trace_s_failed_request_is_refused_saying_which_rows_to_keep(tmp_path: Path) -> None:
+    """BurstGPT logs a failed request with Response tokens 0: no answer to replay. One line
+    names the row, the file's own column, and the rows to keep."""
+    path = tmp_path / "BurstGPT_1.csv"
+    path.write_text(BURSTGPT + "130,ChatGPT,1200,0,1200,Conversation log\n")
+    with pytest.raises(ConfigError) as caught:
+        Workload(kind="generate", traffic=str(path))
+    said = str(caught.value)
+    assert "\n" not in said and f"--traffic {path} line 5: Response tokens = 0, expected" in said
+    assert "keep the rows of at least 2" in said and "BurstGPT_without_fails" in said
+    assert len(Workload(kind="generate", traffic=str(path), requests=3).traffic) == 3
+
+
+def test_requests_takes_the_first_n_of_a_file_past_the_limit(tmp_path: Path) -> None:
+    """A week of Azure's 2024 trace is millions of rows: refused as more than a study holds,
+    and so it still was with --requests N, which the refusal named as the fix. Now the first
+    N are read, and the rows after them are not."""
+    from autotune.traffic_file import MAX_REQUESTS
+
+    huge = tmp_path / "week.csv"
+    huge.write_text("ContextTokens,GeneratedTokens\n" + "16,4\n" * (MAX_REQUESTS + 1) + "x,y\n")
+    w = Workload(kind="generate", traffic=str(huge), requests=5)
+    assert w.traffic == ((1, 16),) * 5 and w.answers == (4,) * 5
 
 
 def test_the_space_opens_buckets_and_marks_only_under_a_traffic() -> None:
