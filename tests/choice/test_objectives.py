@@ -82,3 +82,33 @@ def test_goodput_counts_as_the_one_speed_and_is_maximised() -> None:
     with pytest.raises(objectives.ConfigError, match="bad objectives"):  # two speeds
         objectives.check(("compile", "ttft", "goodput"), ("cold",), "continuous", "ttft=1s")
     assert objectives.directions(("compile", "goodput")) == ["minimize", "maximize"]
+
+
+@pytest.mark.slow
+def test_a_continuous_search_with_goodput_as_objective_shows_it_as_measured(
+    tmp_path: Path,
+) -> None:
+    """The whole command (about 30 s): a tiny Llama's continuous search over eager and one
+    compile, goodput its objective; the front's table shows it in req/s, Optuna holds it
+    maximised and as measured (never negative)."""
+    import os
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    cmd = [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_llama",
+           "--workload", "continuous", "--rate", "40", "--seq-len", "4..16", "--new-tokens",
+           "2..4", "--requests", "4", "--slo", "ttft=10s", "--objectives", "compile,goodput",
+           "--granularity", "none,full", "--backend", "eager", "--dynamic", "none",
+           "--fullgraph", "false", "--batching", "none", "--iters", "4", "--warmup", "1",
+           "--starts", "cold", "--no-progress", "--no-confirm", "--storage", url,
+           "--study", "g"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "goodput" in done.stdout and " req/s " in done.stdout, done.stdout
+    study = optuna.load_study(study_name="g", storage=url)
+    assert study.directions[1] == optuna.study.StudyDirection.MAXIMIZE
+    values = [t.values[1] for t in study.trials if t.values]
+    assert values and all(v > 0 for v in values)
