@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from autotune.choice.objectives import values
+from autotune.choice.objectives import costs
 from autotune.choice.selection import Point, pareto, pick
 from autotune.errors import shorten
 from autotune.trial.timing import ALPHA, sign_test
@@ -90,13 +90,13 @@ def rivals(chosen: Point, points: list[Point], front: list[Point],
     """The compiled contenders nearest ``chosen`` (objectives normalised over them): the
     front's first, at most :data:`RIVALS`; eager is timed in every confirmation anyway."""
     others = [p for p in contenders(points, front) if p.key not in (chosen.key, "none")]
-    vals = [values(p, objectives) for p in [chosen, *others]]
+    vals = [costs(p, objectives) for p in [chosen, *others]]
     spans = [max(v[i] for v in vals) - min(v[i] for v in vals) or 1.0
              for i in range(len(objectives))]  # fmt: skip
-    here = values(chosen, objectives)
+    here = costs(chosen, objectives)
 
     def distance(p: Point) -> float:
-        there = values(p, objectives)
+        there = costs(p, objectives)
         return math.hypot(*((a - b) / s for a, b, s in zip(here, there, spans, strict=True)))
 
     on = {p.key for p in front}

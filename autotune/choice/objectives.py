@@ -3,9 +3,14 @@
 Objectives: one start cost (``compile`` = a cold start, ``warm``, ``portable``,
 ``precompiled`` or ``aot``), one speed
 (``latency``; for ``--workload generate`` also ``decode``, the same per-token latency, and
-``ttft``, the prefill), optionally ``memory``. :data:`ATTRIBUTE` is the one table from an
+``ttft``, the prefill; for ``--workload continuous`` with ``--slo`` also ``goodput``, requests a
+second that met the SLO), optionally ``memory``. :data:`ATTRIBUTE` is the one table from an
 objective to the value that stands for it (a :class:`autotune.choice.selection.Point`'s field); a
 start's cost comes from the start-kind table (:mod:`autotune.start_kinds`).
+
+Every objective is minimised but those of :data:`HIGHER` (goodput): Optuna maximises them
+(:func:`directions`) and is told them as measured (:func:`values`); a front compares their
+negative (:func:`costs`), so that a value is always shown as it was measured.
 
 Policies (eager is a candidate in every one): ``knee``, ``fastest``, ``quickest``,
 ``amortized:CALLS``, ``amortized:TIME`` (a lifetime in serving time, the default),
@@ -21,18 +26,20 @@ import math
 import re
 from typing import Any
 
-from autotune import start_kinds
+from autotune import arrivals, start_kinds
 from autotune.errors import ConfigError
 
 # a start's cost: compile (cold), warm, portable, ...
 START_COSTS = tuple(start_kinds.BY_OBJECTIVE)
-SPEEDS = ("latency", "decode", "ttft")  # objectives that are a call's cost
+SPEEDS = ("latency", "decode", "ttft", "goodput")  # a call's cost, or good requests a second
 OBJECTIVES = (*START_COSTS, *SPEEDS, "memory")
+HIGHER = frozenset({"goodput"})  # objectives that are better when higher
 METRICS = {**{k.objective: k.metric for k in start_kinds.TABLE},
            "latency": "latency_ms", "decode": "decode_ms_per_token", "ttft": "ttft_ms",
-           "memory": "memory_mb"}  # fmt: skip  # Optuna's metric names
+           "goodput": "goodput_per_s", "memory": "memory_mb"}  # fmt: skip  # Optuna's names
+# a Point's field (a start's is Point.start_s)
 ATTRIBUTE = {"latency": "latency_ms", "decode": "latency_ms", "ttft": "ttft_ms",
-             "memory": "memory_mb"}  # fmt: skip  # a Point's field; a start's is Point.start_s
+             "goodput": "goodput", "memory": "memory_mb"}  # fmt: skip
 START_KIND = {k.objective: k.name for k in start_kinds.TABLE}  # what each start objective costs
 POLICIES = ("knee", "fastest", "quickest", "amortized", "restarts", "latency-budget")
 
@@ -55,10 +62,11 @@ def starts_needed(objectives: tuple[str, ...], starts: tuple[str, ...]) -> tuple
     )
 
 
-def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inference") -> None:
+def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inference",
+          slo: str = "") -> None:  # fmt: skip
     """One start cost, one speed, optionally memory; decode and TTFT need a generate or a
-    continuous workload (the starts the objectives name are added before:
-    :func:`starts_needed`)."""
+    continuous workload, goodput a continuous one with targets in ``slo`` (``--slo``'s text)
+    (the starts the objectives name are added before: :func:`starts_needed`)."""
     counts = [sum(o in group for o in objectives) for group in (START_COSTS, SPEEDS)]
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown or counts != [1, 1] or len(set(objectives)) != len(objectives):
@@ -71,6 +79,12 @@ def check(objectives: tuple[str, ...], starts: tuple[str, ...], kind: str = "inf
                           "--starts")  # fmt: skip
     if kind not in ("generate", "continuous") and {"decode", "ttft"} & set(objectives):
         raise ConfigError("objectives decode and ttft need --workload generate or continuous")
+    if "goodput" in objectives and kind != "continuous":
+        raise ConfigError("objective goodput needs --workload continuous (and its --slo "
+                          "targets)")  # fmt: skip
+    if "goodput" in objectives and not any(arrivals.slo(slo)):
+        raise ConfigError("objective goodput counts the requests that meet --slo: give its "
+                          "targets, e.g. --slo ttft=500ms,tpot=50ms")  # fmt: skip
 
 
 def later_start(objectives: tuple[str, ...]) -> str:
@@ -80,13 +94,27 @@ def later_start(objectives: tuple[str, ...]) -> str:
     return "warm" if chosen == "compile" else START_KIND[chosen]
 
 
+def directions(objectives: tuple[str, ...]) -> list[str]:
+    """Optuna's direction of each objective: ``maximize`` for those of :data:`HIGHER`."""
+    return ["maximize" if o in HIGHER else "minimize" for o in objectives]
+
+
 def values(point: Any, objectives: tuple[str, ...]) -> tuple[float, ...]:
-    """The value of each objective for a point (a missing one counts as 0)."""
+    """The value of each objective for a point, as measured (a missing one counts as 0): what
+    Optuna is told, in :func:`directions`."""
     return tuple(float(value(point, o) or 0.0) for o in objectives)
 
 
+def costs(point: Any, objectives: tuple[str, ...]) -> tuple[float, ...]:
+    """:func:`values` as a front compares them, each lower-is-better: a :data:`HIGHER`
+    objective's negative."""
+    return tuple(-v if o in HIGHER else v for o, v in zip(objectives, values(point, objectives),
+                                                          strict=True))  # fmt: skip
+
+
 def value(point: Any, objective: str) -> float | None:
-    """One objective's value for a point: a start's cost, or a call's, or the memory."""
+    """One objective's value for a point: a start's cost, or a call's, its goodput, or the
+    memory."""
     if objective in START_KIND:
         return point.start_s(START_KIND[objective])
     return getattr(point, ATTRIBUTE[objective])

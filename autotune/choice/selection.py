@@ -5,19 +5,24 @@ It owns the study's common latency scale, the sign test that decides whether a s
 the Pareto front and the policies (:mod:`autotune.choice.objectives` parses them):
 - ``knee``: the Pareto point nearest the ideal point after normalising each objective (a tie
   goes to the quicker compile);
-- ``fastest``: the lowest latency;
+- ``fastest``: the lowest latency (a goodput study's too);
 - ``quickest``: the lowest compile time among compiled strategies that are at least as fast as
   eager (a speedup >= 1 that the interleaved rounds show), else eager: a compile that buys
   nothing is never "quick";
-- ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``;
+- ``amortized:CALLS``: the lowest ``compile_s + CALLS * latency``; where goodput is an
+  objective, a request costs ``1 / goodput`` instead (CALLS requests within the SLO, served at
+  the point's goodput; none met: never);
 - ``amortized:TIME`` (``1h``, ``30min``; the default is ``amortized:1h``): the same over the
   calls that TIME of serving makes back to back at eager's latency, so that a lifetime means
   the same on a CPU and a GPU (:func:`lifetime_calls`);
 - ``restarts:STARTS:CALLS``: a service that starts STARTS times (one cold start, then later
   starts: the study's start objective when it is one, such as ``precompiled``, else warm) and
   makes CALLS calls per start: the lowest ``cold + (STARTS - 1) * later + STARTS * CALLS *
-  latency``;
+  latency`` (a request's ``1 / goodput`` where goodput is an objective);
 - ``latency-budget:MS``: the quickest compile whose latency is within MS milliseconds.
+
+The front and the knee compare each objective lower-is-better (:func:`~.objectives.costs`:
+goodput by its negative); a point keeps every value as measured.
 """
 
 from __future__ import annotations
@@ -27,7 +32,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.choice.objectives import START_KIND, later_start, parse_policy, serving_calls, values
+from autotune.choice.objectives import (
+    START_KIND,
+    costs,
+    later_start,
+    parse_policy,
+    serving_calls,
+    values,
+)
 from autotune.errors import AutotuneError
 from autotune.start_kinds import LATER
 from autotune.trial.measurement import Measurement
@@ -104,6 +116,17 @@ def measured_starts(m: Measurement) -> dict[str, float]:
             and (value := m.start_s(kind)) is not None}  # fmt: skip
 
 
+def goodput_of(m: Measurement) -> float | None:
+    """A continuous trial's goodput (requests a second that met its workload's SLO) in its
+    median steady pass, the pass its other figures come from: the strategy's side, or eager's
+    own pass for eager; None without an SLO's targets or a continuous record."""
+    if m.workload is None or not m.workload.slo:
+        return None
+    steady = ((m.traffic or {}).get("continuous") or {}).get("steady") or {}
+    found = steady.get("eager" if m.strategy.granularity == "none" else "compiled") or {}
+    return None if found.get("goodput") is None else float(found["goodput"])
+
+
 PER = {"generate": "token", "continuous": "request"}  # a workload's latency: a cost per what
 
 
@@ -126,6 +149,7 @@ class Point:
     limit_hit: bool = False  # dynamo hit its recompile limit: part of the model ran eager
     no_graphs: str = ""  # where a CUDA-graph strategy ran without them: all, or K of N graphs
     per: str = "call"  # what latency_ms is a cost of: a call, a decoded token, a request served
+    goodput: float | None = None  # continuous with an SLO: requests/s that met it, as measured
 
     @classmethod
     def of(cls, m: Measurement, trial_number: int | None, baseline: Measurement | None) -> Point:
@@ -142,15 +166,20 @@ class Point:
             ttft_ms=ttft_on_baseline(m, base_ttft),
             tokens_per_s=tokens_per_s_on_baseline(m, baseline.tokens_per_s if baseline else None),
             limit_hit=m.limit_hit, no_graphs=m.without_cuda_graphs,
-            per=PER.get(m.workload.kind if m.workload else "", "call"),
+            per=PER.get(m.workload.kind if m.workload else "", "call"), goodput=goodput_of(m),
         )  # fmt: skip
 
-    def total_s(self, calls: float, starts: float = 1, start: str = "compile") -> float:
+    def total_s(self, calls: float, starts: float = 1, start: str = "compile",
+                good: bool = False) -> float:  # fmt: skip
         """``starts`` starts of ``calls`` calls each: the first start cold, the others as
         ``start`` says (``compile`` = cold again, or a later start: ``warm``, ``portable``,
-        ``precompiled``, ``aot``)."""
+        ``precompiled``, ``aot``). ``good``: a call costs ``1 / goodput`` s, the time one
+        request within the SLO takes at the point's goodput (none met: infinite)."""
         later = self.start_s(START_KIND.get(start, start))
-        per_start = calls * self.latency_ms / 1e3
+        each_s = self.latency_ms / 1e3
+        if good:
+            each_s = 1 / self.goodput if self.goodput else math.inf
+        per_start = calls * each_s
         return self.compile_s + (starts - 1) * later + starts * per_start
 
     def start_s(self, kind: str) -> float:
@@ -158,8 +187,12 @@ class Point:
         return self.compile_s if kind == "cold" else self.later_s.get(kind, self.compile_s)
 
     def values(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
-        """The point's value of each objective, in order."""
+        """The point's value of each objective, in order, as measured."""
         return values(self, objectives)
+
+    def costs(self, objectives: tuple[str, ...]) -> tuple[float, ...]:
+        """The point's values lower-is-better, as a front compares them (goodput negated)."""
+        return costs(self, objectives)
 
 
 def candidates(stored: Iterable[Stored], max_memory_mb: float | None = None,
@@ -186,14 +219,14 @@ def pareto(
     points: list[Point], objectives: tuple[str, ...] = ("compile", "latency")
 ) -> list[Point]:
     """The non-dominated points, sorted by compile time."""
-    vals = [p.values(objectives) for p in points]
+    vals = [p.costs(objectives) for p in points]
     front = [p for p, v in zip(points, vals, strict=True) if not dominated(v, vals)]
     return sorted(front, key=lambda p: (p.compile_s, p.latency_ms))
 
 
 def dominated(v: tuple[float, ...], others: Iterable[tuple[float, ...]]) -> bool:
     """Whether another of ``others`` is at least as good as ``v`` in every objective (and is
-    not ``v``'s values): minimising all."""
+    not ``v``'s values): minimising all (costs, see :func:`~.objectives.costs`)."""
     return any(w != v and all(a <= b for a, b in zip(w, v, strict=True)) for w in others)
 
 
@@ -210,14 +243,15 @@ def pick(
         fast = [p for p in points if p.key != "none" and p.significant and p.speedup >= 1.0]
         eager = [p for p in points if p.key == "none"]
         return min(fast or eager or points, key=lambda p: (p.compile_s, p.latency_ms))
+    good = "goodput" in objectives  # a request costs 1 / goodput: see the module's docstring
     if name in ("amortized", "serving"):
         calls = lifetime_calls(policy, points)
         assert calls is not None
-        return min(points, key=lambda p: (p.total_s(calls), p.latency_ms))
+        return min(points, key=lambda p: (p.total_s(calls, good=good), p.latency_ms))
     if name == "restarts":
         starts, calls = args
         kind = later_start(objectives)
-        return min(points, key=lambda p: (p.total_s(calls, starts, kind), p.latency_ms))
+        return min(points, key=lambda p: (p.total_s(calls, starts, kind, good), p.latency_ms))
     if name == "latency-budget":
         within = [p for p in points if p.latency_ms <= args[0]]
         if not within:
@@ -252,7 +286,7 @@ def lifetime_calls(policy: str, points: list[Point]) -> float | None:
 
 def knee(front: list[Point], objectives: tuple[str, ...]) -> Point:
     """The front's point nearest the ideal after normalising each objective to [0, 1]."""
-    vals = {id(p): p.values(objectives) for p in front}
+    vals = {id(p): p.costs(objectives) for p in front}
     lo = [min(v[i] for v in vals.values()) for i in range(len(objectives))]
     hi = [max(v[i] for v in vals.values()) for i in range(len(objectives))]
 

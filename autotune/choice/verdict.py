@@ -117,51 +117,62 @@ def excluded_line(summary: dict[str, Any]) -> str:
     return ", ".join(parts) or "none"
 
 
-def break_even(p: Point, eager: Point) -> float | None:
-    """After how many calls compiling ``p`` pays against eager (None: it never does)."""
-    saved_s = (eager.latency_ms - p.latency_ms) / 1e3
+def break_even(p: Point, eager: Point, good: bool = False) -> float | None:
+    """After how many calls compiling ``p`` pays against eager (None: it never does);
+    ``good``: a call costs ``1 / goodput`` (:meth:`Point.total_s`)."""
+    saved_s = eager.total_s(1, good=good) - eager.compile_s - p.total_s(1, good=good) + p.compile_s
     return p.compile_s / saved_s if saved_s > 0 else None
 
 
 def lifetime_line(chosen: Point, points: list[Point], calls: float,
-                  serving_s: float | None = None) -> str:  # fmt: skip
+                  serving_s: float | None = None, good: bool = False) -> str:  # fmt: skip
     """Over a lifetime of ``calls`` calls (a generate study's: decode tokens): what the pick
     saves over eager and over the runner-up, and after how many calls compiling pays. A
     lifetime stated in serving time (``serving_s`` seconds of calls back to back at eager's
-    latency) says so, and the break-even in serving time too."""
+    latency) says so, and the break-even in serving time too. ``good``: a goodput study's,
+    each request costing ``1 / goodput`` (:meth:`Point.total_s`)."""
     eager = next((p for p in points if p.key == "none"), None)
-    ranked = sorted(points, key=lambda p: (p.total_s(calls), p.latency_ms))
+
+    def total(p: Point) -> float:
+        return p.total_s(calls, good=good)
+
+    ranked = sorted(points, key=lambda p: (total(p), p.latency_ms))
     unit = f"{points[0].per}s" if points else "calls"
     over = f"over {calls:,.0f} {unit}"
     if serving_s is not None:
         per_call = serving_s * 1e3 / calls
         over = f"over {span(serving_s)} of serving ({calls:,.0f} {unit} at {per_call:.3g} ms)"
-    words = [f"{over} the pick costs {chosen.total_s(calls):.1f} s"]
+    if good:
+        over += " within the SLO, at each one's goodput"
+    words = [f"{over} the pick costs {total(chosen):.1f} s"]
     if eager is not None and chosen.key != "none":
-        words.append(f"{eager.total_s(calls) - chosen.total_s(calls):.1f} s less than eager")
+        words.append(f"{total(eager) - total(chosen):.1f} s less than eager")
     runner = next((p for p in ranked if p.key != chosen.key), None)
     if runner is not None:
-        words.append(f"{runner.total_s(calls) - chosen.total_s(calls):.1f} s less than the "
-                     f"runner-up, {runner.key}")  # fmt: skip
-    fastest = min((p for p in points if p.key != "none"), key=lambda p: p.latency_ms,
-                  default=None)  # fmt: skip
+        words.append(f"{total(runner) - total(chosen):.1f} s less than the runner-up, "
+                     f"{runner.key}")  # fmt: skip
+    fastest = min((p for p in points if p.key != "none"), default=None,
+                  key=lambda p: -(p.goodput or 0.0) if good else p.latency_ms)  # fmt: skip
     shown = chosen if chosen.key != "none" else fastest
     if eager is not None and shown is not None:
-        calls_to_pay = break_even(shown, eager)
+        calls_to_pay = break_even(shown, eager, good)
         served = "" if serving_s is None or calls_to_pay is None else (
             f" ({span(calls_to_pay * eager.latency_ms / 1e3)} of serving)")  # fmt: skip
         words.append(
             f"compiling {shown.key} pays after {calls_to_pay:,.0f} {unit}{served}"
             if calls_to_pay is not None
-            else f"compiling {shown.key} never pays: it is not faster"
+            else f"compiling {shown.key} never pays: "
+            + ("its goodput is no higher" if good else "it is not faster")
         )
     return "; ".join(words)
 
 
-def verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:
+def verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str,
+            good: bool = False) -> str:  # fmt: skip
     """The answer in one sentence; when it is eager, whether that is because nothing compiled
     passed or because compiling did not pay. Under a lifetime (``amortized:CALLS`` or
-    ``amortized:TIME``), what the pick saves and after how many calls compiling pays."""
+    ``amortized:TIME``), what the pick saves and after how many calls compiling pays (``good``:
+    goodput is an objective, see :func:`lifetime_line`)."""
     from autotune.choice.objectives import parse_policy
     from autotune.choice.selection import lifetime_calls
 
@@ -171,12 +182,19 @@ def verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy:
     if calls is None:
         return sentence
     serving_s = args[0] if name == "serving" else None
-    return f"{sentence}; {lifetime_line(chosen, points, calls, serving_s)}"
+    return f"{sentence}; {lifetime_line(chosen, points, calls, serving_s, good)}"
 
 
 def _verdict(chosen: Point, points: list[Point], summary: dict[str, Any], policy: str) -> str:
     if chosen.key != "none":
-        return (f"compile with {chosen.key}: {chosen.speedup:.2f}x eager after a "
+        eager = next((p for p in points if p.key == "none"), None)
+        good = (
+            ""
+            if chosen.goodput is None
+            else f", goodput {chosen.goodput:.2f} req/s"
+            + ("" if eager is None or eager.goodput is None else f" (eager {eager.goodput:.2f})")
+        )
+        return (f"compile with {chosen.key}: {chosen.speedup:.2f}x eager{good} after a "
                 f"{chosen.compile_s:.1f} s cold compile ({policy})")  # fmt: skip
     compiled = [p for p in points if p.key != "none"]
     if not compiled and (cheap := summary["by_reason"].get(CHEAP)):  # dominated by eager
@@ -257,8 +275,9 @@ def answer(rows: list[Stored], study: str, objectives: tuple[str, ...], policy: 
         front = pareto(points, objectives)
         chosen = next((p for p in points if p.key == confirmation[0]), chosen)
     excluded = excluded_summary(exclusions(rows, max_memory_mb))
-    return Answer(chosen, points, front, verdict(chosen, points, excluded, policy), excluded,
-                  gate(rows), f"autotune show --study {study}", confirmed)  # fmt: skip
+    said = verdict(chosen, points, excluded, policy, "goodput" in objectives)
+    return Answer(chosen, points, front, said, excluded, gate(rows),
+                  f"autotune show --study {study}", confirmed)  # fmt: skip
 
 
 def gate(rows: list[Stored]) -> dict[str, Any]:

@@ -182,9 +182,10 @@ def starts_lines(m: Measurement) -> list[str]:
 
 def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -> str:
     """The Pareto front as a table, the chosen strategy marked; a generate study shows TTFT
-    and tokens/s, and its latency is per decoded token; each later start of ``starts`` gets a
-    column."""
+    and tokens/s, and its latency is per decoded token; a continuous one with an SLO its
+    goodput; each later start of ``starts`` gets a column."""
     generate = any(p.ttft_ms is not None for p in front)
+    good = any(p.goodput is not None for p in front)
     later = [k for k in LATER if k in starts]
     rows = []
     for p in front:
@@ -194,6 +195,8 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
         if generate:
             row += ["—" if p.ttft_ms is None else f"{p.ttft_ms:.1f} ms",
                     "—" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"]  # fmt: skip
+        if good:
+            row.append("—" if p.goodput is None else f"{p.goodput:.2f} req/s")
         flags = (" LIMIT" if p.limit_hit else "") + (
             "" if not p.no_graphs else " NO GRAPHS" if p.no_graphs == "all" else " SOME GRAPHS"
         )
@@ -205,6 +208,7 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
     if generate:
         speed = (["in server / request", "TTFT p90", "tokens/s"] if served
                  else ["decode / token", "TTFT", "tokens/s"])  # fmt: skip
+    speed += ["goodput"] * good
     labels = [BY_NAME[k].label for k in ("cold", *later)]
     header = ("  strategy", *labels, *speed, "speedup", "peak memory")
     note = (
@@ -215,6 +219,9 @@ def front_table(front: Sequence[Any], chosen: str, starts: Sequence[str] = ()) -
     if generate:
         note += (";\nTTFT and tokens/s: the eager baseline's, over each trial's own ratio to its "
                  "interleaved eager, on the same scale")  # fmt: skip
+    if good:
+        note += (";\ngoodput: requests a second that met the SLO, as measured in the trial's "
+                 "median pass (eager's own pass for eager)")  # fmt: skip
     if any(p.no_graphs == "all" for p in front):
         note += ";\nNO GRAPHS: Inductor fell back from CUDA graphs, so it ran as plain Inductor"
     if any(p.no_graphs not in ("", "all") for p in front):

@@ -55,7 +55,7 @@ def open_optuna(url: str, name: str, spec: StudySpec, seed: int, size: int) -> t
     steered = Steered(base_sampler(spec.sampler, seed, size), spec.space, seed)
     study = optuna.create_study(
         storage=optuna_storage(url), study_name=name, load_if_exists=True, sampler=steered,
-        directions=["minimize"] * len(spec.objectives),
+        directions=objectives.directions(spec.objectives),
     )  # fmt: skip
     study.set_metric_names([objectives.METRICS[o] for o in spec.objectives])
     return study, steered

@@ -109,9 +109,9 @@ class StudySpec:
                           "autotune's model of the factors, TPE where it has no pick)",
                           read=text(SAMPLERS))  # fmt: skip
     objectives: tuple[str, ...] = option(
-        None, "START,SPEED[,memory]: START is compile (a cold start), warm or portable; SPEED "
-        "latency, or decode or ttft for --workload generate (default compile,latency; "
-        "compile,decode for generate)", read=lambda v, k: objectives.parse(v),
+        None, "START,SPEED[,memory]: START is compile (a cold start), warm, ...; SPEED latency, "
+        "decode or ttft (generate, continuous) or goodput (continuous, with --slo) (default "
+        "compile,latency; compile,decode for generate)", read=lambda v, k: objectives.parse(v),
     )  # fmt: skip
     max_memory_mb: float | None = option(
         None,
@@ -145,15 +145,15 @@ class StudySpec:
             object.__setattr__(self, "policy", objectives.lifetime(self.calls, rate))
         if self.objectives is None:
             object.__setattr__(self, "objectives", default_objectives(self.workload.kind))
-        unknown = [o for o in self.objectives if o not in objectives.OBJECTIVES]
-        if not unknown and (added := objectives.starts_needed(self.objectives,
-                                                              self.settings.starts)):  # fmt: skip
+        known = set(self.objectives) <= set(objectives.OBJECTIVES)
+        if known and (added := objectives.starts_needed(self.objectives, self.settings.starts)):
             starts = parse((*self.settings.starts, *added))
             object.__setattr__(self, "settings", dataclasses.replace(self.settings, starts=starts))
             warnings.warn(f"objectives {','.join(self.objectives)} measure {', '.join(added)} "
                           f"starts: --starts is now {','.join(starts)}", AutotuneWarning,
                           stacklevel=2)  # fmt: skip
-        objectives.check(self.objectives, self.settings.starts, self.workload.kind)
+        w = self.workload
+        objectives.check(self.objectives, self.settings.starts, w.kind, w.slo)
         if self.workload.kind == "train" and (frozen := set(self.space.options) & {"freezing"}):
             raise ConfigError(f"option {frozen.pop()} folds the weights into constants: it is "
                               "for inference and generate workloads, not train")  # fmt: skip

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from autotune.choice.objectives import HIGHER
 from autotune.choice.selection import objective_values
 from autotune.errors import shorten
 from autotune.search import deduction, surrogate
@@ -174,7 +175,8 @@ def model_pick(search: Search, free: list[Strategy]) -> Strategy | None:
     feasible = {p.key for p in points}
     failed = [Strategy.from_dict(r.payload["strategy"]) for r in rows if r.key not in feasible]
     evidence = surrogate.as_measured(points, objectives)
-    return surrogate.propose(values, failed, free, search.tactics.spread, evidence)
+    higher = [o in HIGHER for o in objectives]
+    return surrogate.propose(values, failed, free, search.tactics.spread, evidence, higher)
 
 
 def deduce(search: Search, m: Measurement, number: int) -> int:

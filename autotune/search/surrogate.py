@@ -147,12 +147,15 @@ def as_measured(points: Sequence[Point], objectives: tuple[str, ...]
 def propose(
     values: dict[Strategy, tuple[float, ...]], failed: list[Strategy], free: list[Strategy],
     spread: float, evidence: dict[Strategy, tuple[float, ...]] | None = None,
+    higher: Sequence[bool] = (),
 ) -> Strategy | None:  # fmt: skip
     """The free strategy most likely to add to the front of ``values`` (feasible strategies'
     objective values, eager included), or None when none is expected to add anything.
     ``spread`` scales the prior spreads of the effects; ``evidence``, where given, holds the
     values the effects are fitted to (as measured: a speedup that the front counts as none
-    until its rounds show it is still the best estimate of what its factors do)."""
+    until its rounds show it is still the best estimate of what its factors do). Values are
+    as measured, each modelled on a log scale; those ``higher`` marks (goodput) are better
+    when higher, and the front compares their negative."""
     if not values or not free:
         return None
     tried = [(s, False) for s in values] + [(s, True) for s in failed]
@@ -166,7 +169,13 @@ def propose(
             [math.log(fitted[s][i] + floor[i]) for s in measured], spread)
         for i in range(k)
     ]  # fmt: skip
-    front = [v for v in values.values() if not dominated(v, values.values())]
+    signs = [-1.0 if i < len(higher) and higher[i] else 1.0 for i in range(k)]
+
+    def lower(v: Sequence[float]) -> tuple[float, ...]:
+        return tuple(s * x for s, x in zip(signs, v, strict=True))
+
+    costs = [lower(v) for v in values.values()]
+    front = [v for v in costs if not dominated(v, costs)]
     lo = [min(v[i] for v in front) for i in range(k)]
     span = [max(v[i] for v in front) - lo[i] or 1.0 for i in range(k)]
     ref = [1.1] * k
@@ -185,7 +194,7 @@ def propose(
     for j, s in enumerate(free):
         draws = [[max(math.exp(m[j] + z[i] * sd[j]) - floor[i], 0.0)
                   for i, (m, sd) in enumerate(predicted)] for z in noise]  # fmt: skip
-        expected = sum(hypervolume([*base, scaled(d)], ref) - now for d in draws) / DRAWS
+        expected = sum(hypervolume([*base, scaled(lower(d))], ref) - now for d in draws) / DRAWS
         gain = expected * (1 - failure_chance(s, tried))
         if gain > best_gain * (1 + 1e-9) or (
             best is not None and math.isclose(gain, best_gain) and cost(s) < cost(best)

@@ -3,6 +3,8 @@ Pareto front, and the sign test."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.choice.selection import candidates, pareto, pick, sign_test
@@ -146,3 +148,73 @@ def test_tokens_per_s_in_a_front_are_on_the_baseline_s_scale_or_none() -> None:
     assert Point.of(level, 1, base).tokens_per_s == 129.8
     level.eager_tokens_per_s = None
     assert Point.of(level, 1, base).tokens_per_s is None
+
+
+def _served(key: str, ms: float, goodput: float, eager_goodput: float) -> dict:
+    """A continuous trial's stored record with an SLO: its median steady passes' goodput, the
+    strategy's side and eager's (its other figures as :func:`tests.helpers.point`'s)."""
+    from autotune.workload import Workload
+
+    m = Measurement.from_dict(point(S[key], {"none": 0.0, "A": 1.0, "B": 10.0}[key], ms))
+    w = Workload(kind="continuous", rate=5.0, seq_len="4..8", new_tokens="2..4", requests=4,
+                 slo="ttft=500ms,tpot=50ms")  # fmt: skip
+    m.workload = w
+    steady = {"eager": {"goodput": eager_goodput, "ttft_p90_ms": 90.0},
+              "compiled": {"goodput": goodput, "ttft_p90_ms": 80.0}}  # fmt: skip
+    m.traffic = {"continuous": {"steady": steady, "first": steady, "requests": {}}}
+    return m.to_dict()
+
+
+def test_a_point_s_goodput_is_its_median_pass_s_and_eager_s_its_own() -> None:
+    """The strategy's side of the stored median pass; eager's own pass for the eager point;
+    none where the workload gave no SLO targets (all its requests would count)."""
+    from autotune.choice.selection import Point
+
+    payload = _served("A", 5.0, 3.5, 2.0)
+    rows = [stored("none", 0, _served("none", 10.0, 2.5, 2.25)), stored(S["A"].key, 1, payload)]
+    got = {p.key: p for p in candidates(rows)}
+    assert got[S["A"].key].goodput == 3.5 and got["none"].goodput == 2.25
+    assert got[S["A"].key].values(("compile", "goodput")) == (1.0, 3.5)
+    assert got[S["A"].key].costs(("compile", "goodput")) == (1.0, -3.5)
+    payload["workload"]["slo"] = ""
+    assert Point.of(Measurement.from_dict(payload), 1, None).goodput is None
+
+
+def test_a_goodput_study_keeps_the_higher_goodput_on_its_front(tmp_path: Path) -> None:
+    """A real study (Optuna on SQLite, as a search opens it): B compiles longer than A and
+    serves more requests within the SLO, so both are on the front; E compiles longer than A
+    for less goodput: dominated, though its latency is the best. Optuna's own front agrees,
+    the values it holds are goodput as measured (not negated), and the table says so."""
+    from autotune.choice.selection import objective_values
+    from autotune.cli.report import front_table
+    from autotune.search.open import open_optuna
+    from tests.helpers import fast_spec
+
+    rows = {"none": _served("none", 10.0, 2.0, 2.0), "A": _served("A", 5.0, 3.0, 2.0),
+            "B": _served("B", 6.0, 4.5, 2.0)}  # fmt: skip
+    worse = Measurement.from_dict(_served("B", 1.0, 2.5, 2.0))
+    worse.strategy, worse.compile_s = S["E"], 2.0
+    rows["E"] = worse.to_dict()
+    objectives = ("compile", "goodput")
+    spec = fast_spec(workload="continuous", rate=5.0, slo="ttft=500ms",
+                     objectives="compile,goodput")  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    study, _ = open_optuna(url, "goodput", spec, 0, 4)
+    base = Measurement.from_dict(rows["none"])
+    for name, payload in rows.items():
+        trial = study.ask()
+        trial.set_user_attr("key", S[name].key)
+        study.tell(trial, objective_values(Measurement.from_dict(payload), objectives, base))
+    optuna_front = {t.user_attrs["key"]: t.values for t in study.best_trials}
+    assert optuna_front == {S["none"].key: [0.0, 2.0], S["A"].key: [1.0, 3.0],
+                            S["B"].key: [10.0, 4.5]}  # fmt: skip
+    points = candidates([stored(S[k].key, i, p) for i, (k, p) in enumerate(rows.items())])
+    front = pareto(points, objectives)
+    assert [p.key for p in front] == [S["none"].key, S["A"].key, S["B"].key]
+    assert pick(points, "knee", objectives).key == S["A"].key
+    assert pick(points, "fastest", objectives).key == S["E"].key  # latency: not an objective
+    # over 100 requests: none 0 + 100 / 2 = 50 s, A 1 + 100 / 3 = 34.3 s, B 10 + 22.2 = 32.2 s
+    assert pick(points, "amortized:100", objectives).key == S["B"].key
+    assert pick(points, "amortized:10", objectives).key == S["A"].key  # 5 s, 4.3 s, 12.2 s
+    table = front_table(front, S["A"].key)
+    assert "goodput" in table and "4.50 req/s" in table and "-4.5" not in table
