@@ -75,6 +75,7 @@ BASICS = (
     "usercode",
     "device",
     "environment",
+    "traffic_file",
     "traffic",
     "arrivals",
     "start_kinds",

@@ -89,8 +89,7 @@ class Strategy:
     prefill: str = "compiled"  # generating: the prefill compiled, or eager (decode alone)
     kv_cache: str = "single"  # generating over a traffic: one static cache, or one a bucket
     batching: str = "none"  # continuous batching: its own knobs (autotune.strategy.batching)
-    # what an auto trial chose, not in the key: buckets auto's edges, (batch edges, sequence
-    # edges); batching pad=auto's intervals, ((q,), (kv,))
+    # an auto trial's choice, not in the key: buckets' (batch, sequence) edges; pad's ((q,), (kv,))
     edges: tuple[tuple[int, ...], tuple[int, ...]] | None = field(default=None, compare=False)
     key: str = field(init=False, repr=False, compare=False)
 

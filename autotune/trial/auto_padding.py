@@ -21,7 +21,6 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from autotune import arrivals
-from autotune.choice.objectives import serving_calls
 from autotune.strategy import Strategy, intervals
 from autotune.strategy.batching import AUTO, Batching, Limits
 from autotune.traffic import bucket
@@ -70,7 +69,7 @@ def priced(pilot: Measurement, sibling: Strategy, workload: Workload) -> tuple[
         "request_ms": pilot.latency.median_ms,
         "work_s": model.work(rows, limits),
         "steps": statistics.mean(workload.answers),  # a step a token, at least
-        "requests": rate * LIFETIME_S if rate else serving_calls(LIFETIME_S, eager_ms),
+        "requests": rate * LIFETIME_S if rate else LIFETIME_S * 1e3 / eager_ms,
     }
     return rows, limits, model, prices
 

@@ -28,10 +28,11 @@ def test_a_level_is_transformers_preset_with_its_compile_fields(level: int) -> N
     assert kwargs == {"auto_switch_to_flash": False, "default_compile_level": level}
 
 
-@pytest.mark.parametrize(
-    "text", ["q=0", "q=x", "speed=2", "level=4", "level=2,q=64", "q=1,q=2", "graphs=some",
-             "pad=some", "pad=auto+q=32", "kv=64+pad=auto", "level=1+pad=auto"],
-)
+BAD = ["q=0", "q=x", "speed=2", "level=4", "level=2,q=64", "q=1,q=2", "graphs=some",
+       "pad=some", "pad=auto+q=32", "kv=64+pad=auto", "level=1+pad=auto"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", BAD)
 def test_bad_batching_is_refused_in_one_line(text: str) -> None:
     with pytest.raises(ConfigError, match="bad batching") as got:
         Strategy.create(batching=text)
