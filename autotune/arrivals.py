@@ -19,7 +19,7 @@ from typing import Any
 
 import autotune.traffic
 from autotune.errors import ConfigError
-from autotune.traffic_file import ANSWER, column, request, rows
+from autotune.traffic.files import ANSWER, column, request, rows
 
 ARRIVAL = "arrival_s"  # a row's arrival, seconds from the start
 TIMESTAMP = "timestamp"  # a row's arrival as a trace stamps it (any case: Azure's TIMESTAMP)

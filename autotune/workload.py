@@ -16,7 +16,7 @@ from autotune import fields
 from autotune.errors import ConfigError
 from autotune.fields import option, positive, text, whole
 from autotune.start_kinds import DEFAULT, parse
-from autotune.traffic_file import ANSWER_RULE, LEAST_ANSWER
+from autotune.traffic.files import ANSWER_RULE, LEAST_ANSWER
 
 DTYPES = ("float32", "bfloat16", "float16")
 KINDS = ("inference", "train", "generate", "continuous")

@@ -75,7 +75,6 @@ BASICS = (
     "usercode",
     "device",
     "environment",
-    "traffic_file",
     "traffic",
     "arrivals",
     "start_kinds",

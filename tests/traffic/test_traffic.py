@@ -1,4 +1,4 @@
-"""Traffic: many shapes, measured as a server meets them (autotune/traffic.py,
+"""Traffic: many shapes, measured as a server meets them (autotune/traffic/,
 trial/scenarios/traffic_trial.py)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_traffic_file_reads_as_json_lines_or_csv(tmp_path: Path) -> None:
 def test_a_long_log_is_read_whole_and_one_past_the_limit_is_refused(tmp_path: Path) -> None:
     """A 12,000-line log lost its last 2,000 requests without a word (here its only long
     shape): the traffic was cut at 10,000. Now all are read; past the limit, one line."""
-    from autotune import traffic_file
+    from autotune.traffic import files as traffic_file
 
     log = tmp_path / "t.csv"
     log.write_text("seq_len\n" + "16\n" * 11_999 + "512\n")
@@ -173,7 +173,7 @@ TRACES = {  # (file, text, each request's prompt and answer)
 
 
 def test_a_column_reads_in_any_case_and_spelling_of_its_words() -> None:
-    from autotune.traffic_file import column
+    from autotune.traffic.files import column
 
     for name, read in [("ContextTokens", "context_tokens"), ("Request tokens", "request_tokens"),
                        ("input-length", "input_length"), ("TIMESTAMP", "timestamp"),
@@ -211,7 +211,7 @@ def test_requests_takes_the_first_n_of_a_file_past_the_limit(tmp_path: Path) -> 
     """A week of Azure's 2024 trace is millions of rows: refused as more than a study holds,
     and so it still was with --requests N, which the refusal named as the fix. Now the first
     N are read, and the rows after them are not."""
-    from autotune.traffic_file import MAX_REQUESTS
+    from autotune.traffic.files import MAX_REQUESTS
 
     huge = tmp_path / "week.csv"
     huge.write_text("ContextTokens,GeneratedTokens\n" + "16,4\n" * (MAX_REQUESTS + 1) + "x,y\n")

@@ -3,7 +3,7 @@ shape. A study measures one shape unless it is given a traffic.
 
 A traffic comes from a file (``--traffic FILE``: JSON lines or CSV with ``batch_size`` and
 ``seq_len`` columns; a real request log or a published trace works as it is:
-:mod:`autotune.traffic_file`) or from short forms: ``--seq-len 16..512`` draws lengths
+:mod:`autotune.traffic.files`) or from short forms: ``--seq-len 16..512`` draws lengths
 log-uniformly (seeded, so the same command plays the same requests), ``--seq-len 32,128,512``
 draws from a list, the same for ``--batch-size``, and ``--requests N`` says how many requests
 to play. Bad traffic is refused in one line that names its line.
@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from autotune.errors import ConfigError
-from autotune.traffic_file import read_file, request
+from autotune.traffic.files import read_file, request
 
 Shape = tuple[int, int]  # (batch_size, seq_len)
 DEFAULT_REQUESTS = 48  # a spread's requests: enough to meet most lengths of a range once
