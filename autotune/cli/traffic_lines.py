@@ -48,7 +48,7 @@ def traffic_lines(m: Measurement) -> list[str]:
     if not t:
         return []
     if "continuous" in t:
-        return continuous_lines(t["continuous"])
+        return continuous_lines(t["continuous"]) + intervals_lines(t.get("auto"))
     ready, eager = seconds(t["ready_s"]), seconds(t["eager_ready_s"])
     warmed = "" if "prewarmed_s" not in t else f", pre-warmed {seconds(t['prewarmed_s'])}"
     lines = [f"traffic    ready after {ready} (eager {eager}{warmed}); "
@@ -144,3 +144,24 @@ def padding_line(p: dict) -> list[str]:
         f"+{p['q_waste']:.0%}, attention reads +{p['kv_waste']:.0%}, {p['shapes']:.0f} "
         "padded shapes (varlen path)"
     ]
+
+
+def intervals_lines(auto: dict | None) -> list[str]:
+    """How ``pad=auto`` chose its intervals, and what they were predicted and measured to
+    cost (none for another strategy)."""
+    if not auto or "intervals" not in auto:
+        return []
+    q, kv = auto["intervals"]
+    cost = f"predicted {auto['predicted']['total_s']:,.0f} s"
+    if done := auto.get("measured"):
+        cost += f", measured {done['total_s']:,.0f} s"
+    model, pilot = auto["model"], auto["pilot"]
+    lines = [f"  padding  auto intervals: q {q}, kv {kv}, chosen by their cost over "
+             f"{auto['lifetime_s'] / 3600:g} h of serving ({cost}; the pilot's "
+             f"{pilot['batching']} {pilot['cost']['total_s']:,.0f} s), from eager's "
+             f"{auto['batches']} batches: a compile {auto['stall_s']:.2f} s, a batch "
+             f"{model['base'] * 1e3:.3f} ms + {model['per_token'] * 1e3:.2e} ms a token + "
+             f"{model['per_pair'] * 1e3:.2e} ms a token pair"]  # fmt: skip
+    if auto.get("note"):
+        lines.append(f"           {auto['note']}")
+    return lines

@@ -110,7 +110,7 @@ def measured(m: Measurement, block: dict[str, Any]) -> dict[str, Any]:
                          f"{total:.0f} s, is {abs(off):.0%} {'above' if off > 0 else 'below'} "
                          f"the predicted {predicted:.0f} s: more than the noise "
                          f"({NOISE:.0%}); the pilot's latency model or compile price does "
-                         "not hold for these edges")  # fmt: skip
+                         "not hold for what it chose")  # fmt: skip
     return block
 
 

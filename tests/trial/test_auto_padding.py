@@ -54,3 +54,19 @@ def test_a_pilot_that_fails_fails_the_trial_in_one_line() -> None:
                 hurried)  # fmt: skip
     assert m.status == "failed" and m.reason.startswith("pad=auto: the pilot q=")
     assert "timeout" in m.reason and "\n" not in m.reason
+
+
+def test_measure_says_how_pad_auto_chose_and_what_it_cost() -> None:
+    from autotune.cli.traffic_lines import intervals_lines
+
+    auto = {"intervals": [16, 128], "lifetime_s": 3600.0, "batches": 27, "stall_s": 0.68,
+            "predicted": {"total_s": 427.0}, "measured": {"total_s": 1408.0},
+            "model": {"base": 9.7e-4, "per_token": 4.1e-5, "per_pair": 0.0},
+            "pilot": {"batching": "q=64+kv=64", "cost": {"total_s": 1700.0}},
+            "note": "the measured cost over 1 h, 1408 s, is 230% above the predicted"}  # fmt: skip
+    first, note = intervals_lines(auto)
+    assert first.startswith("  padding  auto intervals: q 16, kv 128, chosen by their cost")
+    assert "(predicted 427 s, measured 1,408 s; the pilot's q=64+kv=64 1,700 s)" in first
+    assert "from eager's 27 batches: a compile 0.68 s, a batch 0.970 ms" in first
+    assert note.strip() == auto["note"]
+    assert intervals_lines(None) == [] and intervals_lines({"edges": [[1], [8]]}) == []
