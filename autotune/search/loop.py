@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autotune.choice.selection import PER
 from autotune.coordination import Tally, reap_s
 from autotune.search import plan_line, step
 from autotune.search.baseline import baseline
@@ -37,8 +38,9 @@ def run(
     listener = listener or Lines()
     baseline(search, listener)
     if search.plan.round_s is not None:
+        per = PER.get(search.spec.workload.kind, "call")
         listener.note(plan_line.line(search.plan, search.target, search.backends,
-                                     search.traffic))  # fmt: skip
+                                     search.traffic, per))  # fmt: skip
     return trials(search, listener, max_measure, leave)
 
 

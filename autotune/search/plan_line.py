@@ -15,15 +15,16 @@ if TYPE_CHECKING:
     from autotune.search.plan import Plan
 
 
-def line(plan: Plan, trials: int, backends: list[str], traffic: bool) -> str:
-    """The plan in one line: what a call and a trial cost here, and what fits."""
+def line(plan: Plan, trials: int, backends: list[str], traffic: bool, per: str = "call") -> str:
+    """The plan in one line: what a call (``per``: a token generated, a request served) and a
+    trial cost here, and what fits."""
     assert plan.round_s is not None and plan.fixed_s is not None
     slowest = max(backends, key=plan.compile_s)
     trial = plan.trial_s(slowest, plan.iters)
     ms = plan.eager_ms
     call = f"{ms / 1e3:.3g} s" if ms >= 1e3 else f"{ms:.3g} ms"
     head = (
-        f"plan: eager {call} per call here; a trial of {plan.iters} "
+        f"plan: eager {call} per {per} here; a trial of {plan.iters} "
         f"rounds ≈ {trial:.0f} s ({plan.compile_s(slowest):.0f} s of it compiling)"
     )
     if plan.steady and plan.steady < plan.shapes:

@@ -79,6 +79,8 @@ def test_the_plan_says_what_fits_and_when_nothing_can_be_decided() -> None:
     line = plan_line(roomy, 8, ["inductor"], traffic=False)
     assert line.startswith("plan: eager 50 ms per call here; a trial of 20 rounds")
     assert "8 trials fit in 60 min" in line
+    served = plan_line(roomy, 8, ["inductor"], traffic=True, per="request")
+    assert served.startswith("plan: eager 50 ms per request here")  # a continuous workload's
     tight = Plan(60.0, iters=20)
     tight.learn_baseline(baseline(2000.0, 20, child_s=90.0))  # 2 s a call: 6 rounds take 24 s
     line = plan_line(tight, 8, ["inductor"], traffic=True)

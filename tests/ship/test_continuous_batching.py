@@ -106,6 +106,7 @@ def test_a_continuous_search_confirms_serves_and_exports_its_pick(tmp_path: Path
                           timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "presets    over 144,000 requests: level 0 (eager)" in done.stdout
+    assert "ms per request here" in done.stdout + done.stderr  # the plan's cost of a request
     assert "level 1 not measured" in done.stdout  # outside this narrowed space
     pick = "full/eager/-/dynamic=auto/breaks-ok/batching=q=32+kv=512"
     assert f"chosen (amortized:144000): {pick}" in done.stdout
