@@ -47,6 +47,10 @@ def summary(m: Measurement) -> str:
         from autotune.traffic import describe
 
         head = f"{name} · {w.kind} over a traffic of {describe(w.traffic)} {w.dtype} on {w.device}"
+        if w.kind == "continuous":
+            from autotune.arrivals import describe as arriving
+
+            head += " · " + arriving(w.arrivals, w.rate, w.concurrency, w.slo)
     if env:
         head += f" · torch {env.get('torch')} · {env.get('device_name')}"
     regions = f"   ({m.regions} compiled regions)" if m.regions else ""
