@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "answer lengths (pow2, quantiles)")  # fmt: skip
     s.add_argument("--batching", default="none", help="continuous: transformers' "
                    "ContinuousBatchingConfig knobs, key=value joined by +: level (1-3), q and "
-                   "kv (padding intervals), tokens, requests, graphs")  # fmt: skip
+                   "kv (padding intervals; pad=auto: both chosen from a pilot's batches), "
+                   "tokens, requests, graphs")  # fmt: skip
     _add_timing_args(m)
     m.add_argument("--json", action="store_true", help="print the Measurement as JSON")
 
