@@ -220,18 +220,25 @@ def test_a_continuous_workload_names_its_arrivals(tmp_path: Path) -> None:
     assert (view.kind, view.seq_len, view.traffic, view.arrivals) == ("generate", 7, (), ())
 
 
-def test_a_bad_arrival_file_through_the_real_cli_is_one_line(tmp_path: Path) -> None:
-    bad = tmp_path / "t.jsonl"
-    bad.write_text('{"arrival_s": 1, "seq_len": 8, "new_tokens": 4}\n'
-                   '{"arrival_s": 0, "seq_len": 8, "new_tokens": 4}\n')  # fmt: skip
+def _search_refused(tmp_path: Path, traffic: Path) -> subprocess.CompletedProcess[str]:
+    """``autotune search`` over a continuous traffic file, through the real CLI, refused in one
+    line with exit 2."""
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}  # this checkout's autotune
     out = subprocess.run(
         [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_llama",
-         "--workload", "continuous", "--traffic", str(bad), "--no-progress"],
+         "--workload", "continuous", "--traffic", str(traffic), "--no-progress"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
     )  # fmt: skip
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    return out
+
+
+def test_a_bad_arrival_file_through_the_real_cli_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"arrival_s": 1, "seq_len": 8, "new_tokens": 4}\n'
+                   '{"arrival_s": 0, "seq_len": 8, "new_tokens": 4}\n')  # fmt: skip
+    out = _search_refused(tmp_path, bad)
     assert "line 2: arrives 1 s before the row above it" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "studies").exists()
 
@@ -357,14 +364,7 @@ def test_arrivals_longer_than_a_trial_replays_are_refused_in_one_line(tmp_path: 
 
 def test_a_mooncake_trace_through_the_real_cli_is_one_line(tmp_path: Path) -> None:
     raw = mooncake(tmp_path)
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}  # this checkout's autotune
-    out = subprocess.run(
-        [sys.executable, "-m", "autotune.cli", "search", "--model", "tests.models:tiny_llama",
-         "--workload", "continuous", "--traffic", str(raw), "--no-progress"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    out = _search_refused(tmp_path, raw)
     assert "arrive over 27,482 s" in out.stderr and "timestamp_ms" in out.stderr
     assert "Traceback" not in out.stderr and not (tmp_path / "studies").exists()
 
