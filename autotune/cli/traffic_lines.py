@@ -159,7 +159,8 @@ def intervals_lines(auto: dict | None) -> list[str]:
     lines = [f"  padding  auto intervals: q {q}, kv {kv}, chosen by their cost over "
              f"{auto['lifetime_s'] / 3600:g} h of serving ({cost}; the pilot's "
              f"{pilot['batching']} {pilot['cost']['total_s']:,.0f} s), from eager's "
-             f"{auto['batches']} batches: a compile {auto['stall_s']:.2f} s, a batch "
+             f"{auto['batches']} batches: a padded shape's compiles {auto['stall_s']:.2f} s, "
+             f"a batch "
              f"{model['base'] * 1e3:.3f} ms + {model['per_token'] * 1e3:.2e} ms a token + "
              f"{model['per_pair'] * 1e3:.2e} ms a token pair"]  # fmt: skip
     if auto.get("note"):

@@ -7,10 +7,10 @@ records eager's batches: each one's query tokens, the cache it read and its forw
 kept as a **histogram** (:func:`histogram`). A **step model** affine in the padded work (query
 tokens, and query tokens times the keys they attend to) is fitted to eager's steps. For each
 candidate pair of intervals (:func:`candidates`: powers of two up to the traffic's largest
-batch and read, its quartiles, and transformers' presets) the cost over the lifetime is one
-compile per distinct padded shape (up to torch's recompile limit), priced at the pilot's
-stall, plus the lifetime's requests at the pilot's time a request scaled by the padded work
-over the pilot's. :func:`choose` takes the pair of least cost.
+batch and read, its quartiles, and transformers' presets) the cost over the lifetime is the
+compiles of each distinct padded shape (up to torch's recompile limit), priced at what the
+pilot's shapes cost it, plus the lifetime's requests at the pilot's time a request, moved by
+the padded work's change. :func:`choose` takes the pair of least cost.
 """
 
 from __future__ import annotations

@@ -64,8 +64,9 @@ def priced(pilot: Measurement, sibling: Strategy, workload: Workload) -> tuple[
     eager_ms = pilot.eager_latency.median_ms
     prices = {
         "ready_s": float(c["ready_s"]),
-        # a compile after the warm-up; with none, the warm-up's own (one graph of the largest)
-        "stall_s": statistics.median(stalls) if stalls else float(c["ready_s"]),
+        # a padded shape: what the pilot's stalls came to over its shapes (every graph a step
+        # breaks into, recompiled); with none, what the warm-up paid for its one shape
+        "stall_s": sum(stalls) / intervals.shapes(rows, limits) if stalls else float(c["ready_s"]),
         "request_ms": pilot.latency.median_ms,
         "work_s": model.work(rows, limits),
         "steps": statistics.mean(workload.answers),  # a step a token, at least

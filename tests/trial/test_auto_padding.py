@@ -67,6 +67,6 @@ def test_measure_says_how_pad_auto_chose_and_what_it_cost() -> None:
     first, note = intervals_lines(auto)
     assert first.startswith("  padding  auto intervals: q 16, kv 128, chosen by their cost")
     assert "(predicted 427 s, measured 1,408 s; the pilot's q=64+kv=64 1,700 s)" in first
-    assert "from eager's 27 batches: a compile 0.68 s, a batch 0.970 ms" in first
+    assert "from eager's 27 batches: a padded shape's compiles 0.68 s, a batch 0.970 ms" in first
     assert note.strip() == auto["note"]
     assert intervals_lines(None) == [] and intervals_lines({"edges": [[1], [8]]}) == []
