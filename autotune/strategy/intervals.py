@@ -9,8 +9,9 @@ tokens, and query tokens times the keys they attend to) is fitted to eager's ste
 candidate pair of intervals (:func:`candidates`: powers of two up to the traffic's largest
 batch and read, its quartiles, and transformers' presets) the cost over the lifetime is the
 compiles of each distinct padded shape (up to torch's recompile limit), priced at what the
-pilot's shapes cost it, plus the lifetime's requests at the pilot's time a request, moved by
-the padded work's change. :func:`choose` takes the pair of least cost.
+pilot's shapes cost it, plus the lifetime's requests at the pilot's time a request, scaled as
+eager's time a request moves with the padded work. :func:`choose` takes the pair of least
+cost.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ class StepModel:
     def seconds(self, q: int, read: int) -> float:
         return self.base + self.per_token * q + self.per_pair * q * (q + read)
 
-    def work(self, rows: list[Row], limits: Limits) -> float:
-        """Seconds of one pass of the rows' batches, each padded as ``limits`` pad it."""
-        return sum(n * self.seconds(*limits.padded(q, past)) for q, past, n, _ in rows)
+    def work(self, rows: list[Row], limits: Limits | None = None) -> float:
+        """Seconds of one pass of the rows' batches, each padded as ``limits`` pad it (None:
+        as they are)."""
+        return sum(n * self.seconds(*(limits.padded(q, past) if limits else (q, past)))
+                   for q, past, n, _ in rows)  # fmt: skip
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -99,14 +102,20 @@ def candidates(rows: list[Row], most_q: int, most_kv: int) -> tuple[list[int], l
 def cost(rows: list[Row], limits: Limits, model: StepModel, priced: dict[str, float]) -> dict[
         str, float]:  # fmt: skip
     """A pair of intervals' cost over the lifetime, from what a pilot ``priced``: its time to
-    ready (``ready_s``), ``stall_s`` a compile, ``request_ms`` its time a request at its own
-    ``work_s`` a pass, the ``steps`` a request lives through, and the lifetime's
-    ``requests``. A request's time moves by the padded work's change per batch, at each step
-    it lives through."""
+    ready (``ready_s``), ``stall_s`` a padded shape's compiles, its time a request
+    (``request_ms``) at its own padded work a pass (``work_s``), eager's (``eager_ms``) at the
+    batches' real work (``real_s``), the ``steps`` a request lives through, and the lifetime's
+    ``requests``. Eager's time a request at a padding is its own plus the padded work's
+    change a batch at each step; the strategy's, the pilot's scaled as eager's is from the
+    pilot's padding to this one (the compiled step as fast, against eager's, at any padding)."""
     graphs = min(shapes(rows, limits), STATIC_COMPILES)
     work = model.work(rows, limits)
-    per_batch_ms = (work - priced["work_s"]) / sum(n for _, _, n, _ in rows) * 1e3
-    request_ms = max(priced["request_ms"] + priced["steps"] * per_batch_ms, 0.0)
+    per_batch_ms = 1e3 / sum(n for _, _, n, _ in rows)
+
+    def eager_ms(padded_s: float) -> float:
+        return priced["eager_ms"] + priced["steps"] * (padded_s - priced["real_s"]) * per_batch_ms
+
+    request_ms = priced["request_ms"] * eager_ms(work) / eager_ms(priced["work_s"])
     serving_s = priced["requests"] * request_ms / 1e3
     stalls_s = graphs * priced["stall_s"]
     return {"graphs": float(graphs), "work_s": work, "request_ms": request_ms,

@@ -69,6 +69,8 @@ def priced(pilot: Measurement, sibling: Strategy, workload: Workload) -> tuple[
         "stall_s": sum(stalls) / intervals.shapes(rows, limits) if stalls else float(c["ready_s"]),
         "request_ms": pilot.latency.median_ms,
         "work_s": model.work(rows, limits),
+        "eager_ms": eager_ms,
+        "real_s": model.work(rows),
         "steps": statistics.mean(workload.answers),  # a step a token, at least
         "requests": rate * LIFETIME_S if rate else LIFETIME_S * 1e3 / eager_ms,
     }

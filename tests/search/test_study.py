@@ -266,3 +266,44 @@ def test_an_objective_adds_the_start_it_needs(in_tmp, capsys) -> None:
     code = main(["search", "--model", "toy-64", "--objectives", "hot,latency", "--trials", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "bad objectives 'hot,latency'" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_config_that_recompiles_while_serving_is_found_and_beaten_by_one_that_does_not(
+    tmp_path: Path,
+) -> None:
+    """A continuous search over two configs of one compile (each compile 0.3 s dearer, by
+    tests.models:stalling_backend): no padding, where batches of new shapes compile after the
+    warm-up, and every batch padded to the warm-up's own shape (q=64 with batches of at most
+    64 tokens, kv past the cache), where none do. The search finds the first one's stalls and
+    ranks the second above it."""
+    import autotune
+
+    stalling = "tests.models:stalling_backend"
+    ragged, padded = "q=1+kv=16", "q=64+kv=16384+tokens=64"
+    argv = [sys.executable, "-m", "autotune.cli", "search", "--model",
+            "tests.models:dawdling_llama", "--workload", "continuous", "--rate", "40",
+            "--seq-len", "4..40", "--new-tokens", "2..8", "--requests", "8", "--granularity",
+            "none,full", "--backend", stalling,
+            "--allow-code", stalling, "--dynamic", "false", "--fullgraph", "false",
+            "--batching", f"{ragged},{padded}", "--iters", "6", "--warmup", "1", "--starts",
+            "cold", "--no-confirm", "--no-progress", "--study", "pads",
+            "--storage", f"sqlite:///{tmp_path / 'a.db'}"]  # fmt: skip
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root, "TEST_COMPILE_STALL_S": "0.3"}
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = {m.strategy.batching: m for m in autotune.load_study(
+        "pads", f"sqlite:///{tmp_path / 'a.db'}").measurements() if m.ok}  # fmt: skip
+    stalls = found[ragged].traffic["continuous"]["stalls_s"]
+    assert found[ragged].traffic["continuous"]["graphs"] >= 8 and len(stalls) >= 8
+    assert sum(stalls) >= 8 * 0.3  # each compile after the warm-up, a stall
+    assert found[padded].traffic["continuous"]["graphs"] == 0
+    assert found[padded].traffic["continuous"]["stalls_s"] == []
+    # the padded config beats the ragged one: picked, or runner-up to eager where its speedup
+    # did not show under load (a speedup the sign test does not show counts as none)
+    key = found[padded].strategy.key
+    assert (f"chosen (amortized:144000): {key}" in done.stdout
+            or f"runner-up, {key}" in done.stdout), done.stdout  # fmt: skip
+    assert found[ragged].compile_s > found[padded].compile_s + 8 * 0.3

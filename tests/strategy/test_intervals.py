@@ -48,9 +48,9 @@ def _priced(stall_s: float) -> dict[str, float]:
     rows = intervals.histogram(STEPS)
     model = intervals.StepModel.fit(rows)
     work = model.work(rows, Limits(64, 128, 8192, 4096))  # the pilot's padding
-    per_batch_ms = work / len(STEPS) * 1e3
-    return {"ready_s": 5.0, "stall_s": stall_s, "request_ms": 8 * per_batch_ms + 4.0,
-            "work_s": work, "steps": 8.0, "requests": 1000.0}  # fmt: skip
+    return {"ready_s": 5.0, "stall_s": stall_s, "request_ms": 10.0, "work_s": work,
+            "eager_ms": 12.0, "real_s": model.work(rows), "steps": 8.0,
+            "requests": 1000.0}  # fmt: skip
 
 
 def test_a_dear_compile_buys_few_padded_shapes_a_cheap_one_none() -> None:
@@ -73,5 +73,8 @@ def test_the_cost_counts_the_ready_the_stalls_and_the_lifetime_s_requests() -> N
     assert same["total_s"] == pytest.approx(5.0 + same["graphs"] * 2.0
                                             + 1000 * priced["request_ms"] / 1e3)  # fmt: skip
     unpadded = intervals.cost(rows, Limits(1, 16, 8192, 4096), model, priced)
-    saved_ms = (same["work_s"] - unpadded["work_s"]) / len(STEPS) * 8 * 1e3  # 8 steps a request
-    assert unpadded["request_ms"] == pytest.approx(priced["request_ms"] - saved_ms)
+    # eager at the pilot's padding: its 12 ms, and 8 steps a request of the padded work added
+    at_pilot = 12.0 + 8 * (same["work_s"] - priced["real_s"]) / len(STEPS) * 1e3
+    at_none = 12.0 + 8 * (unpadded["work_s"] - priced["real_s"]) / len(STEPS) * 1e3
+    assert unpadded["request_ms"] == pytest.approx(10.0 * at_none / at_pilot)
+    assert 0 < unpadded["request_ms"] < same["request_ms"]  # less padding, less time
