@@ -115,7 +115,10 @@ class Finished:
             return []
         assert self.tuned.chosen is not None
         statuses = [(r.payload.get("strategy") or {}, r.status) for r in self.rows]
-        found = presets.line(self.tuned.chosen, self.told.points, statuses, self.spec.policy)
+        members = {s.key: s.to_dict() for s in self.search.members}
+        stopped = [(members[c.key], c.seconds) for c in self.cut if c.key in members]
+        found = presets.line(self.tuned.chosen, self.told.points, statuses, self.spec.policy,
+                             stopped)  # fmt: skip
         return [found] if found else []
 
     def lines(self) -> list[str]:

@@ -34,3 +34,15 @@ def test_a_preset_picked_says_so_and_a_study_without_presets_says_nothing() -> N
     line = presets.line(points[1], points, [], "amortized:1000")
     assert line.endswith("the pick is the best preset")
     assert presets.line(points[1], [_point(PICK, 1.0, 5.0)], [], "amortized:10") == ""
+
+
+def test_a_preset_stopped_at_the_time_budget_says_so_not_merely_not_measured() -> None:
+    # gemma-2b --layers 2 over a 10-minute budget: level 1's warm-up (8,192 tokens) and rounds
+    # ran 477 s and were stopped; levels 2 and 3 never started
+    points = [_point(EAGER, 0.0, 20.0)]
+    statuses = [(EAGER.to_dict(), "ok")]
+    line = presets.line(points[0], points, statuses, "amortized:1000",
+                        stopped=[(LEVEL1.to_dict(), 477.4)])  # fmt: skip
+    assert "level 1 stopped at the time budget after 477 s" in line
+    assert "level 2 not measured" in line and "level 3 not measured" in line
+    assert line.endswith("the pick is the best preset")
