@@ -46,3 +46,12 @@ def test_a_preset_stopped_at_the_time_budget_says_so_not_merely_not_measured() -
     assert "level 1 stopped at the time budget after 477 s" in line
     assert "level 2 not measured" in line and "level 3 not measured" in line
     assert line.endswith("the pick is the best preset")
+
+
+def test_a_preset_the_budget_never_started_says_why() -> None:
+    from autotune.cli.summary import UNSTARTED
+
+    points = [_point(EAGER, 0.0, 20.0), _point(LEVEL1, 40.0, 15.0)]
+    statuses = [(p.strategy, "ok") for p in points] + [(LEVEL2.to_dict(), UNSTARTED)]
+    line = presets.line(points[0], points, statuses, "amortized:1000")
+    assert f"level 2 {UNSTARTED};" in line and "level 3 not measured;" in line
