@@ -55,3 +55,24 @@ def test_a_preset_the_budget_never_started_says_why() -> None:
     statuses = [(p.strategy, "ok") for p in points] + [(LEVEL2.to_dict(), UNSTARTED)]
     line = presets.line(points[0], points, statuses, "amortized:1000")
     assert f"level 2 {UNSTARTED};" in line and "level 3 not measured;" in line
+
+
+def test_the_search_summary_says_which_preset_the_budget_stopped_and_which_it_never_started() -> (
+    None
+):
+    from types import SimpleNamespace as NS
+
+    from autotune.cli.summary import Finished
+
+    points = [_point(EAGER, 0.0, 20.0)]
+    row = NS(key=EAGER.key, status="ok", payload={"strategy": EAGER.to_dict()})
+    finished = NS(
+        spec=NS(workload=NS(kind="continuous"), policy="amortized:1000"),
+        tuned=NS(chosen=points[0]), told=NS(points=points), rows=[row],
+        search=NS(members=[EAGER, LEVEL1, LEVEL2, PICK]),
+        cut=[NS(key=LEVEL1.key, seconds=477.4)], outcome=NS(stopped="time"),
+    )  # fmt: skip
+    (line,) = Finished.presets(finished)  # type: ignore[arg-type]
+    assert "level 1 stopped at the time budget after 477 s;" in line
+    assert "level 2 not measured: the time budget fit no trial of it;" in line
+    assert "level 3 not measured;" in line  # not in this space: no trial of it was ever due
