@@ -22,13 +22,18 @@ def level_of(strategy: dict[str, Any]) -> int | None:
 
 
 def line(chosen: Point, points: list[Point], statuses: Iterable[tuple[dict[str, Any], str]],
-         policy: str) -> str:  # fmt: skip
-    """One line: each preset's lifetime cost (or why it has none: not feasible, not measured)
-    and the pick's against the best of them. ``statuses``: every stored trial's strategy and
-    status; empty where the study has no preset (not a continuous study)."""
+         policy: str, stopped: Iterable[tuple[dict[str, Any], float]] = ()) -> str:  # fmt: skip
+    """One line: each preset's lifetime cost (or why it has none: not feasible, stopped at the
+    time budget, not measured) and the pick's against the best of them. ``statuses``: every
+    stored trial's strategy and status; empty where the study has no preset (not a continuous
+    study). ``stopped``: the strategies a time budget stopped, none measured since, and how
+    long each ran (a preset's warm-up at transformers' 8,192 tokens may outlast a budget)."""
     calls = lifetime_calls(policy, points)
     found = {level_of(p.strategy): p for p in points if level_of(p.strategy) is not None}
     failed = {level_of(s): status for s, status in statuses if level_of(s) is not None}
+    for s, seconds in stopped:
+        if (n := level_of(s)) is not None and n not in failed:
+            failed[n] = f"stopped at the time budget after {seconds:.0f} s"
     if not found and not failed:
         return ""
 

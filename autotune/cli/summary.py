@@ -28,6 +28,7 @@ def heading(search: Search, asked: str | None) -> list[str]:
     return [f"study {search.name} in {search.storage_shown}", *([line] if line else [])]
 
 
+UNSTARTED = "not measured: the time budget fit no trial of it"  # a preset a search never started
 SPENT = 0.8  # of the budget: a search that ends sooner says why its answer is decided
 
 
@@ -115,7 +116,13 @@ class Finished:
             return []
         assert self.tuned.chosen is not None
         statuses = [(r.payload.get("strategy") or {}, r.status) for r in self.rows]
-        found = presets.line(self.tuned.chosen, self.told.points, statuses, self.spec.policy)
+        members = {s.key: s.to_dict() for s in self.search.members}
+        stopped = [(members[c.key], c.seconds) for c in self.cut if c.key in members]
+        if self.outcome.stopped == "time":  # a preset of the space never started: the budget's
+            ran = {r.key for r in self.rows} | {c.key for c in self.cut}
+            statuses += [(s, UNSTARTED) for k, s in members.items() if k not in ran]
+        found = presets.line(self.tuned.chosen, self.told.points, statuses, self.spec.policy,
+                             stopped)  # fmt: skip
         return [found] if found else []
 
     def lines(self) -> list[str]:
