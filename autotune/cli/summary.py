@@ -97,7 +97,8 @@ class Finished:
         row = next((r for r in self.rows if r.key == key), None)
         m = Measurement.from_dict(row.payload) if row is not None else None
         if m is not None and m.traffic and "continuous" in m.traffic:
-            return traffic_lines.traffic_lines(m)[:2]
+            return traffic_lines.traffic_lines(m)[:2] + traffic_lines.intervals_lines(
+                m.traffic.get("auto"))  # fmt: skip
         if m is None or not m.traffic or "ready_s" not in m.traffic:
             return []
         out = traffic_lines.traffic_lines(m)[:1]
