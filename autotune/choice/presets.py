@@ -4,6 +4,7 @@ search measures), each as measured, over the lifetime its policy counts."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,12 +23,15 @@ def level_of(strategy: dict[str, Any]) -> int | None:
 
 
 def line(chosen: Point, points: list[Point], statuses: Iterable[tuple[dict[str, Any], str]],
-         policy: str, stopped: Iterable[tuple[dict[str, Any], float]] = ()) -> str:  # fmt: skip
+         policy: str, stopped: Iterable[tuple[dict[str, Any], float]] = (),
+         good: bool = False) -> str:  # fmt: skip
     """One line: each preset's lifetime cost (or why it has none: not feasible, stopped at the
     time budget, not measured) and the pick's against the best of them. ``statuses``: every
     stored trial's strategy and status; empty where the study has no preset (not a continuous
     study). ``stopped``: the strategies a time budget stopped, none measured since, and how
-    long each ran (a preset's warm-up at transformers' 8,192 tokens may outlast a budget)."""
+    long each ran (a preset's warm-up at transformers' 8,192 tokens may outlast a budget).
+    ``good``: goodput is the study's speed, so a request costs ``1 / goodput`` as its policy
+    counts it (:meth:`Point.total_s`)."""
     calls = lifetime_calls(policy, points)
     found = {level_of(p.strategy): p for p in points if level_of(p.strategy) is not None}
     failed = {level_of(s): status for s, status in statuses if level_of(s) is not None}
@@ -38,13 +42,15 @@ def line(chosen: Point, points: list[Point], statuses: Iterable[tuple[dict[str, 
         return ""
 
     def cost(p: Point) -> float:
-        return p.total_s(calls) if calls else p.latency_ms
+        return p.total_s(calls, good=good) if calls else p.latency_ms
 
     unit = "s" if calls else "ms"
     parts = []
     for n in LEVELS:
         name = "level 0 (eager)" if n == 0 else f"level {n}"
-        if n in found:
+        if n in found and math.isinf(cost(found[n])):
+            parts.append(f"{name} met the SLO on no request")
+        elif n in found:
             parts.append(f"{name} {cost(found[n]):,.1f} {unit}")
         else:
             parts.append(f"{name} {failed.get(n, 'not measured')}")

@@ -123,7 +123,7 @@ class Finished:
             ran = {r.key for r in self.rows} | {c.key for c in self.cut}
             statuses += [(s, UNSTARTED) for k, s in members.items() if k not in ran]
         found = presets.line(self.tuned.chosen, self.told.points, statuses, self.spec.policy,
-                             stopped)  # fmt: skip
+                             stopped, "goodput" in self.spec.objectives)  # fmt: skip
         return [found] if found else []
 
     def lines(self) -> list[str]:

@@ -29,6 +29,21 @@ def test_the_pick_is_set_beside_each_preset_over_its_lifetime() -> None:
     assert "over 1,000 requests" in line
 
 
+def test_a_goodput_study_prices_each_preset_as_its_policy_does() -> None:
+    import dataclasses
+
+    points = [
+        dataclasses.replace(_point(EAGER, 0.0, 20.0), goodput=50.0),
+        dataclasses.replace(_point(LEVEL1, 40.0, 15.0), goodput=0.0),
+    ]  # met no SLO
+    line = presets.line(points[0], points, [], "amortized:1000", good=True)
+    # 1000 requests at 1 / goodput s each: eager 0 + 20 s; level 1 never meets its targets
+    assert "level 0 (eager) 20.0 s" in line and "level 1 met the SLO on no request" in line
+    assert line.endswith("the pick is the best preset")
+    by_latency = presets.line(points[0], points, [], "amortized:1000")
+    assert "level 1 55.0 s" in by_latency  # a latency study's: 40 + 1000 x 15 ms
+
+
 def test_a_preset_picked_says_so_and_a_study_without_presets_says_nothing() -> None:
     points = [_point(EAGER, 0.0, 20.0), _point(LEVEL1, 1.0, 5.0)]
     line = presets.line(points[1], points, [], "amortized:1000")
@@ -67,7 +82,8 @@ def test_the_search_summary_says_which_preset_the_budget_stopped_and_which_it_ne
     points = [_point(EAGER, 0.0, 20.0)]
     row = NS(key=EAGER.key, status="ok", payload={"strategy": EAGER.to_dict()})
     finished = NS(
-        spec=NS(workload=NS(kind="continuous"), policy="amortized:1000"),
+        spec=NS(workload=NS(kind="continuous"), policy="amortized:1000",
+                objectives=("compile", "ttft")),
         tuned=NS(chosen=points[0]), told=NS(points=points), rows=[row],
         search=NS(members=[EAGER, LEVEL1, LEVEL2, PICK]),
         cut=[NS(key=LEVEL1.key, seconds=477.4)], outcome=NS(stopped="time"),
