@@ -272,11 +272,13 @@ def test_an_objective_adds_the_start_it_needs(in_tmp, capsys) -> None:
 def test_a_config_that_recompiles_while_serving_is_found_and_beaten_by_one_that_does_not(
     tmp_path: Path,
 ) -> None:
-    """A continuous search over two configs of one compile (each compile 0.3 s dearer, by
+    """A continuous search over two configs of one compile (each compile 0.5 s dearer, by
     tests.models:stalling_backend): no padding, where batches of new shapes compile after the
     warm-up, and every batch padded to the warm-up's own shape (q=64 with batches of at most
     64 tokens, kv past the cache), where none do. The search finds the first one's stalls and
-    ranks the second above it."""
+    ranks the second above it, over a lifetime short enough (ten requests) that what they cost
+    is their compiles: over a long one, the order is their latencies', which a loaded machine's
+    noise may swap (CI read both not shown faster than eager, and the padded one slower)."""
     import autotune
 
     stalling = "tests.models:stalling_backend"
@@ -287,10 +289,10 @@ def test_a_config_that_recompiles_while_serving_is_found_and_beaten_by_one_that_
             "none,full", "--backend", stalling,
             "--allow-code", stalling, "--dynamic", "false", "--fullgraph", "false",
             "--batching", f"{ragged},{padded}", "--iters", "6", "--warmup", "1", "--starts",
-            "cold", "--no-confirm", "--no-progress", "--study", "pads",
+            "cold", "--no-confirm", "--no-progress", "--study", "pads", "--policy", "amortized:10",
             "--storage", f"sqlite:///{tmp_path / 'a.db'}"]  # fmt: skip
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root, "TEST_COMPILE_STALL_S": "0.3"}
+    env = {**os.environ, "PYTHONPATH": root, "TEST_COMPILE_STALL_S": "0.5"}
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env,
                           timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -298,12 +300,11 @@ def test_a_config_that_recompiles_while_serving_is_found_and_beaten_by_one_that_
         "pads", f"sqlite:///{tmp_path / 'a.db'}").measurements() if m.ok}  # fmt: skip
     stalls = found[ragged].traffic["continuous"]["stalls_s"]
     assert found[ragged].traffic["continuous"]["graphs"] >= 8 and len(stalls) >= 8
-    assert sum(stalls) >= 8 * 0.3  # each compile after the warm-up, a stall
+    assert sum(stalls) >= 8 * 0.5  # each compile after the warm-up, a stall
     assert found[padded].traffic["continuous"]["graphs"] == 0
     assert found[padded].traffic["continuous"]["stalls_s"] == []
-    # the padded config beats the ragged one: picked, or runner-up to eager where its speedup
-    # did not show under load (a speedup the sign test does not show counts as none)
-    key = found[padded].strategy.key
-    assert (f"chosen (amortized:144000): {key}" in done.stdout
-            or f"runner-up, {key}" in done.stdout), done.stdout  # fmt: skip
-    assert found[ragged].compile_s > found[padded].compile_s + 8 * 0.3
+    # the padded config beats the ragged one: eager, which compiles nothing, is the pick over
+    # ten requests, and the padded config its runner-up
+    assert found[ragged].compile_s > found[padded].compile_s + 8 * 0.5
+    assert "chosen (amortized:10): none" in done.stdout, done.stdout
+    assert f"less than the runner-up, {found[padded].strategy.key};" in done.stdout, done.stdout
