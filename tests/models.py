@@ -524,14 +524,15 @@ def recording_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
 
 
 def dawdling_llama() -> tuple[torch.nn.Module, tuple]:
-    """tiny-llama, 4 ms slower a forward where it runs eager (a sleep that Dynamo's trace leaves
-    out): any compiled strategy serves it faster than eager, as a large model's would."""
+    """tiny-llama, 4 ms slower a forward where it runs eager (``$TEST_DAWDLE_S`` where set: a
+    sleep that Dynamo's trace leaves out): any compiled strategy serves it faster than eager, as
+    a large model's would."""
     import transformers
 
     class Dawdling(transformers.LlamaForCausalLM):
         def forward(self, *args: object, **kwargs: object) -> object:
             if not torch.compiler.is_compiling():
-                time.sleep(0.004)
+                time.sleep(float(os.environ.get("TEST_DAWDLE_S", "0.004")))
             return super().forward(*args, **kwargs)
 
     model, inputs = tiny_llama()
