@@ -36,9 +36,9 @@ def db(search: Search, fn: Callable[[], T], what: str) -> T:
     return retrying(fn, what, search.store.url)
 
 
-def finished_as(study: optuna.Study, tell: Callable[[], FrozenTrial]) -> FrozenTrial | None:
-    """Tell Optuna; the trial as it ended, or None if it had ended already (failed by a peer
-    as its worker's while it was away)."""
+def finished_as(study: optuna.Study, tell: Callable[[], T]) -> T | None:
+    """Tell Optuna (or write a trial's parameter); what it returns, or None if the trial had
+    ended already (failed by a peer as its worker's while it was away)."""
     import optuna
 
     try:
@@ -124,8 +124,12 @@ def step(search: Search, tally: Tally, listener: Listener) -> tuple[str, str]:
     key = ""
     try:
         # the parameters wait in Optuna's cache; each is written to the storage, so an outage
-        # can hit here too
-        strategy = db(search, lambda: search.space.suggest(trial), "suggest")
+        # can hit here too, and a peer may have failed the trial meanwhile (this worker silent
+        # past the grace period): it holds nothing of this worker's yet, so ask again
+        strategy = db(search, lambda: finished_as(search.optuna, lambda: search.space.suggest(
+            trial)), "suggest")  # fmt: skip
+        if strategy is None:
+            return key, "dropped"
         key = strategy.key
         if key in tally.settled or key not in {s.key for s in free}:
             return key, reuse(search, trial, key)

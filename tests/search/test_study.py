@@ -308,3 +308,28 @@ def test_a_config_that_recompiles_while_serving_is_found_and_beaten_by_one_that_
     assert found[ragged].compile_s > found[padded].compile_s + 8 * 0.5
     assert "chosen (amortized:10): none" in done.stdout, done.stdout
     assert f"less than the runner-up, {found[padded].strategy.key};" in done.stdout, done.stdout
+
+
+def test_a_trial_a_peer_failed_while_its_worker_was_away_is_dropped_not_a_crash(
+    in_tmp: Path,
+) -> None:
+    """A worker asks for a trial, is cut off past the grace period, and a peer fails that trial
+    as a silent worker's (CI's 15 s outage: the worker then crashed on Optuna's
+    UpdateFinishedTrialError while writing its parameters). The worker drops the trial, asks
+    again and goes on; the failed trial holds nothing of it."""
+    search = open_search(fast_spec(trials=2), None)
+    peer = optuna.load_study(study_name=search.optuna.study_name, storage=search.store.url)
+    asked = search.optuna.ask
+
+    def ask_then_failed_by_a_peer() -> optuna.trial.Trial:
+        trial = asked()
+        if trial.number == 1:  # the first trial after the baseline: as the outage met it
+            peer.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        return trial
+
+    search.optuna.ask = ask_then_failed_by_a_peer  # type: ignore[method-assign]
+    run(search)
+    trials = search.optuna.get_trials(deepcopy=False)
+    assert trials[1].state == optuna.trial.TrialState.FAIL and trials[1].params == {}
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) >= 2  # the baseline and a trial asked again
