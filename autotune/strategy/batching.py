@@ -196,6 +196,13 @@ def blocks(prompts: list[int], answers: list[int], batching: str) -> int:
     return held + _up(tokens, PAGE) // PAGE + 1
 
 
+def fitted_intervals(prompts: list[int], answers: list[int]) -> tuple[int, int]:
+    """Intervals fitted to a traffic: the query interval its longest prompt's power of two,
+    the KV interval its longest request's (prompt and answer)."""
+    longest = max(p + a for p, a in zip(prompts, answers, strict=True))
+    return bucket(max(prompts)), bucket(longest)
+
+
 def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tuple[str, ...]:
     """The batching values a search tries over a traffic of ``prompts`` and ``answers``:
     transformers' defaults and its three presets (the anchors), then padding fitted to the
@@ -204,8 +211,7 @@ def candidates(prompts: list[int], answers: list[int], cuda: bool = False) -> tu
     (``tokens``), whose warm-up compiles a far smaller batch than the default 8,192 tokens;
     and intervals chosen by lifetime cost from a pilot's batches (``pad=auto``). On a GPU
     (``cuda``) each of those also with transformers' CUDA graphs on both paths."""
-    kv = bucket(max(p + a for p, a in zip(prompts, answers, strict=True)))
-    q = bucket(max(prompts))
+    q, kv = fitted_intervals(prompts, answers)
     fitted = (f"kv={kv}", f"q={q}+kv={kv}", f"q={q}+kv={kv}+tokens={2 * q}", "pad=auto")
     graphed = tuple(f"{f}+graphs=both" for f in fitted) if cuda else ()
     return (NONE, *(f"level={n}" for n in LEVELS), *fitted, *graphed)

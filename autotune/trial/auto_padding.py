@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import arrivals
 from autotune.strategy import Strategy, intervals
-from autotune.strategy.batching import AUTO, Batching, Limits
-from autotune.traffic import bucket
+from autotune.strategy.batching import AUTO, Batching, Limits, fitted_intervals
 from autotune.trial.auto_buckets import LIFETIME_S, pilot_runner
 from autotune.trial.measurement import Measurement
 from autotune.trial.reference import Reference
@@ -40,10 +39,8 @@ def is_auto(strategy: Strategy) -> bool:
 def pilot_of(strategy: Strategy, workload: Workload) -> Strategy:
     """The strategy whose trial prices ``strategy``'s intervals: the same, padded to intervals
     fitted to the traffic (those :func:`autotune.strategy.batching.candidates` fits)."""
-    prompts = [s for _, s in workload.traffic]
-    longest = max(p + a for p, a in zip(prompts, workload.answers, strict=True))
-    fitted = dataclasses.replace(Batching.parse(strategy.batching), pad="",
-                                 q=bucket(max(prompts)), kv=bucket(longest))  # fmt: skip
+    q, kv = fitted_intervals([s for _, s in workload.traffic], list(workload.answers))
+    fitted = dataclasses.replace(Batching.parse(strategy.batching), pad="", q=q, kv=kv)
     return dataclasses.replace(strategy, batching=fitted.spell(), edges=None)
 
 
