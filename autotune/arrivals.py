@@ -33,7 +33,7 @@ SOURCES = ("a --traffic file whose rows give arrival_s or timestamp, --rate R (P
 # The last arrival a trial replays (s from the start). A trial serves its traffic at least 20
 # times in one start's process: the first pass of eager and of the strategy, 3 warm-up rounds
 # of both (Settings.warmup), 6 timed rounds of both, the fewest whose sign test can show a
-# speedup (autotune.search.plan.deciding_rounds); each pass lasts until its last arrival at
+# speedup (autotune.trial.timing.deciding_rounds); each pass lasts until its last arrival at
 # least, and the process stops at its timeout (Settings.timeout_s, 1200 s): 60 s a pass.
 MAX_SPAN_S = 60.0
 SLO_KEYS = ("ttft", "tpot")  # time to first token, time per output token

@@ -128,7 +128,19 @@ def continuous_lines(c: dict) -> list[str]:
         + ", ".join(f"{k}={v!r}" for k, v in c["config"].items())
         + ")",
         *padding_line(c.get("padding") or {}),
+        *eager_line(c),
     ]
+
+
+def eager_line(c: dict) -> list[str]:
+    """The first pass's batches that ran eager past the recompile limit, and their requests."""
+    ran = c.get("ran_eager") or []
+    if not c.get("eager_batches"):
+        return []
+    shown = ", ".join(map(str, ran[:8])) + ("…" if len(ran) > 8 else "")
+    return [f"           past the recompile limit, {c['eager_batches']} batch(es) of the first "
+            f"pass ran eager, serving {len(ran)} of {len(c['first_tokens'])} requests in part "
+            f"({shown})"]  # fmt: skip
 
 
 def _number(x: float) -> str:

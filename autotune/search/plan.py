@@ -10,16 +10,16 @@ baseline (whose rounds end at :data:`BASELINE_SHARE`), a compile's per backend f
 (:data:`autotune.search.deduction.REPLAY`) wait until a trial that can beat eager has run. The
 confirmation is kept a share only for the candidates that need it
 (:func:`autotune.choice.confirm.needs_confirming`). Each trial's rounds end at its share of the
-time left, never before :func:`deciding_rounds`; a compile that runs past the time left is
-stopped there. "Cannot decide anything" means no trial of the promising backend fits, and names
-the budget that would (:meth:`Plan.decides_at`). A search without a budget has a plan too: it
-only estimates, and cuts nothing (docs/search.md#the-time-budget).
+time left (less what a child does past its rounds), never before
+:func:`~autotune.trial.timing.deciding_rounds`; a compile that runs past the time left is
+stopped there. "Cannot decide anything" means no trial of the promising backend fits, and
+names the budget that would (:meth:`Plan.decides_at`). A search without a budget has a plan
+too: it only estimates, and cuts nothing (docs/search.md#the-time-budget).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from autotune.choice.confirm import MIN_ROUNDS, RIVALS, needs_confirming
 from autotune.search.deduction import REPLAY, pays
 from autotune.trial.rungs import SHAPES
-from autotune.trial.timing import ALPHA, sign_test
+from autotune.trial.timing import deciding_rounds
 
 if TYPE_CHECKING:
     from autotune.strategy import Strategy
@@ -46,19 +46,10 @@ WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against th
 # confirmation's least rounds cost more than this share of the budget, fewer shapes are timed.
 CONFIRM_SHARE = 0.35
 TAIL_S = 5.0  # the export and the answer, after the confirmation
+AFTER_S = 0.5  # the least a trial's child takes past its rounds: its result saved, its exit
 # Over a traffic, a compiled trial's first pass calls each new shape three times (eager, the
 # compiled model, the probe whether it ran eager); the baseline's once: 100 s took 350 s there.
 FIRST_PASS_CALLS = 3
-
-
-@functools.cache
-def deciding_rounds() -> int:
-    """The fewest rounds whose sign test can show a difference at :data:`ALPHA` (every round
-    one way): 6 at 0.05. Fewer rounds decide nothing, so no budget cuts below them."""
-    n = 1
-    while sign_test([1.0] * n, [0.0] * n) >= ALPHA:
-        n += 1
-    return n
 
 
 def steady_share(m: Measurement) -> float:
@@ -94,6 +85,7 @@ class Plan:
     # one of its trials is measured here, its compile costs at least that, less the fixed part
     floors: dict[str, float] = field(default_factory=dict)
     held: str = ""  # why no trial could start when the search stopped for time
+    after_s: float = AFTER_S  # the most a trial's child took here past its rounds (seconds)
 
     @property
     def deadline(self) -> float | None:  # when the search must have ended (None: no budget)
@@ -134,6 +126,7 @@ class Plan:
             self.fixed_s += (first + sampled.get("estimated_s", 0.0)) * FIRST_PASS_CALLS - first
         self.eager_ms = m.latency.median_ms if m.latency else 0.0
         self.requests = int((m.traffic or {}).get("requests") or 0)
+        self.learn_after(m)
 
     def learn_stored(self, measured: list[Measurement], stopped: dict[str, float]) -> None:
         """What earlier runs leave this one: candidates to confirm, whether a trial that can pay
@@ -147,14 +140,21 @@ class Plan:
 
     def account(self, m: Measurement) -> None:
         """Count a measurement made in this run into :attr:`spent`: its compile, the rest of
-        its first pass, its warm-up and timed rounds."""
+        its first pass, its warm-up and timed rounds (and :meth:`learn_after`)."""
         t, compile_s = m.timings, m.compile_s or 0.0
+        self.learn_after(m)
         for key, value in (
             ("compile", compile_s),
             ("first pass", max(0.0, t.get("first_s", 0.0) - compile_s)),
             ("steady state", t.get("warmup_s", 0.0) + t.get("timing_s", 0.0)),
         ):
             self.spent[key] = self.spent.get(key, 0.0) + value
+
+    def learn_after(self, m: Measurement) -> None:
+        """What a child took past its rounds (its probes, its artefact, its exit), the most."""
+        before = ("startup_s", "build_s", "first_s", "warmup_s", "timing_s")
+        if m.wall_s and "timing_s" in m.timings:  # its wall, less all up to its rounds' end
+            self.after_s = max(self.after_s, m.wall_s - sum(m.timings.get(k, 0.0) for k in before))
 
     def split(self, total_s: float) -> dict[str, float]:
         """Where a run's ``total_s`` went, in seconds: compile, first pass, steady state,
@@ -307,24 +307,24 @@ class Plan:
 
     def for_trial(self, settings: Settings, backends: list[str], traffic: bool,
                   trials_left: int) -> Settings:  # fmt: skip
-        """A trial's settings: its rounds end at its share of what is left for trials."""
+        """A trial's settings: its rounds end at its share of what is left for trials, and by
+        the end of that less what its child does past them and a round's overshoot (a last
+        trial's rounds that filled all of it were stopped there, with all they had measured)."""
         end = self.trials_end(backends, traffic)
         if end is None:
             return settings
         share = (end - time.time()) / max(1, trials_left)
-        return dataclasses.replace(settings, deadline=time.time() + share, stop_at=end,
-                                   least=deciding_rounds(), steady=self.steady)  # fmt: skip
-
-    def for_confirmation(self, settings: Settings) -> Settings:
-        """The confirmation's settings: its rounds end at the budget's end less the tail."""
-        if self.deadline is None:
-            return settings
-        return dataclasses.replace(settings, deadline=self.deadline - TAIL_S,
-                                   stop_at=self.deadline - TAIL_S, least=MIN_ROUNDS,
+        last = end - self.after_s - (self.round_s or 0.0)
+        return dataclasses.replace(settings, deadline=min(time.time() + share, last),
+                                   stop_at=end, least=deciding_rounds(),
                                    steady=self.steady)  # fmt: skip
 
-
-def backends_of(members: list[Strategy]) -> list[str]:
-    """The backends of the compiled strategies of a space (eager's if none)."""
-    found = sorted({s.backend for s in members if s.granularity != "none"})
-    return found or ["eager"]
+    def for_confirmation(self, settings: Settings) -> Settings:
+        """The confirmation's settings: it ends by the budget's end less the tail, and its
+        rounds by then less what its child does past them and a round's overshoot."""
+        if self.deadline is None:
+            return settings
+        end = self.deadline - TAIL_S  # its rounds end where what follows them still fits
+        last = end - self.after_s - (1 + RIVALS) * (self.round_s or 0.0)
+        return dataclasses.replace(settings, deadline=last, stop_at=end, least=MIN_ROUNDS,
+                                   steady=self.steady)  # fmt: skip

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from autotune.choice.confirm import RIVALS
-from autotune.search.plan import deciding_rounds
+from autotune.trial.timing import deciding_rounds
 
 if TYPE_CHECKING:
     from autotune.search.plan import Plan

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune import variables
 from autotune.coordination import Coordinator
 from autotune.search.deduction import Tactics
-from autotune.search.plan import Plan, backends_of, deciding_rounds
+from autotune.search.plan import Plan
 from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
 from autotune.start_kinds import LATER
 from autotune.storage import Store, mask
 from autotune.strategy import Strategy
 from autotune.strategy.space import Space
+from autotune.trial.timing import deciding_rounds
 
 if TYPE_CHECKING:
     import optuna
@@ -144,8 +145,9 @@ class Search:
 
     @property
     def backends(self) -> list[str]:
-        """The backends of this run's compiled strategies."""
-        return backends_of(self.members)
+        """The backends of this run's compiled strategies (eager's if none)."""
+        found = sorted({s.backend for s in self.members if s.granularity != "none"})
+        return found or ["eager"]
 
     @property
     def traffic(self) -> bool:

@@ -3,6 +3,7 @@ rounds have decided. (The timers themselves are the device's: :mod:`autotune.dev
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -128,3 +129,13 @@ def none_can_show(samples: dict[str, list[float]], iters: int, eager: str) -> bo
         if not cannot_show(wins, losses, iters - done):
             return False
     return True
+
+
+@functools.cache
+def deciding_rounds() -> int:
+    """The fewest rounds whose sign test can show a difference at :data:`ALPHA` (every round
+    one way): 6 at 0.05. Fewer rounds decide nothing, so no budget cuts below them."""
+    n = 1
+    while sign_test([1.0] * n, [0.0] * n) >= ALPHA:
+        n += 1
+    return n

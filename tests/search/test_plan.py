@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from autotune.search.plan import Plan, deciding_rounds
+from autotune.search.plan import Plan
 from autotune.strategy import Strategy
 from autotune.trial import timing
 from autotune.trial.measurement import Latency, Measurement
@@ -32,7 +32,7 @@ BUDGET_S = 40.0
 
 
 def test_the_fewest_deciding_rounds_are_those_the_sign_test_can_decide_in() -> None:
-    n = deciding_rounds()
+    n = timing.deciding_rounds()
     assert timing.sign_test([1.0] * n, [0.0] * n) < timing.ALPHA  # every round one way: shown
     assert timing.sign_test([1.0] * (n - 1), [0.0] * (n - 1)) >= timing.ALPHA  # never
     assert n == 6
@@ -93,7 +93,7 @@ def test_the_plan_says_what_fits_and_when_nothing_can_be_decided() -> None:
     settings = Settings(iters=20)
     assert free.for_trial(settings, ["eager"], False, 3) == settings  # no budget: nothing cut
     cut = roomy.for_trial(settings, ["eager"], False, 3)
-    assert cut.least == deciding_rounds() and time.time() < cut.deadline < roomy.deadline
+    assert cut.least == timing.deciding_rounds() and time.time() < cut.deadline < roomy.deadline
 
 
 def search(model: str, folder: Path) -> tuple[dict, str, float]:
@@ -172,9 +172,9 @@ def test_a_compiled_trial_s_first_pass_over_a_traffic_is_counted_as_its_calls() 
     for spent_s, fits in ((150.0, True), (200.0, False)):
         plan = Plan(600.0, time.time() - spent_s, iters=6)
         plan.learn_baseline(m)
-        assert 0.8 * 404.5 < plan.trial_s("eager", deciding_rounds()) < 1.2 * 404.5
-        assert time.time() + plan.trial_s("inductor", deciding_rounds()) < plan.started + 600.0 \
-            or not fits  # fmt: skip
+        least = timing.deciding_rounds()
+        assert 0.8 * 404.5 < plan.trial_s("eager", least) < 1.2 * 404.5
+        assert time.time() + plan.trial_s("inductor", least) < plan.started + 600.0 or not fits
         assert plan.may_start(backends, traffic=True) is fits
         said = plan_line(plan, 8, ["eager", "inductor"], traffic=True)
         assert ("cannot decide anything here" in said) is not fits, said
@@ -300,7 +300,7 @@ def test_a_trial_s_cost_counts_its_cheap_rung_over_a_traffic() -> None:
     before the full rounds: a trial's cost counts them, so that a trial whose full rounds fit
     but not with the rung's is not started (before, the rung's rounds ran past the trial's
     deadline); at one shape the rung's rounds are the full rounds' first and add nothing."""
-    n = deciding_rounds()
+    n = timing.deciding_rounds()
     plain, rung = Plan(600.0, iters=12), Plan(600.0, iters=12, rungs=True)
     for p in (plain, rung):
         p.learn_baseline(traffic_baseline(8.0, 8))  # 1 s a steady shape, 8 shapes a round
@@ -338,3 +338,30 @@ def test_a_search_s_worker_processes_are_a_share_of_its_time_line() -> None:
     split = plan.split(300.0)
     assert split["worker processes"] == 270.0 and split["rest"] == 5.0
     assert "worker processes" not in Plan(600.0).split(10.0)
+
+
+def test_a_last_trial_s_rounds_leave_room_for_what_its_child_does_after_them() -> None:
+    """CI, 2026-11-28: a 40 s search's last trial got all that was left for trials, so its
+    rounds ran to the very time its process was stopped at; what its child does past its
+    rounds (its probes, its artefact, its exit) then ran past it, and the trial was stopped
+    with all it had measured. Its rounds now end that, and a round's overshoot, earlier; as
+    much as the slowest child here took past its rounds, once one has been seen."""
+    from autotune.search import plan as planning
+
+    plan = Plan(120.0, iters=400)
+    plan.learn_baseline(baseline(100.0, 6, child_s=3.0))
+    assert plan.round_s is not None
+    settings = Settings(iters=400)
+    last = plan.for_trial(settings, ["eager"], False, 1)
+    assert last.stop_at - last.deadline >= planning.AFTER_S + plan.round_s
+    m = baseline(100.0, 10, child_s=6.0)  # a trial whose child took 3 s past its rounds
+    m.timings.update(startup_s=0.1, build_s=0.2, first_s=0.5, warmup_s=0.2)
+    m.wall_s = 0.1 + 0.2 + 0.5 + 0.2 + m.timings["timing_s"] + 3.0
+    plan.learn_trial(Strategy.create("full", "eager"), m, m.wall_s)
+    assert plan.after_s == pytest.approx(3.0)
+    last = plan.for_trial(settings, ["eager"], False, 1)
+    assert last.stop_at - last.deadline == pytest.approx(3.0 + plan.round_s, abs=0.05)
+    early = plan.for_trial(settings, ["eager"], False, 8)  # its share ends earlier still
+    assert early.deadline < last.deadline and early.stop_at == pytest.approx(last.stop_at)
+    confirming = plan.for_confirmation(settings)
+    assert confirming.stop_at - confirming.deadline >= 3.0 + plan.round_s

@@ -18,10 +18,11 @@ import pytest
 
 from autotune.choice.confirm import RIVALS
 from autotune.search import sampler
-from autotune.search.plan import Plan, deciding_rounds
+from autotune.search.plan import Plan
 from autotune.strategy import Strategy
 from autotune.strategy.space import Space
 from autotune.trial.measurement import Measurement
+from autotune.trial.timing import deciding_rounds
 from tests.helpers import point
 from tests.search.test_plan import baseline
 

@@ -15,7 +15,6 @@ from autotune.choice.selection import candidates, choose, pick
 from autotune.choice.verdict import CHEAP, answer, exclusions
 from autotune.errors import AutotuneError
 from autotune.search import Search, open_search, run
-from autotune.search.plan import deciding_rounds
 from autotune.search.spec import StudySpec
 from autotune.storage import Stored
 from autotune.strategy import Strategy
@@ -23,6 +22,7 @@ from autotune.trial.measurement import Measurement
 from autotune.trial.request import Request
 from autotune.trial.rungs import Rung, applies, bound
 from autotune.trial.scenarios import Inference, TrafficTrial, begin
+from autotune.trial.timing import deciding_rounds
 from autotune.workload import Settings, Workload
 from tests.helpers import S, hand_rows, point, stored
 

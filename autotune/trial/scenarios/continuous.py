@@ -9,8 +9,10 @@ calls (:mod:`.replay`), in the trial's fresh cold process.
    strategy's warm-up is timed: **time to ready**.
 2. **First pass**: the traffic served once by each, at its arrival times. Every graph Dynamo
    compiles after the warm-up is a **stall** (its seconds, from Dynamo's own compile
-   callbacks), paid by the requests in flight; a recompile limit hit means later requests ran
-   eager. The compiled side's tokens must equal eager's, request by request, all of them.
+   callbacks), paid by the requests in flight; past a recompile limit, the batches that ran
+   eager, and their requests, are found by watching the manager's thread
+   (:mod:`.eager_batches`). The compiled side's tokens must equal eager's, request by
+   request, all of them.
    ``compile_s`` is time to ready plus the stalls. Eager's batches (each one's query tokens
    and the cache it read) price the strategy's padding on the varlen path
    (:func:`autotune.strategy.batching.padding`).
@@ -29,7 +31,7 @@ from autotune.errors import NotApplicable
 from autotune.strategy import batching, intervals
 from autotune.trial import metrics
 from autotune.trial.measurement import Accuracy, Latency
-from autotune.trial.scenarios import replay
+from autotune.trial.scenarios import eager_batches, replay
 from autotune.trial.scenarios.base import Scenario
 from autotune.trial.scenarios.replay import Pass
 
@@ -64,6 +66,8 @@ class Continuous(Scenario):
         self.graphs = 0  # graphs the first pass compiled after the warm-up (Dynamo's counter)
         self.began = 0.0
         self.passes = 0
+        self.eager_batches = 0  # batches of the first pass past the recompile limit, eager
+        self.ran_eager: list[int] = []  # ...the requests in them (1-based)
 
     def serve(self, made: Any) -> Pass:
         """One pass of the traffic through a started manager."""
@@ -85,11 +89,15 @@ class Continuous(Scenario):
             # eager's batches as it forms them, timed on a second pass, past its first calls
             with replay.batches(self.model, ctx.workload.device) as self.steps:
                 self.serve(self.eager)
-            self.compiled, ready = replay.manager(self.model, self.served, self.answers)
+            watch = eager_batches.Watch(self.model)
+            self.compiled, ready = replay.manager(self.model, self.served, self.answers, watch)
             before = metrics.compile_counts()[0]
-            with metrics.around_compiles(self._began, self._ended):
+            with watch.serving(), metrics.around_compiles(self._began, self._ended):
                 got = self.serve(self.compiled)
             self.graphs = metrics.compile_counts()[0] - before
+            self.eager_batches, ids = watch.served_eager(metrics.limit_hits())
+            self.ran_eager = [n for n in range(1, len(self.prompts) + 1)
+                              if f"p{self.passes}-r{n - 1}" in ids]  # fmt: skip
         m.compile_s = ready + sum(self.stalls)
         ctx.timings["ready_s"] = ready
         self.first_passes = {"eager": expected, "compiled": got}
@@ -137,6 +145,8 @@ class Continuous(Scenario):
             "ready_s": self.ctx.timings["ready_s"],
             "stalls_s": list(self.stalls),
             "graphs": self.graphs,
+            "eager_batches": self.eager_batches,  # ran eager past the recompile limit
+            "ran_eager": self.ran_eager,  # ...the requests in them (1-based)
             "first_tokens": [r.tokens for r in first["compiled"].requests],
             "first": {side: p.summary(slo) for side, p in first.items()},
             "steady": {side: p.summary(slo) for side, p in last.items()},  # the median pass
@@ -163,7 +173,7 @@ class Continuous(Scenario):
             self.close()
 
     def probes(self) -> dict[str, Any]:
-        return {"pass": self.calls()["compiled"]}
+        return {}  # the manager's thread runs the blocks: its first pass was watched instead
 
     def close(self) -> None:
         managers = (getattr(self, "eager", None), getattr(self, "compiled", None))

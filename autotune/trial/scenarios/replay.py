@@ -18,12 +18,15 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import autotune.device
 from autotune.strategy import batching
 from autotune.trial.measurement import quantile
 from autotune.trial.scenarios import served
+
+if TYPE_CHECKING:
+    from autotune.trial.scenarios.eager_batches import Watch
 
 WAIT_S = 600.0  # at most, with requests in flight and no answer (a compile may stall that long)
 
@@ -92,10 +95,11 @@ def prompts(model: Any, workload: Any, seed: int) -> list[list[int]]:
     return [torch.randint(0, vocab, (s,), generator=draw).tolist() for _, s in workload.traffic]
 
 
-def manager(model: Any, config: Any, answers: list[int]) -> tuple[Any, float]:
+def manager(model: Any, config: Any, answers: list[int],
+            watch: Watch | None = None) -> tuple[Any, float]:  # fmt: skip
     """A started manager for ``model`` with ``config`` (a ``ContinuousBatchingConfig``, or its
     keywords), greedy to each request's own length, and the seconds its warm-up and start took
-    (time to ready)."""
+    (time to ready); ``watch`` watches the thread it serves from."""
     import torch
     import transformers
 
@@ -112,7 +116,8 @@ def manager(model: Any, config: Any, answers: list[int]) -> tuple[Any, float]:
             ),
         )
         made.warmup()
-        made.start()  # its loop runs in inference mode, as its warm-up's tensors were made
+        # its loop runs in inference mode, as its warm-up's tensors were made
+        made.start() if watch is None else watch.attach(made.start)
     return made, time.perf_counter() - start
 
 
