@@ -133,14 +133,19 @@ def continuous_lines(c: dict) -> list[str]:
 
 
 def eager_line(c: dict) -> list[str]:
-    """The first pass's batches that ran eager past the recompile limit, and their requests."""
-    ran = c.get("ran_eager") or []
-    if not c.get("eager_batches"):
-        return []
-    shown = ", ".join(map(str, ran[:8])) + ("…" if len(ran) > 8 else "")
-    return [f"           past the recompile limit, {c['eager_batches']} batch(es) of the first "
-            f"pass ran eager, serving {len(ran)} of {len(c['first_tokens'])} requests in part "
-            f"({shown})"]  # fmt: skip
+    """The first pass's batches that ran eager past the recompile limit, and their requests;
+    the functions past it that are no forward of the model."""
+    ran, said = c.get("ran_eager") or [], []
+    if c.get("eager_batches"):
+        shown = ", ".join(map(str, ran[:8])) + ("…" if len(ran) > 8 else "")
+        said.append(f"           past the recompile limit, {c['eager_batches']} batch(es) of the "
+                    f"first pass ran eager, serving {len(ran)} of {len(c['first_tokens'])} "
+                    f"requests in part ({shown})")  # fmt: skip
+    if c.get("limit_elsewhere"):
+        said.append("           past the recompile limit too, not counted above (no forward "
+                    "of the model; what it calls then runs the graphs already compiled for it, "
+                    "else eager): " + "; ".join(c["limit_elsewhere"]))  # fmt: skip
+    return said
 
 
 def _number(x: float) -> str:

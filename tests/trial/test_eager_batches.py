@@ -53,7 +53,10 @@ def test_the_watch_sees_each_batch_and_its_requests_on_the_manager_s_thread() ->
         assert count == steps == len(forwards) > 0
         assert ids == {f"a-r{i}" for i in range(len(prompts))}
         assert watch.served_eager([]) == (0, set())
-        assert watch.served_eager([{"function": "forward (elsewhere.py:1)"}]) == (0, set())
+        step = [{"function": "forward (elsewhere.py:1)"}]  # past the limit: no model forward
+        assert watch.served_eager(step) == (0, set())
+        assert watch.unwatched(step + hits) == ["forward (elsewhere.py:1)"]
+        assert watch.unwatched(hits) == []
         replay.serve(made, prompts, answers, arrivals, tag="b-")
         assert len(watch.steps) == steps and len(forwards) > steps  # stopped: unwatched
         seen: list[Any] = []

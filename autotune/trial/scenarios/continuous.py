@@ -68,6 +68,7 @@ class Continuous(Scenario):
         self.passes = 0
         self.eager_batches = 0  # batches of the first pass past the recompile limit, eager
         self.ran_eager: list[int] = []  # ...the requests in them (1-based)
+        self.limit_elsewhere: list[str] = []  # functions past the limit, no forward of it
 
     def serve(self, made: Any) -> Pass:
         """One pass of the traffic through a started manager."""
@@ -95,7 +96,9 @@ class Continuous(Scenario):
             with watch.serving(), metrics.around_compiles(self._began, self._ended):
                 got = self.serve(self.compiled)
             self.graphs = metrics.compile_counts()[0] - before
-            self.eager_batches, ids = watch.served_eager(metrics.limit_hits())
+            hits = metrics.limit_hits()
+            self.eager_batches, ids = watch.served_eager(hits)
+            self.limit_elsewhere = watch.unwatched(hits)
             self.ran_eager = [n for n in range(1, len(self.prompts) + 1)
                               if f"p{self.passes}-r{n - 1}" in ids]  # fmt: skip
         m.compile_s = ready + sum(self.stalls)
@@ -147,6 +150,7 @@ class Continuous(Scenario):
             "graphs": self.graphs,
             "eager_batches": self.eager_batches,  # ran eager past the recompile limit
             "ran_eager": self.ran_eager,  # ...the requests in them (1-based)
+            "limit_elsewhere": self.limit_elsewhere,
             "first_tokens": [r.tokens for r in first["compiled"].requests],
             "first": {side: p.summary(slo) for side, p in first.items()},
             "steady": {side: p.summary(slo) for side, p in last.items()},  # the median pass

@@ -9,12 +9,17 @@ It marks each step as its batch is scheduled (what the scheduler's ``schedule_ba
 before every batch: the requests in it), and when each module's ``forward`` of the model ran
 as Python. After the pass, a step ran eager where a forward that Dynamo's own records name as
 past its recompile limit (:func:`autotune.trial.metrics.limit_hits`) ran as Python in it; its
-requests were served, in part, eager. While watched, the manager's Python runs slower (a pass
-of a tiny Llama 1.2-1.7x here): only the first pass is watched, whose figures are its stalls.
+requests were served, in part, eager. A function past the limit that is no forward of the model
+(transformers' step function) is named apart, not counted: Dynamo then runs what it calls from
+the graphs already compiled for them, else eager without compiling (``RUN_ONLY``); a forward
+also runs as Python where Dynamo skipped its frame, so such a run alone shows no limit.
+While watched, the manager's Python runs slower (a pass of a tiny Llama 1.2-1.7x here): only
+the first pass is watched, whose figures are its stalls.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import inspect
 import sys
@@ -94,12 +99,19 @@ class Watch:
         """How many batches ran a forward named in the recompile limit's ``hits`` eager, and
         the ids of the requests in them."""
         named = {h["function"] for h in hits}
+        times = [when for when, _ in self.steps]
         eager: dict[int, list[str]] = {}
         for at, code in self.ran:
-            before = [n for n, (when, _) in enumerate(self.steps) if when <= at]
-            if before and spelled(code) in named:
-                eager[before[-1]] = self.steps[before[-1]][1]
+            step = bisect.bisect_right(times, at) - 1
+            if step >= 0 and spelled(code) in named:
+                eager[step] = self.steps[step][1]
         return len(eager), {rid for ids in eager.values() for rid in ids}
+
+    def unwatched(self, hits: list[dict[str, Any]]) -> list[str]:
+        """The functions of ``hits`` that are no forward of the model (transformers' own step
+        function, say): no batch counts as eager for them (see the module's docstring)."""
+        watched = {spelled(code) for code in self.forwards}
+        return sorted({h["function"] for h in hits} - watched)
 
 
 def _subclasses(cls: type) -> list[type]:
