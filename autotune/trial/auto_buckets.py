@@ -124,7 +124,7 @@ def pilot_runner(
                                 warmup=1, starts=("cold",))  # fmt: skip
 
     def pilot(sibling: Strategy) -> Measurement:
-        ask = Request.trial(model, workload, sibling, quick, reference)
+        ask = Request.trial(model, workload, sibling, quick, reference).but(kind="pilot")
         return run_child(ask, work, "pilot", os.path.join(work, "pilot"), quick)
 
     return pilot

@@ -19,7 +19,7 @@ from autotune.catalog import ModelRef
 from autotune.strategy import Strategy
 from autotune.workload import Settings, Workload
 
-KINDS = ("trial", "reference", "confirm", "serve")
+KINDS = ("trial", "pilot", "reference", "confirm", "serve")  # pilot: an auto strategy's
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ calls (:mod:`.replay`), in the trial's fresh cold process.
    eager, and their requests, are found by watching the manager's thread
    (:mod:`.eager_batches`). The compiled side's tokens must equal eager's, request by
    request, all of them.
-   ``compile_s`` is time to ready plus the stalls. Eager's batches (each one's query tokens
-   and the cache it read) price the strategy's padding on the varlen path
-   (:func:`autotune.strategy.batching.padding`).
+   ``compile_s`` is time to ready plus the stalls. Eager's batches on its first pass (each
+   one's query tokens and the cache it read) price the strategy's padding on the varlen path
+   (:func:`autotune.strategy.batching.padding`); a ``pad=auto`` pilot's are timed on a second
+   pass, past eager's first calls, for its step model (:mod:`autotune.trial.auto_padding`).
 3. **Steady passes**, eager's and the strategy's interleaved: a round is one pass of each;
    its sample is the mean time a request spends in the server (``latency``), with p90 TTFT
    (``ttft``), TPOT and tokens a second beside it.
@@ -81,15 +82,15 @@ class Continuous(Scenario):
         ctx, m = self.ctx, self.ctx.result
         t = time.perf_counter()
         self.eager, _ = replay.manager(self.model, self.eager_kwargs, self.answers)
-        expected = self.serve(self.eager)
+        with replay.batches(self.model, ctx.workload.device) as self.steps:
+            expected = self.serve(self.eager)  # eager's batches as it forms them: the padding
         m.eager_first_s = time.perf_counter() - t
-        self.steps: list[tuple[int, int, float]] = []
         if ctx.strategy.granularity == "none":
             self.compiled, ready, got = self.eager, 0.0, expected
         else:
-            # eager's batches as it forms them, timed on a second pass, past its first calls
-            with replay.batches(self.model, ctx.workload.device) as self.steps:
-                self.serve(self.eager)
+            if ctx.request.kind == "pilot":  # pad=auto's: timed past eager's first calls
+                with replay.batches(self.model, ctx.workload.device) as self.steps:
+                    self.serve(self.eager)
             watch = eager_batches.Watch(self.model)
             self.compiled, ready = replay.manager(self.model, self.served, self.answers, watch)
             before = metrics.compile_counts()[0]
@@ -159,7 +160,8 @@ class Continuous(Scenario):
             "padding": ({} if self.ctx.strategy.granularity == "none" else batching.padding(
                 self.steps, self.ctx.strategy.batching, self.kwargs["num_blocks"],
                 self.ctx.strategy.edges)),
-            "batches": intervals.histogram(self.steps),  # eager's, as pad=auto prices them
+            # eager's (a pilot's timed on a second pass): what pad=auto prices
+            "batches": intervals.histogram(self.steps),
         }}  # fmt: skip
         if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them
             m.rounds = {"none": [self.seconds(x) * 1e3 for x in samples["eager"]],
