@@ -44,6 +44,14 @@ _MODE_COST = {"lite": 0, "default": 1}
 REPLAY = frozenset({"eager", "aot_eager"})
 
 
+def priced_as(s: Strategy) -> str:
+    """What a budget prices a strategy's compile as (:class:`autotune.search.plan.Plan`): its
+    backend's, but for transformers' presets (``batching=level=N``), priced as one another:
+    their warm-up compiles transformers' default 8,192-token batch (105 s for gemma-2b at two
+    layers, where the same traffic's other Inductor trials took 25-60 s)."""
+    return f"{s.backend} at a level" if batching.level_of(s.batching) else s.backend
+
+
 def pays(s: Strategy) -> bool:
     """Whether ``s`` compiles with a backend that can beat eager (not :data:`REPLAY`): under a
     time budget such a trial goes first (:meth:`autotune.search.plan.Plan.fitting`)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.choice.confirm import MIN_ROUNDS, RIVALS, needs_confirming
-from autotune.search.deduction import REPLAY, pays
+from autotune.search.deduction import REPLAY, pays, priced_as
 from autotune.trial.rungs import SHAPES
 from autotune.trial.timing import deciding_rounds
 
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 BASELINE_SHARE = 0.15  # of the budget, for the eager baseline's timed rounds
 BASELINE_ROUNDS = 3  # ...at least: eager against itself decides nothing; its median needs some
 FIRST_SHARE = 0.25  # of the budget, for its first pass over a traffic (past it, a sample)
-# A cold compile before any of its backend is measured: gemma-2b at 2 layers over a traffic
-# took 25-60 s with Inductor on a 2-core CPU; the others trace or replay Python only.
+# A cold compile before any of its backend is measured (another backend's: Inductor's): gemma-2b
+# at 2 layers over a traffic took 25-60 s with Inductor on 2 cores; the others replay Python.
 COMPILE_PRIOR_S = {"inductor": 40.0, "aot_eager": 4.0, "eager": 1.0}
 WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against the cold one
 # Over a traffic, a round times each steady shape on both sides: where that makes the
@@ -47,6 +47,7 @@ WARM = 0.5  # a confirmation's compile, warm from the trial's caches, against th
 CONFIRM_SHARE = 0.35
 TAIL_S = 5.0  # the export and the answer, after the confirmation
 AFTER_S = 0.5  # the least a trial's child takes past its rounds: its result saved, its exit
+BEFORE = ("startup_s", "build_s", "first_s", "warmup_s", "timing_s")  # a child's, to its rounds
 # Over a traffic, a compiled trial's first pass calls each new shape three times (eager, the
 # compiled model, the probe whether it ran eager); the baseline's once: 100 s took 350 s there.
 FIRST_PASS_CALLS = 3
@@ -152,9 +153,8 @@ class Plan:
 
     def learn_after(self, m: Measurement) -> None:
         """What a child took past its rounds (its probes, its artefact, its exit), the most."""
-        before = ("startup_s", "build_s", "first_s", "warmup_s", "timing_s")
         if m.wall_s and "timing_s" in m.timings:  # its wall, less all up to its rounds' end
-            self.after_s = max(self.after_s, m.wall_s - sum(m.timings.get(k, 0.0) for k in before))
+            self.after_s = max(self.after_s, m.wall_s - sum(m.timings.get(k, 0.0) for k in BEFORE))
 
     def split(self, total_s: float) -> dict[str, float]:
         """Where a run's ``total_s`` went, in seconds: compile, first pass, steady state,
@@ -173,25 +173,26 @@ class Plan:
         return {**named, "rest": round(max(0.0, rest), 1), "total": round(total_s, 1)}
 
     def compile_s(self, backend: str) -> float:
-        """A cold compile's cost with ``backend``: what its trials took, else the prior, or
-        what a trial of it ran before an earlier run's budget stopped it, if longer."""
-        seen = self.compiles.get(backend)
-        if seen:
+        """A cold compile's cost with ``backend`` (as :func:`priced_as` names it): what its
+        trials took, else the prior (a level's: its backend's cost), or more if a trial of it
+        ran longer before an earlier run's budget stopped it."""
+        if seen := self.compiles.get(backend):
             return statistics.mean(seen)
-        prior = COMPILE_PRIOR_S.get(backend, COMPILE_PRIOR_S["inductor"])
+        base = backend.split(" ")[0]  # a level's backend
+        prior = self.compile_s(base) if base != backend else COMPILE_PRIOR_S.get(backend, 40.0)
         return max(prior, self.floors.get(backend, 0.0) - (self.fixed_s or 0.0))
 
     def learn_trial(self, strategy: Strategy, m: Measurement, wall_s: float) -> None:
         """A measured trial's cost beyond the fixed part and its rounds (its cheap rung's
-        own rounds too, where it timed them), as its backend's."""
+        own rounds too, where it timed them), as its backend's (:func:`priced_as`)."""
         self.account(m)
         if strategy.granularity == "none" or self.round_s is None or self.fixed_s is None:
             return
         self.paid |= pays(strategy)
+        seen = self.compiles.setdefault(priced_as(strategy), [])
         if m.status == "stopped":  # at least this long, to its backend's estimate at once
             self.spent["stopped"] = self.spent.get("stopped", 0.0) + wall_s
-            self.compiles.setdefault(strategy.backend, []).append(max(0.0, wall_s - self.fixed_s))
-            return
+            return seen.append(max(0.0, wall_s - self.fixed_s))
         if not m.ok:  # it failed before its compile ended (or never compiled): no cost learned
             return
         rounds = m.timings.get("rounds", float(self.iters))
@@ -199,7 +200,7 @@ class Plan:
         if m.rung == "cheap" and rung:  # it stopped there: its rounds were the rung's
             rounds = 0.0
         extra = max(0.0, wall_s - self.fixed_s - rung - rounds * self.round_s)
-        self.compiles.setdefault(strategy.backend, []).append(extra)
+        seen.append(extra)
         if needs_confirming(m):  # a confirmation compiles it again, warm
             self.candidates += 1
             self.dearest = max(self.dearest, extra)
@@ -299,8 +300,8 @@ class Plan:
         if end is None or self.round_s is None:
             return strategies
         left, least = end - time.time(), deciding_rounds()
-        fit = [s for s in strategies
-               if s.granularity == "none" or self.trial_s(s.backend, least) <= left]  # fmt: skip
+        fit = [s for s in strategies if s.granularity == "none"
+               or self.trial_s(priced_as(s), least) <= left]  # fmt: skip
         if not self.paid and any(pays(s) for s in fit):
             return [s for s in fit if s.granularity == "none" or pays(s)]
         return fit
@@ -308,8 +309,7 @@ class Plan:
     def for_trial(self, settings: Settings, backends: list[str], traffic: bool,
                   trials_left: int) -> Settings:  # fmt: skip
         """A trial's settings: its rounds end at its share of what is left for trials, and by
-        the end of that less what its child does past them and a round's overshoot (a last
-        trial's rounds that filled all of it were stopped there, with all they had measured)."""
+        its end less what its child does past them and a round (a last trial was stopped)."""
         end = self.trials_end(backends, traffic)
         if end is None:
             return settings

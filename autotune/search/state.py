@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune import variables
 from autotune.coordination import Coordinator
-from autotune.search.deduction import Tactics
+from autotune.search.deduction import Tactics, priced_as
 from autotune.search.plan import Plan
 from autotune.search.sampler import Steered
 from autotune.search.spec import StudySpec
@@ -145,8 +145,9 @@ class Search:
 
     @property
     def backends(self) -> list[str]:
-        """The backends of this run's compiled strategies (eager's if none)."""
-        found = sorted({s.backend for s in self.members if s.granularity != "none"})
+        """The backends of this run's compiled strategies, as the plan prices them
+        (:func:`autotune.search.deduction.priced_as`; eager's if none)."""
+        found = sorted({priced_as(s) for s in self.members if s.granularity != "none"})
         return found or ["eager"]
 
     @property

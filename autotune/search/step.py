@@ -273,7 +273,7 @@ def stopped(
         trial.set_user_attr("key", key)
         trial.set_user_attr("reason", m.reason)
         trial.set_user_attr("stopped", {"seconds": round(m.wall_s or 0.0, 1), "why": m.reason,
-                                        "backend": m.strategy.backend})  # fmt: skip
+                                        "backend": deduction.priced_as(m.strategy)})  # fmt: skip
         return search.optuna.tell(trial, state=optuna.trial.TrialState.FAIL,
                                   skip_if_finished=True)  # fmt: skip
 

@@ -365,3 +365,44 @@ def test_a_last_trial_s_rounds_leave_room_for_what_its_child_does_after_them() -
     assert early.deadline < last.deadline and early.stop_at == pytest.approx(last.stop_at)
     confirming = plan.for_confirmation(settings)
     assert confirming.stop_at - confirming.deadline >= 3.0 + plan.round_s
+
+
+def test_a_preset_level_is_priced_apart_from_the_other_inductor_trials() -> None:
+    """The main job over a continuous traffic (gemma-2b, two layers): a level's warm-up
+    compiles transformers' default 8,192-token batch, 105 s, where the traffic's other
+    Inductor trials took 25-60 s. Priced alike, their mean made a fitted Inductor trial that
+    fits look as if it did not, and a level look as if it did. Priced apart, with 60 s left
+    for trials, the fitted one starts and the next level does not; an unmeasured level is
+    priced at its backend's cost, never below it."""
+    from autotune.search.deduction import priced_as
+    from autotune.strategy import batching
+
+    plan = Plan(600.0, iters=6)
+    plan.learn_baseline(baseline(10.0, 6, child_s=3.0))
+    assert plan.fixed_s is not None and plan.round_s is not None
+    level1, level2 = (Strategy.create(**batching.anchor_fields(n)) for n in (1, 2))
+    fitted = Strategy.create(backend="inductor", batching="q=64+kv=64")
+    assert priced_as(level1) == priced_as(level2) != priced_as(fitted) == "inductor"
+    assert plan.compile_s(priced_as(level2)) == plan.compile_s("inductor") == 40.0  # priors
+    n = timing.deciding_rounds()
+    measured = baseline(10.0, n, child_s=3.0)
+    plan.learn_trial(level1, measured, plan.fixed_s + n * plan.round_s + 105.0)
+    assert plan.compile_s(priced_as(level2)) == pytest.approx(105.0)
+    assert plan.compile_s("inductor") == 40.0  # the other Inductor trials: still the prior
+    plan.learn_trial(fitted, measured, plan.fixed_s + n * plan.round_s + 30.0)
+    assert plan.compile_s("inductor") == pytest.approx(30.0)
+    assert plan.compile_s(priced_as(level2)) == pytest.approx(105.0)
+    plan.started = time.time() - 600.0 + 5.0 + 60.0  # 60 s left for trials, the tail after
+    other = Strategy.create(backend="inductor", batching="q=32+kv=64")
+    assert plan.fitting([level2, other], plan_backends(level2, other), True) == [other]
+    cheap = Plan(600.0, iters=6)  # a level before any: never below its backend's measured
+    cheap.learn_baseline(baseline(10.0, 6, child_s=3.0))
+    assert cheap.fixed_s is not None and cheap.round_s is not None
+    cheap.learn_trial(fitted, measured, cheap.fixed_s + n * cheap.round_s + 70.0)
+    assert cheap.compile_s(priced_as(level1)) == pytest.approx(70.0)
+
+
+def plan_backends(*strategies: Strategy) -> list[str]:
+    from autotune.search.deduction import priced_as
+
+    return sorted({priced_as(s) for s in strategies})
