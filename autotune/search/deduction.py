@@ -42,6 +42,7 @@ _MODE_COST = {"lite": 0, "default": 1}
 # Backends that replay the graph Dynamo captured, in Python (``eager``) or through AOTAutograd
 # (``aot_eager``): they cost a trace and can never beat eager, so they never change the pick.
 REPLAY = frozenset({"eager", "aot_eager"})
+AT_A_LEVEL = " at a level"  # :func:`priced_as`'s name for a preset's backend
 
 
 def priced_as(s: Strategy) -> str:
@@ -49,7 +50,7 @@ def priced_as(s: Strategy) -> str:
     backend's, but for transformers' presets (``batching=level=N``), priced as one another:
     their warm-up compiles transformers' default 8,192-token batch (105 s for gemma-2b at two
     layers, where the same traffic's other Inductor trials took 25-60 s)."""
-    return f"{s.backend} at a level" if batching.level_of(s.batching) else s.backend
+    return s.backend + AT_A_LEVEL if batching.level_of(s.batching) else s.backend
 
 
 def pays(s: Strategy) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.choice.confirm import MIN_ROUNDS, RIVALS, needs_confirming
-from autotune.search.deduction import REPLAY, pays, priced_as
+from autotune.search.deduction import AT_A_LEVEL, REPLAY, pays, priced_as
 from autotune.trial.rungs import SHAPES
 from autotune.trial.timing import deciding_rounds
 
@@ -178,7 +178,7 @@ class Plan:
         ran longer before an earlier run's budget stopped it."""
         if seen := self.compiles.get(backend):
             return statistics.mean(seen)
-        base = backend.split(" ")[0]  # a level's backend
+        base = backend.removesuffix(AT_A_LEVEL)  # a level's backend
         prior = self.compile_s(base) if base != backend else COMPILE_PRIOR_S.get(backend, 40.0)
         return max(prior, self.floors.get(backend, 0.0) - (self.fixed_s or 0.0))
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Stop:
-    """A trial stopped at a time budget: its strategy, backend, seconds run and why."""
+    """A trial stopped at a time budget: its strategy, backend (as the plan prices it:
+    :func:`autotune.search.deduction.priced_as`), seconds run and why."""
 
     key: str
     backend: str

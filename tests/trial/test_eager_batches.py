@@ -30,8 +30,9 @@ def watched() -> Any:
 def test_the_watch_sees_each_batch_and_its_requests_on_the_manager_s_thread() -> None:
     """An eager manager runs every forward as Python: naming its attention's forward as past
     the limit makes every batch eager, as many as a plain forward hook counts, holding every
-    request; naming nothing, none. Once stopped, the thread is watched no more, and no thread
-    started after the manager's ever was."""
+    request; naming nothing, none; eager's batch shapes, hooked untimed, one a batch. Once
+    stopped, the thread is watched no more, and no thread started after the manager's ever
+    was."""
     from tests.models import tiny_llama
 
     model, _ = tiny_llama()
@@ -44,9 +45,11 @@ def test_the_watch_sees_each_batch_and_its_requests_on_the_manager_s_thread() ->
     made, _ = replay.manager(model, {**batching.eager_kwargs("q=1+kv=16"), "num_blocks": 32},
                              answers, watch)  # fmt: skip
     try:
-        with watch.serving():
+        with watch.serving(), replay.batches(model, timed=False) as shapes:
             replay.serve(made, prompts, answers, arrivals, tag="a-")
         steps = len(watch.steps)
+        assert len(shapes) == steps and all(s == 0.0 for _, _, s in shapes)  # untimed
+        assert sum(q for q, _, _ in shapes) >= sum(map(len, prompts))  # every prompt token
         attention = type(model.model.layers[0].self_attn).forward
         hits = [{"function": watched().spelled(inspect.unwrap(attention).__code__)}]
         count, ids = watch.served_eager(hits)
@@ -57,8 +60,10 @@ def test_the_watch_sees_each_batch_and_its_requests_on_the_manager_s_thread() ->
         assert watch.served_eager(step) == (0, set())
         assert watch.unwatched(step + hits) == ["forward (elsewhere.py:1)"]
         assert watch.unwatched(hits) == []
-        replay.serve(made, prompts, answers, arrivals, tag="b-")
+        with replay.batches(model) as timed:
+            replay.serve(made, prompts, answers, arrivals, tag="b-")
         assert len(watch.steps) == steps and len(forwards) > steps  # stopped: unwatched
+        assert timed and all(s > 0.0 for _, _, s in timed)  # a pilot's: each forward timed
         seen: list[Any] = []
         later = threading.Thread(target=lambda: seen.append(sys.getprofile()))
         later.start(), later.join()

@@ -14,7 +14,8 @@ calls (:mod:`.replay`), in the trial's fresh cold process.
    (:mod:`.eager_batches`). The compiled side's tokens must equal eager's, request by
    request, all of them.
    ``compile_s`` is time to ready plus the stalls. Eager's batches on its first pass (each
-   one's query tokens and the cache it read) price the strategy's padding on the varlen path
+   one's query tokens and the cache it read, untimed: that pass's own figures count) price the
+   strategy's padding on the varlen path
    (:func:`autotune.strategy.batching.padding`); a ``pad=auto`` pilot's are timed on a second
    pass, past eager's first calls, for its step model (:mod:`autotune.trial.auto_padding`).
 3. **Steady passes**, eager's and the strategy's interleaved: a round is one pass of each;
@@ -82,8 +83,9 @@ class Continuous(Scenario):
         ctx, m = self.ctx, self.ctx.result
         t = time.perf_counter()
         self.eager, _ = replay.manager(self.model, self.eager_kwargs, self.answers)
-        with replay.batches(self.model, ctx.workload.device) as self.steps:
-            expected = self.serve(self.eager)  # eager's batches as it forms them: the padding
+        # eager's batches as it forms them, for the padding: shapes only, not synchronised
+        with replay.batches(self.model, ctx.workload.device, timed=False) as self.steps:
+            expected = self.serve(self.eager)
         m.eager_first_s = time.perf_counter() - t
         if ctx.strategy.granularity == "none":
             self.compiled, ready, got = self.eager, 0.0, expected
@@ -160,7 +162,7 @@ class Continuous(Scenario):
             "padding": ({} if self.ctx.strategy.granularity == "none" else batching.padding(
                 self.steps, self.ctx.strategy.batching, self.kwargs["num_blocks"],
                 self.ctx.strategy.edges)),
-            # eager's (a pilot's timed on a second pass): what pad=auto prices
+            # eager's; a pilot's timed on a second pass (else 0 s): what pad=auto prices
             "batches": intervals.histogram(self.steps),
         }}  # fmt: skip
         if self.ctx.request.kind == "confirm":  # the rounds, as a confirmation reads them

@@ -122,10 +122,12 @@ def manager(model: Any, config: Any, answers: list[int],
 
 
 @contextlib.contextmanager
-def batches(model: Any, device: str = "cpu") -> Iterator[list[tuple[int, int, float]]]:
+def batches(model: Any, device: str = "cpu",
+            timed: bool = True) -> Iterator[list[tuple[int, int, float]]]:  # fmt: skip
     """Yield a list that gets, for each batch ``model`` runs in the block, its query tokens,
     the cache tokens it read before them and its forward's seconds (synchronised on
-    ``device``): forward hooks, for an eager manager only, whose calls Dynamo does not trace."""
+    ``device``; untimed, 0 and no synchronisation: a pass whose own figures count): forward
+    hooks, for an eager manager only, whose calls Dynamo does not trace."""
     found: list[tuple[int, int, float]] = []
     began: list[tuple[int, int, float]] = []
 
@@ -133,17 +135,20 @@ def batches(model: Any, device: str = "cpu") -> Iterator[list[tuple[int, int, fl
         ids = kwargs.get("input_ids", args[0] if args else None)
         reads = kwargs.get("read_index") or []
         q = int(ids.shape[-1])
-        read = max((int(r.numel()) for r in reads), default=0)
+        past = max(0, max((int(r.numel()) for r in reads), default=0) - q)
+        if not timed:
+            return found.append((q, past, 0.0))
         autotune.device.synchronize(device)
-        began.append((q, max(0, read - q), time.perf_counter()))
+        began.append((q, past, time.perf_counter()))
 
     def done(*_: Any) -> None:
         autotune.device.synchronize(device)
         q, past, start = began.pop()
         found.append((q, past, time.perf_counter() - start))
 
-    handles = (model.register_forward_pre_hook(seen, with_kwargs=True),
-               model.register_forward_hook(done))  # fmt: skip
+    handles = [model.register_forward_pre_hook(seen, with_kwargs=True)]
+    if timed:
+        handles.append(model.register_forward_hook(done))
     try:
         yield found
     finally:
